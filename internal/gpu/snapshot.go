@@ -1,0 +1,149 @@
+// Package gpu defines what every GPU source produces: one point-in-time Snapshot of the node's devices, MIG
+// instances and GPU processes. Sources (NVML, nvidia-smi, simulated) live in subpackages; attribution and metrics
+// only ever see a Snapshot.
+package gpu
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+)
+
+// Source reads the state of all GPUs on the node.
+type Source interface {
+	// Name is the source's name in flags and self-metrics: "nvml", "nvidia-smi" or "simulated".
+	Name() string
+	// Snapshot reads every device once. A failure of one device is reported in Snapshot.Errors and the other
+	// devices are still returned; an error return means nothing could be read at all.
+	Snapshot(ctx context.Context) (*Snapshot, error)
+	// Close releases the library, goroutines and files the source holds.
+	Close() error
+}
+
+// Value is a reading that the driver may not have: Valid is false when it reported N/A, "not supported" or an error,
+// and then the series is left out rather than written as 0.
+type Value struct {
+	V     float64
+	Valid bool
+}
+
+// Known returns a valid Value.
+func Known(v float64) Value { return Value{V: v, Valid: true} }
+
+// Snapshot is one reading of the whole node.
+type Snapshot struct {
+	Time          time.Time
+	DriverVersion string
+	CUDAVersion   string
+	// Simulated marks data that does not come from real hardware (demo and --gpu.simulated-config).
+	Simulated bool
+	Devices   []Device
+	// Errors lists what could not be read, per device and operation. A device that failed entirely is in Errors
+	// and not in Devices.
+	Errors []DeviceError
+}
+
+// Device is one physical GPU.
+type Device struct {
+	Index    int
+	UUID     string // GPU-…
+	Name     string
+	PCIBusID string
+	// MIGMode is "enabled", "disabled", or "" when the GPU does not support MIG.
+	MIGMode string
+
+	MemoryTotalBytes Value
+	MemoryUsedBytes  Value
+	MemoryFreeBytes  Value
+
+	UtilizationRatio        Value
+	MemoryUtilizationRatio  Value
+	EncoderUtilizationRatio Value
+	DecoderUtilizationRatio Value
+
+	TemperatureCelsius Value
+	PowerUsageWatts    Value
+	PowerLimitWatts    Value
+	EnergyJoules       Value // total since the driver loaded
+	FanSpeedRatio      Value
+	PerformanceState   Value // P-state number: 0 (P0, fastest) to 15
+
+	Clocks    []Clock
+	ECCErrors []ECCCount
+	XIDErrors []XIDCount // counted since the exporter started
+
+	MIG []MIGInstance
+	// ProcessesListed is false when the process list could not be read: Processes is then empty without meaning
+	// that the GPU is idle, and per-type process counts are left out.
+	ProcessesListed bool
+	Processes       []Process
+}
+
+// Clock is one current clock frequency.
+type Clock struct {
+	Name  string // graphics, sm, memory, video
+	Hertz float64
+}
+
+// ECCCount is a lifetime ECC error count of one kind.
+type ECCCount struct {
+	Type  string // corrected, uncorrected
+	Count float64
+}
+
+// XIDCount is how often one XID error code was seen.
+type XIDCount struct {
+	XID   uint64
+	Count uint64
+}
+
+// MIGInstance is one MIG device (a GPU instance and compute instance pair) on a GPU in MIG mode.
+type MIGInstance struct {
+	UUID             string // MIG-…
+	GPUInstance      int
+	ComputeInstance  int
+	Profile          string // e.g. 1g.10gb
+	MemoryTotalBytes Value
+	MemoryUsedBytes  Value
+}
+
+// Process types as SPEC names them.
+const (
+	ProcessCompute            = "compute"
+	ProcessGraphics           = "graphics"
+	ProcessComputeAndGraphics = "compute+graphics"
+	ProcessMPS                = "mps"
+)
+
+// Process is one process using one GPU. The same PID appears once per GPU it uses.
+type Process struct {
+	PID  uint32 // host PID
+	Name string // what the source calls it (nvidia-smi's process_name); attribution prefers /proc/<pid>/comm
+	Type string
+
+	UsedMemoryBytes         Value
+	SMUtilizationRatio      Value
+	MemoryUtilizationRatio  Value
+	EncoderUtilizationRatio Value
+	DecoderUtilizationRatio Value
+
+	// MIG is true when the process runs on a MIG instance, named by GPUInstance and ComputeInstance.
+	MIG             bool
+	GPUInstance     int
+	ComputeInstance int
+
+	// Identity is set only by sources that already know who owns the process (the simulated node). Attribution
+	// keeps it instead of reading procfs and asking runtimes.
+	Identity *identity.Identity
+}
+
+// DeviceError is one thing that could not be read from one device.
+type DeviceError struct {
+	Index     int    // -1 when the failure is not tied to one device
+	UUID      string // empty when not known
+	Operation string // what was being read, e.g. "memory", "processes", "device"
+	Err       error
+}
+
+func (e DeviceError) Error() string { return e.Operation + ": " + e.Err.Error() }

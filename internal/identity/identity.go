@@ -1,0 +1,31 @@
+// Package identity defines who owns a GPU process: its Kubernetes pod and container, plain container, Slurm job or
+// systemd service. Every field is empty when unknown.
+package identity
+
+// Identity is the owner of a process, as SPEC's identity labels name it.
+type Identity struct {
+	Namespace   string
+	Pod         string
+	Container   string // Kubernetes container name, or a plain Docker/Podman container's name
+	PodUID      string
+	ContainerID string
+	Runtime     string // containerd, crio, docker, podman
+	QoS         string // guaranteed, burstable, besteffort
+	SlurmJobID  string
+	SystemdUnit string
+	// PodLabels holds the allowlisted pod labels (--kubernetes.pod-labels), keyed by the pod label's key.
+	PodLabels map[string]string
+}
+
+// Key is a comparable form of the identity, used to group processes into workloads.
+type Key struct {
+	Namespace, Pod, Container, PodUID, ContainerID, SlurmJobID, SystemdUnit string
+}
+
+// Key returns the workload key of the identity.
+func (id Identity) Key() Key {
+	return Key{id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit}
+}
+
+// IsKubernetes reports whether the owner is a Kubernetes pod.
+func (id Identity) IsKubernetes() bool { return id.PodUID != "" || id.Pod != "" }
