@@ -1,0 +1,32 @@
+package attribution
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNotFound is returned by a Resolver when its runtime does not know the container.
+var ErrNotFound = errors.New("container not found")
+
+// Container is what a container runtime knows about one container.
+type Container struct {
+	// Namespace, Pod and PodUID are set for Kubernetes containers (from the CRI, or from the io.kubernetes.* labels
+	// of a Docker container created by cri-dockerd); Pod is also a Podman pod's name.
+	Namespace string
+	Pod       string
+	PodUID    string
+	// Name is the Kubernetes container name, or a plain Docker/Podman container's name (without the leading "/").
+	Name string
+	// PodLabels are all the pod's labels; attribution keeps only the allowlisted ones.
+	PodLabels map[string]string
+}
+
+// Resolver names containers through one container runtime's API.
+type Resolver interface {
+	// Name is the resolver's name in self-metrics and logs: "cri", "docker" or "podman".
+	Name() string
+	// Resolve looks up one container by its full 64-hex ID. It returns ErrNotFound when the runtime does not know
+	// the container (a definite answer, cached briefly), any other error when the runtime could not be asked,
+	// and it honours ctx's deadline.
+	Resolve(ctx context.Context, containerID string) (Container, error)
+}
