@@ -1,0 +1,356 @@
+// Package cri names Kubernetes containers through the Container Runtime Interface (containerd, CRI-O, cri-dockerd)
+// over gRPC on the runtime's unix socket.
+package cri
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+)
+
+// The labels kubelet puts on every container and pod sandbox it creates.
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelContainerName = "io.kubernetes.container.name"
+	// kubeletLabelPrefix marks labels kubelet or the runtime adds to a sandbox on top of the pod's own labels.
+	kubeletLabelPrefix = "io.kubernetes."
+)
+
+const (
+	// maxRecvMsgSize bounds one CRI response. Non-verbose statuses are a few KiB; annotations are capped at
+	// 256 KiB by the API server, so 4 MiB leaves room and still bounds a misbehaving runtime.
+	maxRecvMsgSize = 4 << 20
+	// reconnectMaxDelay caps gRPC's reconnect backoff (120 s by default), so names come back within seconds
+	// of a restarted runtime instead of minutes.
+	reconnectMaxDelay = 5 * time.Second
+	// podCacheTTL and podCacheSize bound the per-endpoint cache of pod sandboxes: a sandbox's labels never
+	// change, so the TTL only exists to forget pods that are gone.
+	podCacheTTL  = 10 * time.Minute
+	podCacheSize = 4096
+)
+
+// ErrNoEndpoint is returned by New when no endpoint was given and none of the usual CRI sockets exists.
+var ErrNoEndpoint = errors.New("no CRI socket found")
+
+// DefaultEndpoints are the sockets New probes, in order, when it is given none: containerd, CRI-O, cri-dockerd
+// and k3s's bundled containerd.
+func DefaultEndpoints() []string {
+	return []string{
+		"unix:///run/containerd/containerd.sock",
+		"unix:///run/crio/crio.sock",
+		"unix:///var/run/crio/crio.sock",
+		"unix:///run/cri-dockerd.sock",
+		"unix:///var/run/cri-dockerd.sock",
+		"unix:///run/k3s/containerd/containerd.sock",
+	}
+}
+
+// Resolver names containers through one or more CRI endpoints. It is safe for concurrent use.
+type Resolver struct {
+	logger    *slog.Logger
+	endpoints []*endpoint
+}
+
+var _ attribution.Resolver = (*Resolver)(nil)
+
+// endpoint is one runtime socket and what was learned from it.
+type endpoint struct {
+	name   string // as configured, e.g. unix:///run/containerd/containerd.sock; used in errors
+	conn   *grpc.ClientConn
+	client runtimeapi.RuntimeServiceClient
+	pods   *podCache
+}
+
+// New returns a Resolver that asks each of endpoints in turn (unix:///path or a bare /path). With no endpoints it
+// uses those of DefaultEndpoints whose socket exists, and returns ErrNoEndpoint if there is none. New does not
+// connect: the first Resolve does, so a runtime that starts after the exporter is still found. ctx is accepted
+// for symmetry with other constructors; nothing in New blocks.
+func New(ctx context.Context, endpoints []string, logger *slog.Logger) (*Resolver, error) {
+	return newResolver(endpoints, DefaultEndpoints(), logger)
+}
+
+func newResolver(endpoints, candidates []string, logger *slog.Logger) (*Resolver, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if len(endpoints) == 0 {
+		endpoints = probe(candidates)
+		if len(endpoints) == 0 {
+			return nil, fmt.Errorf("%w among %s", ErrNoEndpoint, strings.Join(candidates, ", "))
+		}
+		logger.Info("Found CRI sockets", "endpoints", strings.Join(endpoints, ","))
+	}
+	r := &Resolver{logger: logger}
+	for _, e := range endpoints {
+		ep, err := dial(e)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.endpoints = append(r.endpoints, ep)
+	}
+	return r, nil
+}
+
+// socketPath returns the filesystem path of a unix endpoint. Only unix sockets are accepted: the CRI is never
+// exposed over TCP on Linux nodes, and refusing other schemes keeps a typo from reaching the network.
+func socketPath(endpoint string) (string, error) {
+	path, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok && !strings.HasPrefix(endpoint, "/") {
+		return "", fmt.Errorf("CRI endpoint %q: want unix:///path/to/socket", endpoint)
+	}
+	if !ok {
+		path = endpoint
+	}
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("CRI endpoint %q: socket path must be absolute", endpoint)
+	}
+	return filepath.Clean(path), nil
+}
+
+// dial creates a client for one endpoint without connecting.
+func dial(name string) (*endpoint, error) {
+	path, err := socketPath(name)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("unix://"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+			MinConnectTimeout: time.Second,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating CRI client for %s: %w", name, err)
+	}
+	return &endpoint{
+		name:   name,
+		conn:   conn,
+		client: runtimeapi.NewRuntimeServiceClient(conn),
+		pods:   newPodCache(podCacheSize, podCacheTTL, time.Now),
+	}, nil
+}
+
+// probe returns the candidates whose path is a unix socket, once each: /var/run is usually a link to /run, so
+// the same socket may be listed under both names.
+func probe(candidates []string) []string {
+	var found []string
+	seen := make(map[string]bool)
+	for _, c := range candidates {
+		path, err := socketPath(c)
+		if err != nil {
+			continue
+		}
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode()&os.ModeSocket == 0 {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real
+		}
+		if seen[path] {
+			continue
+		}
+		seen[path] = true
+		found = append(found, c)
+	}
+	return found
+}
+
+// Name implements attribution.Resolver.
+func (r *Resolver) Name() string { return "cri" }
+
+// Endpoints returns the endpoints the resolver asks, in order.
+func (r *Resolver) Endpoints() []string {
+	names := make([]string, len(r.endpoints))
+	for i, ep := range r.endpoints {
+		names[i] = ep.name
+	}
+	return names
+}
+
+// Close releases the gRPC connections.
+func (r *Resolver) Close() error {
+	var errs []error
+	for _, ep := range r.endpoints {
+		if err := ep.conn.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing CRI client for %s: %w", ep.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Resolve implements attribution.Resolver. Each endpoint is asked in turn until one knows the container;
+// ErrNotFound means every endpoint answered that it does not, and any endpoint that failed to answer makes
+// the result an error instead, since that runtime may well own the container.
+func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution.Container, error) {
+	var errs []error
+	for _, ep := range r.endpoints {
+		c, err := ep.resolve(ctx, containerID)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, attribution.ErrNotFound) {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) > 0 {
+		return attribution.Container{}, errors.Join(errs...)
+	}
+	return attribution.Container{}, attribution.ErrNotFound
+}
+
+func (ep *endpoint) resolve(ctx context.Context, id string) (attribution.Container, error) {
+	resp, err := ep.client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if isNotFound(err) {
+		// The ID may be a pod sandbox's (the pause container): those are not containers to the CRI.
+		return ep.resolveSandbox(ctx, id)
+	}
+	if err != nil {
+		return attribution.Container{}, fmt.Errorf("CRI ContainerStatus on %s: %w", ep.name, err)
+	}
+	st := resp.GetStatus()
+	if st == nil {
+		return attribution.Container{}, fmt.Errorf("CRI ContainerStatus on %s: empty status for %s", ep.name, id)
+	}
+	labels := st.GetLabels()
+	c := attribution.Container{
+		Namespace: labels[labelPodNamespace],
+		Pod:       labels[labelPodName],
+		PodUID:    labels[labelPodUID],
+		Name:      labels[labelContainerName],
+	}
+	if c.Name == "" {
+		// Not created by kubelet (crictl, a test harness): the CRI metadata name is all there is.
+		c.Name = st.GetMetadata().GetName()
+	}
+	if c.PodUID == "" {
+		return c, nil
+	}
+	p, ok, err := ep.pod(ctx, c.PodUID)
+	if err != nil {
+		return attribution.Container{}, err
+	}
+	if ok {
+		c.PodLabels = maps.Clone(p.labels)
+		c.Namespace = cmp.Or(c.Namespace, p.namespace)
+		c.Pod = cmp.Or(c.Pod, p.name)
+	}
+	return c, nil
+}
+
+// resolveSandbox names a pod sandbox (pause container) ID: the pod, with no container name.
+func (ep *endpoint) resolveSandbox(ctx context.Context, id string) (attribution.Container, error) {
+	resp, err := ep.client.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	if isNotFound(err) {
+		return attribution.Container{}, attribution.ErrNotFound
+	}
+	if err != nil {
+		return attribution.Container{}, fmt.Errorf("CRI PodSandboxStatus on %s: %w", ep.name, err)
+	}
+	st := resp.GetStatus()
+	if st == nil {
+		return attribution.Container{}, fmt.Errorf("CRI PodSandboxStatus on %s: empty status for %s", ep.name, id)
+	}
+	p := podFromSandbox(st.GetMetadata(), st.GetLabels())
+	if p.uid != "" {
+		ep.pods.put(p.uid, p)
+	}
+	return attribution.Container{Namespace: p.namespace, Pod: p.name, PodUID: p.uid, PodLabels: maps.Clone(p.labels)}, nil
+}
+
+// pod returns the pod with this UID, from the cache or the runtime. ok is false when the runtime has no sandbox
+// for it (the sandbox was removed while a container lingers).
+//
+// The CRI's ContainerStatus does not say which sandbox a container belongs to, but kubelet labels every sandbox
+// with its pod's UID, so one ListPodSandbox filtered on that label answers in a single call.
+func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
+	if p, ok := ep.pods.get(uid); ok {
+		return p, true, nil
+	}
+	resp, err := ep.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
+		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{labelPodUID: uid}},
+	})
+	if err != nil {
+		return pod{}, false, fmt.Errorf("CRI ListPodSandbox on %s: %w", ep.name, err)
+	}
+	// A pod whose sandbox was recreated has several until kubelet removes the old ones; the newest is current.
+	var newest *runtimeapi.PodSandbox
+	for _, s := range resp.GetItems() {
+		if s.GetMetadata().GetUid() != uid && s.GetLabels()[labelPodUID] != uid {
+			continue // a runtime that ignored the filter
+		}
+		if newest == nil || s.GetCreatedAt() > newest.GetCreatedAt() {
+			newest = s
+		}
+	}
+	if newest == nil {
+		return pod{}, false, nil
+	}
+	p := podFromSandbox(newest.GetMetadata(), newest.GetLabels())
+	p.uid = uid
+	ep.pods.put(uid, p)
+	return p, true, nil
+}
+
+// podFromSandbox reads a pod's identity from its sandbox. A sandbox's labels are the pod's labels plus
+// kubelet's io.kubernetes.* ones, which are dropped.
+func podFromSandbox(md *runtimeapi.PodSandboxMetadata, labels map[string]string) pod {
+	p := pod{
+		namespace: cmp.Or(md.GetNamespace(), labels[labelPodNamespace]),
+		name:      cmp.Or(md.GetName(), labels[labelPodName]),
+		uid:       cmp.Or(md.GetUid(), labels[labelPodUID]),
+	}
+	for k, v := range labels {
+		if strings.HasPrefix(k, kubeletLabelPrefix) {
+			continue
+		}
+		if p.labels == nil {
+			p.labels = make(map[string]string, len(labels))
+		}
+		p.labels[k] = v
+	}
+	return p
+}
+
+// isNotFound reports whether err is the runtime saying it does not know the ID. containerd and CRI-O answer
+// codes.NotFound; cri-dockerd passes Docker's error through as codes.Unknown.
+func isNotFound(err error) bool {
+	if err == nil {
+		return false
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch s.Code() {
+	case codes.NotFound:
+		return true
+	case codes.Unknown:
+		return strings.Contains(s.Message(), "No such container")
+	}
+	return false
+}
