@@ -1,0 +1,153 @@
+// Command gpu-pod-exporter tells which pod, container, Slurm job or service uses each GPU, and how much of it.
+// It serves Prometheus metrics, or with `ps` prints one attributed process table and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+const program = "gpu_pod_exporter"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	app := kingpin.New("gpu-pod-exporter", "Tells which pod, container, Slurm job or service uses each GPU, and how much of it.")
+	app.Version(version.Print(program))
+	app.HelpFlag.Short('h')
+
+	var sf sourceFlags
+	sf.register(app)
+	var af attributionFlags
+	af.register(app)
+	timeout := app.Flag("collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.").
+		Default("5s").Duration()
+	processes := app.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
+	logConfig := &promslog.Config{}
+	promslogflag.AddFlags(app, logConfig)
+
+	serve := app.Command("serve", "Serve Prometheus metrics (the default).").Default()
+	metricsPath := serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
+	webConfig := webflag.AddFlags(serve, ":9402")
+
+	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
+	output := psCmd.Flag("output", "Output format: table or json.").Short('o').Default("table").Enum("table", "json")
+
+	command, err := app.Parse(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v (try --help)\n", err)
+		return 2
+	}
+	logger := promslog.New(logConfig)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	source, err := sf.open(ctx, logger)
+	if err != nil {
+		logger.Error("cannot read GPUs", "err", err)
+		return 1
+	}
+	defer source.Close()
+	attributor, err := af.open(ctx, logger)
+	if err != nil {
+		logger.Error("cannot attribute GPU processes", "err", err)
+		return 1
+	}
+	scraper := scrape.New(source, attributor, *timeout, logger)
+
+	switch command {
+	case psCmd.FullCommand():
+		return runPS(ctx, scraper, *output)
+	default:
+		opts := collector.Options{Processes: *processes, PodLabels: af.podLabels}
+		return runServer(ctx, logger, collector.New(scraper, opts), *metricsPath, webConfig)
+	}
+}
+
+func runPS(ctx context.Context, scraper *scrape.Scraper, output string) int {
+	r, err := scraper.Scrape(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: %v\n", err)
+		return 1
+	}
+	rows := ps.Rows(r)
+	if output == "json" {
+		err = ps.WriteJSON(os.Stdout, rows)
+	} else {
+		err = ps.WriteTable(os.Stdout, r.Snapshot, rows)
+	}
+	for _, e := range r.Snapshot.Errors {
+		fmt.Fprintf(os.Stderr, "warning: GPU %d: %v\n", e.Index, e)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: writing output: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runServer(ctx context.Context, logger *slog.Logger, c prometheus.Collector, metricsPath string, webConfig *web.FlagConfig) int {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(versioncollector.NewCollector(program), c)
+
+	mux := http.NewServeMux()
+	mux.Handle(metricsPath, promhttp.HandlerFor(registry, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 8,
+	}))
+	if metricsPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        "GPU Pod Exporter",
+			Description: "Which pod, container, Slurm job or service uses each GPU, and how much of it.",
+			Version:     version.Info(),
+			Links:       []web.LandingLinks{{Address: metricsPath, Text: "Metrics"}},
+		})
+		if err != nil {
+			logger.Error("building the landing page", "err", err)
+			return 1
+		}
+		mux.Handle("/", landing)
+	}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	logger.Info("starting gpu-pod-exporter", "version", version.Info())
+	errc := make(chan error, 1)
+	go func() { errc <- web.ListenAndServe(server, webConfig, logger) }()
+	select {
+	case err := <-errc:
+		logger.Error("serving metrics", "err", err)
+		return 1
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := server.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Warn("shutting down", "err", err)
+		}
+		return 0
+	}
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+)
+
+// sourceFlags choose where GPU data comes from.
+type sourceFlags struct {
+	source          string
+	simulatedConfig string
+	demo            bool
+	smiPath         string
+	smiTimeout      time.Duration
+}
+
+func (f *sourceFlags) register(app *kingpin.Application) {
+	app.Flag("gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi), nvml, nvidia-smi or simulated.").
+		Default("auto").EnumVar(&f.source, "auto", "nvml", "nvidia-smi", "simulated")
+	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").StringVar(&f.simulatedConfig)
+	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
+	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").StringVar(&f.smiPath)
+	app.Flag("nvidia-smi.timeout", "Deadline of one nvidia-smi run.").Default("5s").DurationVar(&f.smiTimeout)
+}
+
+func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source, error) {
+	switch {
+	case f.demo:
+		return simulated.Demo(), nil
+	case f.simulatedConfig != "":
+		return simulated.Open(f.simulatedConfig)
+	}
+	switch f.source {
+	case "simulated":
+		return nil, errors.New("--gpu.source=simulated needs --gpu.simulated-config=FILE (or use --demo)")
+	}
+	return nil, fmt.Errorf("--gpu.source=%s is not available in this build yet", f.source)
+}

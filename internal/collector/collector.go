@@ -1,0 +1,79 @@
+// Package collector turns one attributed reading of the node into Prometheus metrics: one file per concern
+// (devices, MIG instances, processes, workloads), all fed from the same reading and registered in one place.
+package collector
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// Options selects what is exported.
+type Options struct {
+	// Processes enables the per-PID series (--collector.processes).
+	Processes bool
+	// PodLabels is the allowlist of pod labels exported as label_<key> on process and workload series.
+	PodLabels []string
+}
+
+// part is one concern's metrics.
+type part interface {
+	describe(ch chan<- *prometheus.Desc)
+	update(ch chan<- prometheus.Metric, r *scrape.Result)
+}
+
+// Collector is the exporter's one registered collector. Each scrape takes one reading and hands it to every
+// part, then writes the self-metrics, so that they describe the reading just served.
+type Collector struct {
+	scraper *scrape.Scraper
+	self    []prometheus.Collector
+	parts   []part
+}
+
+// New returns the collector. self are the self-metrics of the pieces behind the scraper (attribution, resolvers),
+// collected after each reading.
+func New(scraper *scrape.Scraper, opts Options, self ...prometheus.Collector) *Collector {
+	labels := newPodLabels(opts.PodLabels)
+	parts := []part{newDeviceMetrics(), newMIGMetrics()}
+	if opts.Processes {
+		parts = append(parts, newProcessMetrics(labels))
+	}
+	parts = append(parts, newWorkloadMetrics(labels))
+	return &Collector{scraper: scraper, self: append([]prometheus.Collector{scraper}, self...), parts: parts}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, p := range c.parts {
+		p.describe(ch)
+	}
+	for _, s := range c.self {
+		s.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector. A failed or timed-out reading leaves out the GPU series; the
+// self-metrics say why.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if r, err := c.scraper.Scrape(context.Background()); err == nil {
+		for _, p := range c.parts {
+			p.update(ch, r)
+		}
+	}
+	for _, s := range c.self {
+		s.Collect(ch)
+	}
+}
+
+func gauge(ch chan<- prometheus.Metric, desc *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(ch chan<- prometheus.Metric, desc *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,183 @@
+package collector
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// identityLabels are SPEC's identity labels, empty when unknown.
+var identityLabels = []string{"namespace", "pod", "container", "pod_uid", "container_id", "slurm_job_id", "systemd_unit"}
+
+// podLabels maps the --kubernetes.pod-labels allowlist to label names, kube-state-metrics style: app.kubernetes.io/name
+// becomes label_app_kubernetes_io_name. Keys that sanitize to the same name keep the first.
+type podLabels struct {
+	keys  []string
+	names []string
+}
+
+func newPodLabels(allow []string) podLabels {
+	var pl podLabels
+	seen := map[string]bool{}
+	for _, k := range allow {
+		name := "label_" + sanitizeLabelName(k)
+		if k == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		pl.keys = append(pl.keys, k)
+		pl.names = append(pl.names, name)
+	}
+	return pl
+}
+
+func sanitizeLabelName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// appendIdentity appends the identity label values, then the allowlisted pod labels.
+func (pl podLabels) appendIdentity(values []string, id *identity.Identity) []string {
+	values = append(values, id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit)
+	for _, k := range pl.keys {
+		values = append(values, id.PodLabels[k])
+	}
+	return values
+}
+
+func (pl podLabels) labelNames(base ...string) []string {
+	names := append(append(base, identityLabels...), pl.names...)
+	return names
+}
+
+// processMetrics are the per-PID series: one per process per GPU.
+type processMetrics struct {
+	labels                        podLabels
+	memory, sm, memUtil, enc, dec *prometheus.Desc
+}
+
+func newProcessMetrics(labels podLabels) *processMetrics {
+	names := labels.labelNames("gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
+	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
+	return &processMetrics{
+		labels:  labels,
+		memory:  desc("gpu_process_memory_used_bytes", "GPU memory used by the process on this GPU."),
+		sm:      desc("gpu_process_sm_utilization_ratio", "Fraction of the GPU's SM time the process used over the last sample period."),
+		memUtil: desc("gpu_process_memory_utilization_ratio", "Fraction of the GPU's memory bandwidth time the process used over the last sample period."),
+		enc:     desc("gpu_process_encoder_utilization_ratio", "Video encoder utilization of the process."),
+		dec:     desc("gpu_process_decoder_utilization_ratio", "Video decoder utilization of the process."),
+	}
+}
+
+func (m *processMetrics) describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.memory, m.sm, m.memUtil, m.enc, m.dec} {
+		ch <- d
+	}
+}
+
+func (m *processMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+	values := make([]string, 0, 16)
+	for i := range r.Snapshot.Devices {
+		d := &r.Snapshot.Devices[i]
+		idx := itoa(d.Index)
+		for _, p := range d.Processes {
+			owner := r.Owner(p)
+			gi, ci := "", ""
+			if p.MIG {
+				gi, ci = itoa(p.GPUInstance), itoa(p.ComputeInstance)
+			}
+			values = append(values[:0], idx, d.UUID, strconv.FormatUint(uint64(p.PID), 10), owner.Name, p.Type, gi, ci)
+			values = m.labels.appendIdentity(values, &owner.Identity)
+			for _, s := range []struct {
+				desc *prometheus.Desc
+				v    gpu.Value
+			}{{m.memory, p.UsedMemoryBytes}, {m.sm, p.SMUtilizationRatio}, {m.memUtil, p.MemoryUtilizationRatio},
+				{m.enc, p.EncoderUtilizationRatio}, {m.dec, p.DecoderUtilizationRatio}} {
+				if s.v.Valid {
+					gauge(ch, s.desc, s.v.V, values...)
+				}
+			}
+		}
+	}
+}
+
+// workloadMetrics sum the processes of one identity on one GPU, so that dashboards and alerts keep their series
+// when PIDs change.
+type workloadMetrics struct {
+	labels                podLabels
+	memory, sm, processes *prometheus.Desc
+}
+
+func newWorkloadMetrics(labels podLabels) *workloadMetrics {
+	names := labels.labelNames("gpu", "uuid")
+	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
+	return &workloadMetrics{
+		labels:    labels,
+		memory:    desc("gpu_workload_memory_used_bytes", "GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service)."),
+		sm:        desc("gpu_workload_sm_utilization_ratio", "Sum of the SM utilization of the workload's processes on this GPU."),
+		processes: desc("gpu_workload_processes", "Processes of the workload on this GPU."),
+	}
+}
+
+func (m *workloadMetrics) describe(ch chan<- *prometheus.Desc) {
+	ch <- m.memory
+	ch <- m.sm
+	ch <- m.processes
+}
+
+type workload struct {
+	id         *identity.Identity
+	memory, sm gpu.Value
+	processes  int
+}
+
+func (m *workloadMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+	values := make([]string, 0, 16)
+	for i := range r.Snapshot.Devices {
+		d := &r.Snapshot.Devices[i]
+		idx := itoa(d.Index)
+		var order []identity.Key
+		workloads := make(map[identity.Key]*workload)
+		for _, p := range d.Processes {
+			owner := r.Owner(p)
+			key := owner.Identity.Key()
+			w, ok := workloads[key]
+			if !ok {
+				w = &workload{id: &owner.Identity}
+				workloads[key] = w
+				order = append(order, key)
+			}
+			w.processes++
+			addValue(&w.memory, p.UsedMemoryBytes)
+			addValue(&w.sm, p.SMUtilizationRatio)
+		}
+		for _, key := range order {
+			w := workloads[key]
+			values = m.labels.appendIdentity(append(values[:0], idx, d.UUID), w.id)
+			gauge(ch, m.processes, float64(w.processes), values...)
+			if w.memory.Valid {
+				gauge(ch, m.memory, w.memory.V, values...)
+			}
+			if w.sm.Valid {
+				gauge(ch, m.sm, w.sm.V, values...)
+			}
+		}
+	}
+}
+
+// addValue adds the known values; a sum of only unknown values stays unknown.
+func addValue(sum *gpu.Value, v gpu.Value) {
+	if v.Valid {
+		sum.V += v.V
+		sum.Valid = true
+	}
+}

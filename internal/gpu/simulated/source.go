@@ -1,0 +1,118 @@
+// Package simulated is a GPU source that reads the node it reports from a YAML file (SPEC's "Simulated node file"),
+// or from the built-in demo node. It lets people without a GPU see real output, and lets end-to-end tests list real
+// container PIDs as GPU processes.
+package simulated
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+//go:embed demo.yaml
+var demoYAML []byte
+
+// Source is a simulated node.
+type Source struct {
+	path string // empty for the demo node
+	now  func() time.Time
+
+	mu       sync.Mutex
+	cfg      *nodeConfig
+	loaded   time.Time // when cfg was read; energy counts from here
+	modTime  time.Time
+	size     int64
+	failedAt time.Time // modTime of a file version that did not parse, so it is reported and not re-read
+	lastErr  error
+}
+
+// Demo returns the built-in demo node: eight H100s shared by pods, MPS, MIG, a Slurm job and a service.
+func Demo() *Source {
+	cfg, err := parse(demoYAML)
+	if err != nil {
+		panic("built-in demo node is invalid: " + err.Error())
+	}
+	return &Source{cfg: cfg, now: time.Now, loaded: time.Now()}
+}
+
+// Open reads a node file. The file is re-read when its modification time or size changes; a version that does
+// not parse is reported in each snapshot's Errors while the last good version stays in use.
+func Open(path string) (*Source, error) {
+	s := &Source{path: path, now: time.Now}
+	if err := s.reload(); err != nil {
+		return nil, err
+	}
+	if s.lastErr != nil {
+		return nil, s.lastErr
+	}
+	return s, nil
+}
+
+// Name implements gpu.Source.
+func (s *Source) Name() string { return "simulated" }
+
+// Close implements gpu.Source.
+func (s *Source) Close() error { return nil }
+
+// Snapshot implements gpu.Source.
+func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.path != "" {
+		if err := s.reload(); err != nil {
+			return nil, err
+		}
+	}
+	now := s.now()
+	snap := s.cfg.snapshot(now.Sub(s.loaded).Seconds())
+	snap.Time = now
+	if s.lastErr != nil {
+		snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: "config", Err: s.lastErr})
+	}
+	return snap, nil
+}
+
+// reload re-reads the file if it changed. It returns an error only when the file cannot be stat'ed at all.
+func (s *Source) reload() error {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return fmt.Errorf("reading simulated node file: %w", err)
+	}
+	if s.cfg != nil && fi.ModTime().Equal(s.modTime) && fi.Size() == s.size {
+		return nil
+	}
+	if s.lastErr != nil && fi.ModTime().Equal(s.failedAt) {
+		return nil
+	}
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return fmt.Errorf("reading simulated node file: %w", err)
+	}
+	cfg, err := parse(data)
+	if err != nil {
+		s.lastErr = fmt.Errorf("simulated node file %s: %w", s.path, err)
+		s.failedAt = fi.ModTime()
+		return nil
+	}
+	if s.cfg == nil {
+		s.loaded = s.now()
+	}
+	s.cfg, s.modTime, s.size, s.lastErr = cfg, fi.ModTime(), fi.Size(), nil
+	return nil
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

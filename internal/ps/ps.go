@@ -1,0 +1,145 @@
+// Package ps prints one attributed reading as the pod-aware process table an operator wants on the node, or as
+// SPEC's JSON.
+package ps
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// Row is one process on one GPU, in SPEC's `ps --output json` shape. Unknown numbers are null.
+type Row struct {
+	GPU             int      `json:"gpu"`
+	UUID            string   `json:"uuid"`
+	PID             uint32   `json:"pid"`
+	ProcessName     string   `json:"process_name"`
+	ProcessType     string   `json:"process_type"`
+	UsedMemoryBytes *uint64  `json:"used_memory_bytes"`
+	SMUtilization   *float64 `json:"sm_utilization_ratio"`
+	GPUInstance     *int     `json:"gpu_instance"`
+	ComputeInstance *int     `json:"compute_instance"`
+	Namespace       string   `json:"namespace"`
+	Pod             string   `json:"pod"`
+	Container       string   `json:"container"`
+	PodUID          string   `json:"pod_uid"`
+	ContainerID     string   `json:"container_id"`
+	Runtime         string   `json:"runtime"`
+	SlurmJobID      string   `json:"slurm_job_id"`
+	SystemdUnit     string   `json:"systemd_unit"`
+}
+
+// Rows lists the reading's processes, by GPU then PID.
+func Rows(r *scrape.Result) []Row {
+	rows := []Row{}
+	for _, d := range r.Snapshot.Devices {
+		for _, p := range d.Processes {
+			o := r.Owner(p)
+			row := Row{
+				GPU: d.Index, UUID: d.UUID, PID: p.PID, ProcessName: o.Name, ProcessType: p.Type,
+				Namespace: o.Identity.Namespace, Pod: o.Identity.Pod, Container: o.Identity.Container,
+				PodUID: o.Identity.PodUID, ContainerID: o.Identity.ContainerID, Runtime: o.Identity.Runtime,
+				SlurmJobID: o.Identity.SlurmJobID, SystemdUnit: o.Identity.SystemdUnit,
+			}
+			if p.UsedMemoryBytes.Valid {
+				b := uint64(p.UsedMemoryBytes.V)
+				row.UsedMemoryBytes = &b
+			}
+			if p.SMUtilizationRatio.Valid {
+				row.SMUtilization = &p.SMUtilizationRatio.V
+			}
+			if p.MIG {
+				gi, ci := p.GPUInstance, p.ComputeInstance
+				row.GPUInstance, row.ComputeInstance = &gi, &ci
+			}
+			rows = append(rows, row)
+		}
+	}
+	slices.SortStableFunc(rows, func(a, b Row) int {
+		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
+	})
+	return rows
+}
+
+// WriteJSON writes the rows as one JSON array.
+func WriteJSON(w io.Writer, rows []Row) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rows)
+}
+
+// WriteTable writes the rows as an aligned table. The OWNER column names the workload in the user's words: the
+// Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit.
+func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if snap.Simulated {
+		fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
+	}
+	fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
+	for _, r := range rows {
+		gpuCol := strconv.Itoa(r.GPU)
+		if r.GPUInstance != nil {
+			gpuCol += fmt.Sprintf(" (GI %d CI %d)", *r.GPUInstance, *r.ComputeInstance)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpuCol, r.PID, r.ProcessType, dash(r.ProcessName),
+			memory(r.UsedMemoryBytes), percent(r.SMUtilization), owner(r), dash(shortID(r.ContainerID)))
+	}
+	return tw.Flush()
+}
+
+func owner(r Row) string {
+	switch {
+	case r.Pod != "":
+		s := r.Namespace + "/" + r.Pod
+		if r.Container != "" {
+			s += "/" + r.Container
+		}
+		return "pod " + s
+	case r.PodUID != "":
+		return "pod uid " + r.PodUID
+	case r.Container != "":
+		return "container " + r.Container
+	case r.SlurmJobID != "":
+		return "slurm job " + r.SlurmJobID
+	case r.SystemdUnit != "":
+		return "service " + r.SystemdUnit
+	case r.ContainerID != "":
+		return "container"
+	}
+	return "-"
+}
+
+func memory(b *uint64) string {
+	if b == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d MiB", *b>>20)
+}
+
+func percent(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", *v*100)
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,197 @@
+// Package scrape takes one attributed reading of the node: a GPU snapshot, then the owner of every GPU process.
+// One reading is in flight at a time; concurrent scrapes share it, and a scrape waits for it no longer than the
+// collection timeout.
+package scrape
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// ErrTimeout is returned when a reading took longer than the collection timeout. The reading goes on in the
+// background and the next scrape joins it instead of starting another.
+var ErrTimeout = errors.New("collection timed out")
+
+// Attributor finds the owners of a snapshot's processes.
+type Attributor interface {
+	Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint32]attribution.Owner
+}
+
+// Result is one attributed reading of the node.
+type Result struct {
+	Snapshot *gpu.Snapshot
+	Owners   map[uint32]attribution.Owner
+	Duration time.Duration
+}
+
+// Owner returns the owner of a process, with the source's process name when attribution learned nothing.
+func (r *Result) Owner(p gpu.Process) attribution.Owner {
+	if o, ok := r.Owners[p.PID]; ok {
+		return o
+	}
+	return attribution.Owner{Name: p.Name}
+}
+
+// Scraper reads the node on demand.
+type Scraper struct {
+	source     gpu.Source
+	attributor Attributor
+	timeout    time.Duration
+	logger     *slog.Logger
+
+	mu       sync.Mutex
+	inflight *flight
+	lastErr  string // logged once per change, not once per scrape
+
+	duration     *prometheus.GaugeVec
+	up           *prometheus.GaugeVec
+	errors       *prometheus.CounterVec
+	deviceErrors *prometheus.CounterVec
+	timeouts     prometheus.Counter
+}
+
+type flight struct {
+	done chan struct{}
+	res  *Result
+	err  error
+}
+
+// New returns a Scraper. timeout bounds how long one scrape waits for a reading.
+func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger *slog.Logger) *Scraper {
+	return &Scraper{
+		source:     source,
+		attributor: attributor,
+		timeout:    timeout,
+		logger:     logger,
+		duration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_collection_duration_seconds",
+			Help: "How long the last reading of the GPU source and attribution took.",
+		}, []string{"source"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_source_up",
+			Help: "1 if the last reading of the GPU source succeeded, 0 if it failed or timed out.",
+		}, []string{"source"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_pod_exporter_collection_errors_total",
+			Help: "Readings of the GPU source that failed as a whole.",
+		}, []string{"source"}),
+		deviceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_pod_exporter_device_errors_total",
+			Help: "Failures to read one GPU or one of its properties, by GPU index (empty when not tied to one) and operation.",
+		}, []string{"source", "gpu", "operation"}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpu_pod_exporter_collection_timeouts_total",
+			Help: "Scrapes that gave up waiting for a reading after the collection timeout.",
+		}),
+	}
+}
+
+// Scrape returns a fresh reading, joining the one in flight if there is one. It waits at most the collection
+// timeout, or less if ctx ends sooner.
+func (s *Scraper) Scrape(ctx context.Context) (*Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+
+	s.mu.Lock()
+	f := s.inflight
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		s.inflight = f
+		go s.read(f)
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		s.timeouts.Inc()
+		s.up.WithLabelValues(s.source.Name()).Set(0)
+		return nil, fmt.Errorf("%w after %s", ErrTimeout, s.timeout)
+	}
+}
+
+// read takes one reading. It gets its own deadline, not the scrape's, so that a scrape that gave up does not cancel
+// the work that the next scrape will join.
+func (s *Scraper) read(f *flight) {
+	defer func() {
+		s.mu.Lock()
+		s.inflight = nil
+		s.mu.Unlock()
+		close(f.done)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.timeout)
+	defer cancel()
+
+	name := s.source.Name()
+	start := time.Now()
+	snap, err := s.source.Snapshot(ctx)
+	if err != nil {
+		s.errors.WithLabelValues(name).Inc()
+		s.up.WithLabelValues(name).Set(0)
+		s.logChange(fmt.Sprintf("reading GPUs from %s: %v", name, err))
+		f.err = fmt.Errorf("reading GPUs from %s: %w", name, err)
+		return
+	}
+	for _, e := range snap.Errors {
+		index := ""
+		if e.Index >= 0 {
+			index = strconv.Itoa(e.Index)
+		}
+		s.deviceErrors.WithLabelValues(name, index, e.Operation).Inc()
+	}
+	if len(snap.Errors) > 0 {
+		s.logChange(fmt.Sprintf("reading GPUs from %s: %d errors, first: %v", name, len(snap.Errors), snap.Errors[0]))
+	} else {
+		s.logChange("")
+	}
+	owners := s.attributor.Attribute(ctx, snap)
+	d := time.Since(start)
+	s.duration.WithLabelValues(name).Set(d.Seconds())
+	s.up.WithLabelValues(name).Set(1)
+	f.res = &Result{Snapshot: snap, Owners: owners, Duration: d}
+}
+
+// logChange logs a problem when it first appears or changes, and once when it is gone, so that a GPU that stays
+// broken does not write a line per scrape.
+func (s *Scraper) logChange(problem string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if problem == s.lastErr {
+		return
+	}
+	if problem == "" {
+		s.logger.Info("GPU source recovered", "source", s.source.Name())
+	} else {
+		s.logger.Error(problem)
+	}
+	s.lastErr = problem
+}
+
+// Describe implements prometheus.Collector for the scraper's self-metrics.
+func (s *Scraper) Describe(ch chan<- *prometheus.Desc) {
+	s.duration.Describe(ch)
+	s.up.Describe(ch)
+	s.errors.Describe(ch)
+	s.deviceErrors.Describe(ch)
+	s.timeouts.Describe(ch)
+}
+
+// Collect implements prometheus.Collector for the scraper's self-metrics.
+func (s *Scraper) Collect(ch chan<- prometheus.Metric) {
+	s.duration.Collect(ch)
+	s.up.Collect(ch)
+	s.errors.Collect(ch)
+	s.deviceErrors.Collect(ch)
+	s.timeouts.Collect(ch)
+}
