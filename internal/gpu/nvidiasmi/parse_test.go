@@ -1,0 +1,245 @@
+package nvidiasmi
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the parser's output")
+
+// TestParseFixtures parses every real nvidia-smi output in testdata and compares it with its reviewed golden file.
+func TestParseFixtures(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 15 {
+		t.Fatalf("found %d fixtures, want every file of shared/testdata/nvidia-smi", len(files))
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			f, err := os.Open(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			snap, err := Parse(f)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			checkInvariants(t, snap)
+			got := render(snap)
+			golden := strings.TrimSuffix(file, ".xml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update and review the result against the XML)", err)
+			}
+			if got != string(want) {
+				t.Errorf("parsed %s differs from %s:\n%s", file, golden, diff(string(want), got))
+			}
+		})
+	}
+}
+
+// render writes a snapshot as stable text that a person can check against the XML. Invalid values are "-"; byte
+// counts also show MiB, the unit nvidia-smi prints.
+func render(s *gpu.Snapshot) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "driver_version %q\ncuda_version %q\n", s.DriverVersion, s.CUDAVersion)
+	for _, d := range s.Devices {
+		fmt.Fprintf(&b, "\ndevice %d\n", d.Index)
+		fmt.Fprintf(&b, "  uuid %q\n  name %q\n  pci_bus_id %q\n  mig_mode %q\n", d.UUID, d.Name, d.PCIBusID, d.MIGMode)
+		for _, f := range []struct {
+			name string
+			v    gpu.Value
+		}{
+			{"memory_total_bytes", d.MemoryTotalBytes},
+			{"memory_used_bytes", d.MemoryUsedBytes},
+			{"memory_free_bytes", d.MemoryFreeBytes},
+			{"utilization_ratio", d.UtilizationRatio},
+			{"memory_utilization_ratio", d.MemoryUtilizationRatio},
+			{"encoder_utilization_ratio", d.EncoderUtilizationRatio},
+			{"decoder_utilization_ratio", d.DecoderUtilizationRatio},
+			{"temperature_celsius", d.TemperatureCelsius},
+			{"power_usage_watts", d.PowerUsageWatts},
+			{"power_limit_watts", d.PowerLimitWatts},
+			{"energy_joules", d.EnergyJoules},
+			{"fan_speed_ratio", d.FanSpeedRatio},
+			{"performance_state", d.PerformanceState},
+		} {
+			fmt.Fprintf(&b, "  %s %s\n", f.name, value(f.v, strings.HasSuffix(f.name, "_bytes")))
+		}
+		for _, c := range d.Clocks {
+			fmt.Fprintf(&b, "  clock %s %s Hz\n", c.Name, num(c.Hertz))
+		}
+		for _, e := range d.ECCErrors {
+			fmt.Fprintf(&b, "  ecc %s %s\n", e.Type, num(e.Count))
+		}
+		for _, m := range d.MIG {
+			fmt.Fprintf(&b, "  mig gi=%d ci=%d uuid=%q profile=%q total=%s used=%s\n", m.GPUInstance, m.ComputeInstance,
+				m.UUID, m.Profile, value(m.MemoryTotalBytes, true), value(m.MemoryUsedBytes, true))
+		}
+		fmt.Fprintf(&b, "  processes_listed %t\n", d.ProcessesListed)
+		for _, p := range d.Processes {
+			mig := "-"
+			if p.MIG {
+				mig = fmt.Sprintf("gi=%d ci=%d", p.GPUInstance, p.ComputeInstance)
+			}
+			fmt.Fprintf(&b, "  process pid=%d type=%q mig=%s used=%s sm=%s name=%q\n", p.PID, p.Type, mig,
+				value(p.UsedMemoryBytes, true), value(p.SMUtilizationRatio, false), p.Name)
+		}
+	}
+	for _, e := range s.Errors {
+		fmt.Fprintf(&b, "\nerror index=%d uuid=%q %s\n", e.Index, e.UUID, e.Error())
+	}
+	return b.String()
+}
+
+func value(v gpu.Value, bytes bool) string {
+	if !v.Valid {
+		return "-"
+	}
+	if bytes {
+		return fmt.Sprintf("%s (%s MiB)", num(v.V), num(v.V/mib))
+	}
+	return num(v.V)
+}
+
+func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// diff shows the first differing line, enough to find the change in a golden file.
+func diff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n  want %q\n  got  %q", i+1, wl, gl)
+		}
+	}
+	return "(no line differs)"
+}
+
+// checkInvariants holds for every snapshot Parse returns, whatever the input.
+func checkInvariants(t *testing.T, s *gpu.Snapshot) {
+	t.Helper()
+	finite := func(what string, v gpu.Value) {
+		if v.Valid && (math.IsNaN(v.V) || math.IsInf(v.V, 0)) {
+			t.Errorf("%s = %v", what, v.V)
+		}
+	}
+	nonNegative := func(what string, v gpu.Value) {
+		finite(what, v)
+		if v.Valid && v.V < 0 {
+			t.Errorf("%s = %v, want >= 0", what, v.V)
+		}
+	}
+	ratio := func(what string, v gpu.Value) {
+		finite(what, v)
+		if v.Valid && (v.V < 0 || v.V > 1) {
+			t.Errorf("%s = %v, want 0..1", what, v.V)
+		}
+	}
+	seen := map[string]bool{}
+	for i, d := range s.Devices {
+		if d.UUID == "" {
+			t.Errorf("device %d has no UUID", i)
+		}
+		if seen[d.UUID] {
+			t.Logf("device %d repeats UUID %s", i, d.UUID) // possible in garbage input, not an error of Parse
+		}
+		seen[d.UUID] = true
+		if d.MIGMode != "" && d.MIGMode != "enabled" && d.MIGMode != "disabled" {
+			t.Errorf("device %d mig mode %q", i, d.MIGMode)
+		}
+		nonNegative("memory total", d.MemoryTotalBytes)
+		nonNegative("memory used", d.MemoryUsedBytes)
+		nonNegative("memory free", d.MemoryFreeBytes)
+		ratio("utilization", d.UtilizationRatio)
+		ratio("memory utilization", d.MemoryUtilizationRatio)
+		ratio("encoder utilization", d.EncoderUtilizationRatio)
+		ratio("decoder utilization", d.DecoderUtilizationRatio)
+		finite("temperature", d.TemperatureCelsius)
+		nonNegative("power", d.PowerUsageWatts)
+		nonNegative("power limit", d.PowerLimitWatts)
+		nonNegative("energy", d.EnergyJoules)
+		nonNegative("fan", d.FanSpeedRatio)
+		if v := d.PerformanceState; v.Valid && (v.V < 0 || v.V > 15 || v.V != math.Trunc(v.V)) {
+			t.Errorf("performance state %v", v.V)
+		}
+		for _, c := range d.Clocks {
+			nonNegative("clock "+c.Name, gpu.Known(c.Hertz))
+		}
+		for _, e := range d.ECCErrors {
+			nonNegative("ecc "+e.Type, gpu.Known(e.Count))
+		}
+		for _, m := range d.MIG {
+			nonNegative("mig memory total", m.MemoryTotalBytes)
+			nonNegative("mig memory used", m.MemoryUsedBytes)
+			if m.GPUInstance < 0 || m.ComputeInstance < 0 {
+				t.Errorf("mig instance ids %d/%d", m.GPUInstance, m.ComputeInstance)
+			}
+		}
+		if !d.ProcessesListed && len(d.Processes) > 0 {
+			t.Errorf("device %d has processes but ProcessesListed is false", i)
+		}
+		for _, p := range d.Processes {
+			if p.PID == 0 {
+				t.Errorf("process with pid 0")
+			}
+			switch p.Type {
+			case "", gpu.ProcessCompute, gpu.ProcessGraphics, gpu.ProcessComputeAndGraphics, gpu.ProcessMPS:
+			default:
+				t.Errorf("process type %q", p.Type)
+			}
+			nonNegative("process memory", p.UsedMemoryBytes)
+			if !p.MIG && (p.GPUInstance != 0 || p.ComputeInstance != 0) {
+				t.Errorf("non-MIG process with instance ids")
+			}
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, err := filepath.Glob("testdata/*.xml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		snap, err := Parse(bytes.NewReader(b))
+		if err != nil {
+			if snap != nil {
+				t.Errorf("Parse returned a snapshot with error %v", err)
+			}
+			return
+		}
+		checkInvariants(t, snap)
+	})
+}
