@@ -1,0 +1,218 @@
+package nvml
+
+import (
+	"fmt"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// deviceReader reads one GPU and collects what failed. Once the GPU is lost every further read is skipped, because
+// each would fail the same way and could take the driver's timeout to do so.
+type deviceReader struct {
+	s     *Source
+	index int
+	uuid  string
+	errs  []gpu.DeviceError
+	lost  error
+}
+
+// ok reports whether ret is SUCCESS. Unsupported values are quietly absent; GPU_IS_LOST marks the device lost; any
+// other failure is recorded under op.
+func (r *deviceReader) ok(op string, ret gonvml.Return) bool {
+	switch {
+	case ret == gonvml.SUCCESS:
+		return true
+	case r.lost != nil, unsupported(ret):
+		return false
+	case ret == gonvml.ERROR_GPU_IS_LOST:
+		r.lost = fmt.Errorf("reading %s of GPU %d: %w", op, r.index, ret)
+		return false
+	default:
+		r.errs = append(r.errs, r.s.fail(r.index, r.uuid, op, fmt.Errorf("reading %s of GPU %d: %w", op, r.index, ret)))
+		return false
+	}
+}
+
+// number is what NVML's scalar getters return.
+type number interface {
+	~uint32 | ~uint64 | ~int | ~int32
+}
+
+// readValue calls one NVML getter and scales its result into base units; a failed or skipped read is an invalid
+// Value, never 0.
+func readValue[T number](r *deviceReader, op string, scale float64, call func() (T, gonvml.Return)) gpu.Value {
+	if r.lost != nil {
+		return gpu.Value{}
+	}
+	v, ret := call()
+	if !r.ok(op, ret) {
+		return gpu.Value{}
+	}
+	return gpu.Known(float64(v) * scale)
+}
+
+// readDevice reads GPU i. It returns nil when the GPU cannot be read at all (no handle, no UUID, or lost), with the
+// reason in the errors; otherwise the device, possibly with some fields absent, and the fields that failed.
+func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.DeviceError) {
+	h, ret := s.lib.DeviceGetHandleByIndex(i)
+	if ret != gonvml.SUCCESS {
+		return nil, []gpu.DeviceError{s.fail(i, "", "device", fmt.Errorf("getting handle of GPU %d: %w", i, ret))}
+	}
+	uuid, ret := h.GetUUID()
+	if ret != gonvml.SUCCESS {
+		// Without a UUID none of the device's series could be labelled.
+		return nil, []gpu.DeviceError{s.fail(i, "", "device", fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
+	}
+	r := &deviceReader{s: s, index: i, uuid: uuid}
+	d := &gpu.Device{Index: i, UUID: uuid}
+
+	r.readIdentity(h, d)
+	d.MemoryTotalBytes, d.MemoryUsedBytes, d.MemoryFreeBytes = r.readMemory(h, "memory")
+	r.readUtilization(h, d)
+	r.readPowerAndThermal(h, d)
+	d.Clocks = r.readClocks(h)
+	d.ECCErrors = r.readECC(h)
+
+	migEnabled := d.MIGMode == "enabled"
+	var migs []migDevice
+	migComplete := false
+	if migEnabled {
+		d.MIG, migs, migComplete = r.readMIG(h)
+	}
+	d.Processes, d.ProcessesListed = r.readProcesses(h, migEnabled, migs, migComplete, names)
+
+	if r.lost != nil {
+		return nil, []gpu.DeviceError{s.fail(i, uuid, "device", r.lost)}
+	}
+	return d, r.errs
+}
+
+func (r *deviceReader) readIdentity(h gonvml.Device, d *gpu.Device) {
+	if name, ret := h.GetName(); r.ok("name", ret) {
+		d.Name = name
+	}
+	if pci, ret := h.GetPciInfo(); r.ok("pci", ret) {
+		d.PCIBusID = cString(pci.BusId[:])
+	}
+	if r.lost != nil {
+		return
+	}
+	// NOT_SUPPORTED (GPUs before Ampere) leaves MIGMode empty, which SPEC reads as "no MIG".
+	if current, _, ret := h.GetMigMode(); r.ok("mig_mode", ret) {
+		d.MIGMode = "disabled"
+		if current == gonvml.DEVICE_MIG_ENABLE {
+			d.MIGMode = "enabled"
+		}
+	}
+}
+
+// readMemory prefers the v2 call, whose "used" leaves out memory the driver reserves for itself, and falls back to
+// v1 on drivers that lack it.
+func (r *deviceReader) readMemory(h gonvml.Device, op string) (total, used, free gpu.Value) {
+	if r.lost != nil {
+		return
+	}
+	if m, ret := h.GetMemoryInfo_v2(); ret == gonvml.SUCCESS {
+		return gpu.Known(float64(m.Total)), gpu.Known(float64(m.Used)), gpu.Known(float64(m.Free))
+	} else if ret == gonvml.ERROR_GPU_IS_LOST {
+		r.ok(op, ret)
+		return
+	}
+	m, ret := h.GetMemoryInfo()
+	if !r.ok(op, ret) {
+		return
+	}
+	return gpu.Known(float64(m.Total)), gpu.Known(float64(m.Used)), gpu.Known(float64(m.Free))
+}
+
+// readUtilization reads the device-wide utilization, which NVML does not give for GPUs in MIG mode.
+func (r *deviceReader) readUtilization(h gonvml.Device, d *gpu.Device) {
+	if r.lost != nil {
+		return
+	}
+	if u, ret := h.GetUtilizationRates(); r.ok("utilization", ret) {
+		d.UtilizationRatio = gpu.Known(float64(u.Gpu) / 100)
+		d.MemoryUtilizationRatio = gpu.Known(float64(u.Memory) / 100)
+	}
+	d.EncoderUtilizationRatio = readValue(r, "encoder_utilization", 0.01, func() (uint32, gonvml.Return) {
+		u, _, ret := h.GetEncoderUtilization()
+		return u, ret
+	})
+	d.DecoderUtilizationRatio = readValue(r, "decoder_utilization", 0.01, func() (uint32, gonvml.Return) {
+		u, _, ret := h.GetDecoderUtilization()
+		return u, ret
+	})
+}
+
+func (r *deviceReader) readPowerAndThermal(h gonvml.Device, d *gpu.Device) {
+	d.TemperatureCelsius = readValue(r, "temperature", 1, func() (uint32, gonvml.Return) {
+		return h.GetTemperature(gonvml.TEMPERATURE_GPU)
+	})
+	d.PowerUsageWatts = readValue(r, "power_usage", 0.001, h.GetPowerUsage)         // mW
+	d.PowerLimitWatts = readValue(r, "power_limit", 0.001, h.GetEnforcedPowerLimit) // mW
+	d.EnergyJoules = readValue(r, "energy", 0.001, h.GetTotalEnergyConsumption)     // mJ
+	// Datacenter GPUs without fans answer NOT_SUPPORTED, which leaves the series out.
+	d.FanSpeedRatio = readValue(r, "fan_speed", 0.01, h.GetFanSpeed)
+	pstate := readValue(r, "performance_state", 1, h.GetPerformanceState)
+	// PSTATE_UNKNOWN (32) is NVML's "N/A".
+	if pstate.Valid && pstate.V <= 15 {
+		d.PerformanceState = pstate
+	}
+}
+
+var clockTypes = []struct {
+	name string
+	typ  gonvml.ClockType
+}{
+	{"graphics", gonvml.CLOCK_GRAPHICS},
+	{"sm", gonvml.CLOCK_SM},
+	{"memory", gonvml.CLOCK_MEM},
+	{"video", gonvml.CLOCK_VIDEO},
+}
+
+func (r *deviceReader) readClocks(h gonvml.Device) []gpu.Clock {
+	var clocks []gpu.Clock
+	for _, c := range clockTypes {
+		v := readValue(r, "clocks", 1e6, func() (uint32, gonvml.Return) { return h.GetClockInfo(c.typ) }) // MHz
+		if v.Valid {
+			clocks = append(clocks, gpu.Clock{Name: c.name, Hertz: v.V})
+		}
+	}
+	return clocks
+}
+
+// readECC reads the aggregate (lifetime, kept in the InfoROM across driver reloads and reboots) counts rather than
+// the volatile ones that reset with the driver, because the metric is a counter of the GPU's history. GPUs without
+// ECC, or with ECC disabled, answer NOT_SUPPORTED and get no series.
+func (r *deviceReader) readECC(h gonvml.Device) []gpu.ECCCount {
+	var counts []gpu.ECCCount
+	for _, e := range []struct {
+		name string
+		typ  gonvml.MemoryErrorType
+	}{
+		{"corrected", gonvml.MEMORY_ERROR_TYPE_CORRECTED},
+		{"uncorrected", gonvml.MEMORY_ERROR_TYPE_UNCORRECTED},
+	} {
+		v := readValue(r, "ecc", 1, func() (uint64, gonvml.Return) {
+			return h.GetTotalEccErrors(e.typ, gonvml.AGGREGATE_ECC)
+		})
+		if v.Valid {
+			counts = append(counts, gpu.ECCCount{Type: e.name, Count: v.V})
+		}
+	}
+	return counts
+}
+
+// cString turns NVML's NUL-terminated char array into a string.
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}

@@ -1,0 +1,97 @@
+package nvml
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// migDevice is a MIG device handle with the instance IDs its processes belong to.
+type migDevice struct {
+	handle          gonvml.Device
+	gpuInstance     int
+	computeInstance int
+}
+
+// readMIG enumerates the MIG devices of a GPU in MIG mode. Slots without a MIG device answer NOT_FOUND or
+// INVALID_ARGUMENT and are skipped; a MIG device whose IDs cannot be read is reported and skipped, because its
+// processes could not be told apart from another instance's. complete is false when some MIG device could not be
+// read, so that the GPU's process list is not taken as whole.
+func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, handles []migDevice, complete bool) {
+	if r.lost != nil {
+		return nil, nil, false
+	}
+	slots, ret := h.GetMaxMigDeviceCount()
+	if !r.ok("mig", ret) {
+		return nil, nil, false
+	}
+	complete = true
+	for i := 0; i < slots && r.lost == nil; i++ {
+		m, ret := h.GetMigDeviceHandleByIndex(i)
+		if ret == gonvml.ERROR_NOT_FOUND || ret == gonvml.ERROR_INVALID_ARGUMENT {
+			continue
+		}
+		if !r.ok("mig", ret) {
+			complete = false
+			continue
+		}
+		inst, ok := r.readMIGDevice(m)
+		if !ok {
+			complete = false
+			continue
+		}
+		instances = append(instances, inst)
+		handles = append(handles, migDevice{handle: m, gpuInstance: inst.GPUInstance, computeInstance: inst.ComputeInstance})
+	}
+	return instances, handles, complete
+}
+
+// readMIGDevice reads one MIG device. Its failures are all reported as operation "mig", so that the operation
+// names stay a short fixed list.
+func (r *deviceReader) readMIGDevice(m gonvml.Device) (gpu.MIGInstance, bool) {
+	const op = "mig"
+	uuid, ret := m.GetUUID()
+	if !r.ok(op, ret) {
+		return gpu.MIGInstance{}, false
+	}
+	gi, ret := m.GetGpuInstanceId()
+	if !r.ok(op, ret) {
+		return gpu.MIGInstance{}, false
+	}
+	ci, ret := m.GetComputeInstanceId()
+	if !r.ok(op, ret) {
+		return gpu.MIGInstance{}, false
+	}
+	inst := gpu.MIGInstance{UUID: uuid, GPUInstance: gi, ComputeInstance: ci}
+	inst.Profile = r.migProfile(m, op)
+	inst.MemoryTotalBytes, inst.MemoryUsedBytes, _ = r.readMemory(m, "mig_memory")
+	return inst, true
+}
+
+// migProfile names the MIG device's profile. NVML names a MIG device "<GPU name> MIG <profile>", e.g. "NVIDIA H100
+// 80GB HBM3 MIG 1g.10gb"; when the name has no such suffix the profile is rebuilt from the slice count and memory
+// size the way NVIDIA names profiles (memory rounded up to whole GB).
+func (r *deviceReader) migProfile(m gonvml.Device, op string) string {
+	if name, ret := m.GetName(); r.ok(op, ret) {
+		if i := strings.LastIndex(name, " MIG "); i >= 0 {
+			return strings.TrimSpace(name[i+len(" MIG "):])
+		}
+	}
+	if r.lost != nil {
+		return ""
+	}
+	attrs, ret := m.GetAttributes()
+	if !r.ok(op, ret) || attrs.GpuInstanceSliceCount == 0 {
+		return ""
+	}
+	gb := int(math.Ceil(float64(attrs.MemorySizeMB) / 1024))
+	if c := attrs.ComputeInstanceSliceCount; c > 0 && c < attrs.GpuInstanceSliceCount {
+		// A compute instance smaller than its GPU instance, e.g. 1c.3g.40gb.
+		return fmt.Sprintf("%dc.%dg.%dgb", c, attrs.GpuInstanceSliceCount, gb)
+	}
+	return fmt.Sprintf("%dg.%dgb", attrs.GpuInstanceSliceCount, gb)
+}

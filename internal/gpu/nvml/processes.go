@@ -1,0 +1,211 @@
+package nvml
+
+import (
+	"cmp"
+	"slices"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// maxSizeRetries bounds the calls made when NVML answers INSUFFICIENT_SIZE because processes appeared between
+// asking for the count and reading the list.
+const maxSizeRetries = 3
+
+// procKey identifies one process on one GPU or MIG instance.
+type procKey struct {
+	pid    uint32
+	mig    bool
+	gi, ci int
+}
+
+// procEntry merges what the compute, graphics and MPS lists say about one process.
+type procEntry struct {
+	compute, graphics, mps bool
+	memory                 gpu.Value
+}
+
+// processType names the merged kind. An MPS client also shows up in the compute list on recent drivers; it is
+// reported as "mps", as itself, not as the MPS server.
+func (e *procEntry) processType() string {
+	switch {
+	case e.mps:
+		return gpu.ProcessMPS
+	case e.compute && e.graphics:
+		return gpu.ProcessComputeAndGraphics
+	case e.graphics:
+		return gpu.ProcessGraphics
+	default:
+		return gpu.ProcessCompute
+	}
+}
+
+// retrySize repeats call while NVML answers INSUFFICIENT_SIZE, a bounded number of times. go-nvml already grows its
+// buffer for the process lists, but GetProcessUtilization asks for the count and then reads, and processes that
+// start in between make the second call fail that way.
+func retrySize[T any](call func() (T, gonvml.Return)) (T, gonvml.Return) {
+	var v T
+	var ret gonvml.Return
+	for range maxSizeRetries {
+		if v, ret = call(); ret != gonvml.ERROR_INSUFFICIENT_SIZE {
+			break
+		}
+	}
+	return v, ret
+}
+
+// readProcesses lists the processes of a GPU: from its MIG device handles in MIG mode (NVML gives per-instance
+// lists only there), else from the GPU itself. It returns listed=false, with no processes, when any list could not
+// be read, because a partial list would undercount.
+func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []migDevice, migComplete bool, names map[uint32]string) ([]gpu.Process, bool) {
+	if r.lost != nil {
+		return nil, false
+	}
+	set := map[procKey]*procEntry{}
+	if migEnabled {
+		if !migComplete {
+			return nil, false
+		}
+		for i := range migs {
+			if !r.listProcesses(migs[i].handle, &migs[i], set) {
+				return nil, false
+			}
+		}
+	} else if !r.listProcesses(h, nil, set) {
+		return nil, false
+	}
+
+	// NVML does not give per-process utilization on MIG-enabled GPUs.
+	var util map[uint32]gonvml.ProcessUtilizationSample
+	utilKnown := false
+	if !migEnabled && len(set) > 0 {
+		util, utilKnown = r.readProcessUtilization(h)
+	}
+
+	procs := make([]gpu.Process, 0, len(set))
+	for k, e := range set {
+		p := gpu.Process{
+			PID:             k.pid,
+			Name:            r.s.processName(k.pid, names),
+			Type:            e.processType(),
+			UsedMemoryBytes: e.memory,
+			MIG:             k.mig,
+			GPUInstance:     k.gi,
+			ComputeInstance: k.ci,
+		}
+		if utilKnown {
+			// NVML returns a sample only for processes with non-zero utilization, so a listed process without
+			// one was idle since the last read: 0 is a real reading here, not a missing one.
+			s := util[k.pid]
+			p.SMUtilizationRatio = gpu.Known(float64(s.SmUtil) / 100)
+			p.MemoryUtilizationRatio = gpu.Known(float64(s.MemUtil) / 100)
+			p.EncoderUtilizationRatio = gpu.Known(float64(s.EncUtil) / 100)
+			p.DecoderUtilizationRatio = gpu.Known(float64(s.DecUtil) / 100)
+		}
+		procs = append(procs, p)
+	}
+	slices.SortFunc(procs, func(a, b gpu.Process) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.GPUInstance, b.GPUInstance),
+			cmp.Compare(a.ComputeInstance, b.ComputeInstance))
+	})
+	return procs, true
+}
+
+// listProcesses adds the compute, graphics and MPS processes of one GPU or MIG device handle to set. The compute
+// list must be readable; graphics and MPS lists that the device or driver does not support are taken as empty.
+// Processes listed on a MIG device handle belong to that instance; on a GPU that is not in MIG mode NVML sets the
+// instance IDs to 0xFFFFFFFF (always, for the v1 structs of old drivers), and they are ignored.
+func (r *deviceReader) listProcesses(h gonvml.Device, mig *migDevice, set map[procKey]*procEntry) bool {
+	lists := []struct {
+		call     func() ([]gonvml.ProcessInfo, gonvml.Return)
+		required bool
+		mark     func(*procEntry)
+	}{
+		{h.GetComputeRunningProcesses, true, func(e *procEntry) { e.compute = true }},
+		{h.GetGraphicsRunningProcesses, false, func(e *procEntry) { e.graphics = true }},
+		{h.GetMPSComputeRunningProcesses, false, func(e *procEntry) { e.mps = true }},
+	}
+	for _, l := range lists {
+		infos, ret := retrySize(l.call)
+		if ret != gonvml.SUCCESS {
+			if !l.required && unsupported(ret) {
+				continue
+			}
+			r.ok("processes", ret)
+			return false
+		}
+		for _, info := range infos {
+			key := procKey{pid: info.Pid}
+			if mig != nil {
+				key.mig, key.gi, key.ci = true, mig.gpuInstance, mig.computeInstance
+			}
+			e := set[key]
+			if e == nil {
+				e = &procEntry{}
+				set[key] = e
+			}
+			l.mark(e)
+			// Every list reports the process's whole usage, so the lists are not summed; the largest known
+			// value wins, in case one list reports it as not available.
+			if m := usedMemory(info.UsedGpuMemory); m.Valid && (!e.memory.Valid || m.V > e.memory.V) {
+				e.memory = m
+			}
+		}
+	}
+	return true
+}
+
+// usedMemory reads UsedGpuMemory, where NVML_VALUE_NOT_AVAILABLE means unknown (e.g. without the privileges to see
+// other processes' memory).
+func usedMemory(v uint64) gpu.Value {
+	if v == notAvailable {
+		return gpu.Value{}
+	}
+	return gpu.Known(float64(v))
+}
+
+// readProcessUtilization returns the newest sample per PID since the last read of this GPU. known is false when
+// utilization cannot be read; NOT_FOUND means no process had any utilization since the last read, which is known.
+// The first read of a GPU looks back UtilizationWindow instead of passing 0, which would average the driver's whole
+// sample buffer. The last-seen timestamp then advances to the newest sample returned.
+func (r *deviceReader) readProcessUtilization(h gonvml.Device) (samples map[uint32]gonvml.ProcessUtilizationSample, known bool) {
+	last, ok := r.s.lastSeen[r.uuid]
+	if !ok {
+		last = uint64(r.s.now().Add(-r.s.utilizationWindow).UnixMicro())
+	}
+	list, ret := retrySize(func() ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+		return h.GetProcessUtilization(last)
+	})
+	if ret == gonvml.ERROR_NOT_FOUND {
+		r.s.lastSeen[r.uuid] = last
+		return nil, true
+	}
+	if !r.ok("process_utilization", ret) {
+		return nil, false
+	}
+	samples = make(map[uint32]gonvml.ProcessUtilizationSample, len(list))
+	newest := last
+	for _, s := range list {
+		if prev, ok := samples[s.Pid]; !ok || s.TimeStamp > prev.TimeStamp {
+			samples[s.Pid] = s
+		}
+		newest = max(newest, s.TimeStamp)
+	}
+	r.s.lastSeen[r.uuid] = newest
+	return samples, true
+}
+
+// processName asks NVML for a process's name, once per PID per snapshot. It fails for processes outside the
+// exporter's PID namespace; the name is then empty and attribution reads /proc instead.
+func (s *Source) processName(pid uint32, names map[uint32]string) string {
+	if n, ok := names[pid]; ok {
+		return n
+	}
+	n, ret := s.lib.SystemGetProcessName(int(pid))
+	if ret != gonvml.SUCCESS {
+		n = ""
+	}
+	names[pid] = n
+	return n
+}

@@ -1,0 +1,218 @@
+// Package nvml is the GPU source that reads devices, MIG instances, processes and XID errors through NVIDIA's NVML
+// library (libnvidia-ml.so.1) with github.com/NVIDIA/go-nvml.
+package nvml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// ErrLibraryNotFound is returned by New when libnvidia-ml.so.1 cannot be loaded, so that --gpu.source=auto can try
+// the next source.
+var ErrLibraryNotFound = errors.New("NVML library libnvidia-ml.so.1 not found: install the NVIDIA driver, " +
+	"or run the container with the NVIDIA runtime (NVIDIA_DRIVER_CAPABILITIES=utility) or mount the driver libraries")
+
+// Default timings. The event wait bounds how long Close waits for the XID goroutine; the first utilization window
+// keeps the first per-process reading recent instead of averaging the driver's whole sample buffer.
+const (
+	defaultEventWait                = 500 * time.Millisecond
+	defaultUtilizationWindow        = 5 * time.Second
+	defaultEventErrorBackoff        = 5 * time.Second
+	sourceName                      = "nvml"
+	notAvailable             uint64 = 0xFFFFFFFFFFFFFFFF // NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
+)
+
+// Config configures the NVML source.
+type Config struct {
+	// Library is the NVML entry point: gonvml.New() in production, a mock in tests. Required.
+	Library gonvml.Interface
+	// Logger receives warnings about fields and devices that cannot be read; nil discards them.
+	Logger *slog.Logger
+	// Now returns the current time; nil means time.Now. Used for the first per-process utilization window.
+	Now func() time.Time
+	// EventWait is how long one wait for XID events blocks; 0 means 500ms. Close takes up to this long.
+	EventWait time.Duration
+	// EventErrorBackoff is the pause after a failed event wait other than a timeout; 0 means 5s.
+	EventErrorBackoff time.Duration
+	// UtilizationWindow is how far back the first per-process utilization read of a device looks; 0 means 5s.
+	UtilizationWindow time.Duration
+}
+
+// Source reads GPUs through NVML. Snapshot calls must not overlap (the caller serializes them); the XID goroutine
+// runs alongside and shares only the XID counts, which are locked.
+type Source struct {
+	lib               gonvml.Interface
+	log               *slog.Logger
+	now               func() time.Time
+	utilizationWindow time.Duration
+
+	// snapMu guards the state below, which only Snapshot touches.
+	snapMu sync.Mutex
+	// lastSeen is the newest process utilization sample timestamp (µs) per device UUID.
+	lastSeen map[string]uint64
+	// warned remembers which device/operation failures were already logged at warning level.
+	warned map[string]bool
+
+	xid       *xidWatcher
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ gpu.Source = (*Source)(nil)
+
+// New initializes NVML and starts counting XID errors. It fails with an error wrapping ErrLibraryNotFound when
+// libnvidia-ml.so.1 is missing.
+func New(cfg Config) (*Source, error) {
+	if cfg.Library == nil {
+		return nil, errors.New("creating NVML source: no NVML library given")
+	}
+	s := &Source{
+		lib:               cfg.Library,
+		log:               cfg.Logger,
+		now:               cfg.Now,
+		utilizationWindow: cfg.UtilizationWindow,
+		lastSeen:          map[string]uint64{},
+		warned:            map[string]bool{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.utilizationWindow <= 0 {
+		s.utilizationWindow = defaultUtilizationWindow
+	}
+	if err := initLibrary(cfg.Library); err != nil {
+		return nil, err
+	}
+	wait, backoff := cfg.EventWait, cfg.EventErrorBackoff
+	if wait <= 0 {
+		wait = defaultEventWait
+	}
+	if backoff <= 0 {
+		backoff = defaultEventErrorBackoff
+	}
+	s.xid = startXIDWatcher(cfg.Library, s.log, wait, backoff)
+	return s, nil
+}
+
+// initLibrary loads and initializes NVML. go-nvml reports a failed dlopen as ERROR_LIBRARY_NOT_FOUND; a library
+// built without the dlopen wrapper could panic instead, which is treated the same way.
+func initLibrary(lib gonvml.Interface) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w (%v)", ErrLibraryNotFound, r)
+		}
+	}()
+	switch ret := lib.Init(); ret {
+	case gonvml.SUCCESS:
+		return nil
+	case gonvml.ERROR_LIBRARY_NOT_FOUND:
+		return ErrLibraryNotFound
+	case gonvml.ERROR_DRIVER_NOT_LOADED:
+		return fmt.Errorf("initializing NVML: the NVIDIA kernel driver is not loaded (is this a GPU node?): %w", ret)
+	case gonvml.ERROR_NO_PERMISSION:
+		return fmt.Errorf("initializing NVML: no permission to open /dev/nvidia* (run privileged or with the NVIDIA runtime): %w", ret)
+	case gonvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return fmt.Errorf("initializing NVML: libnvidia-ml.so.1 does not match the loaded kernel driver (mount the host's driver libraries): %w", ret)
+	default:
+		return fmt.Errorf("initializing NVML: %w", ret)
+	}
+}
+
+// Name implements gpu.Source.
+func (s *Source) Name() string { return sourceName }
+
+// Close stops the XID goroutine, frees its event set and shuts NVML down. It is safe to call more than once.
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() {
+		s.xid.stop()
+		if ret := s.lib.Shutdown(); ret != gonvml.SUCCESS {
+			s.closeErr = fmt.Errorf("shutting down NVML: %w", ret)
+		}
+	})
+	return s.closeErr
+}
+
+// Snapshot implements gpu.Source. NVML calls cannot be interrupted, so ctx is checked between devices.
+func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+
+	snap := &gpu.Snapshot{Time: s.now()}
+	count, ret := s.lib.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("counting GPUs: %w", ret)
+	}
+	if v, ret := s.lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
+		snap.DriverVersion = v
+	} else {
+		snap.Errors = append(snap.Errors, s.fail(-1, "", "driver_version", ret))
+	}
+	if v, ret := s.lib.SystemGetCudaDriverVersion(); ret == gonvml.SUCCESS {
+		snap.CUDAVersion = formatCUDAVersion(v)
+	} else if !unsupported(ret) {
+		snap.Errors = append(snap.Errors, s.fail(-1, "", "cuda_version", ret))
+	}
+
+	names := map[uint32]string{}
+	seen := map[string]bool{}
+	for i := 0; i < count; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("reading GPU %d of %d: %w", i, count, err)
+		}
+		dev, errs := s.readDevice(i, names)
+		snap.Errors = append(snap.Errors, errs...)
+		if dev == nil {
+			continue
+		}
+		seen[dev.UUID] = true
+		dev.XIDErrors = s.xid.countsOf(dev.UUID)
+		snap.Devices = append(snap.Devices, *dev)
+	}
+	// Forget utilization timestamps of GPUs that are gone so the map stays as small as the node.
+	for uuid := range s.lastSeen {
+		if !seen[uuid] {
+			delete(s.lastSeen, uuid)
+		}
+	}
+	return snap, nil
+}
+
+// fail turns a failed NVML call into a DeviceError, logging it at warning level only the first time that device and
+// operation fail so that a permanently broken field does not fill the log on every scrape.
+func (s *Source) fail(index int, uuid, op string, err error) gpu.DeviceError {
+	key := fmt.Sprintf("%d/%s/%s", index, uuid, op)
+	level := slog.LevelDebug
+	if !s.warned[key] {
+		s.warned[key] = true
+		level = slog.LevelWarn
+	}
+	s.log.Log(context.Background(), level, "NVML read failed", "gpu", index, "uuid", uuid, "operation", op, "err", err)
+	return gpu.DeviceError{Index: index, UUID: uuid, Operation: op, Err: err}
+}
+
+// unsupported reports whether a return code means the driver simply has no such value for this device: the field
+// is then left out without being an error.
+func unsupported(ret gonvml.Return) bool {
+	switch ret {
+	case gonvml.ERROR_NOT_SUPPORTED, gonvml.ERROR_FUNCTION_NOT_FOUND, gonvml.ERROR_NO_DATA:
+		return true
+	}
+	return false
+}
+
+// formatCUDAVersion turns NVML's 12040 into "12.4".
+func formatCUDAVersion(v int) string {
+	return fmt.Sprintf("%d.%d", v/1000, (v%1000)/10)
+}
