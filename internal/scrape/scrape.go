@@ -61,9 +61,10 @@ type Scraper struct {
 }
 
 type flight struct {
-	done chan struct{}
-	res  *Result
-	err  error
+	scrapes int // how many scrapes share this reading
+	done    chan struct{}
+	res     *Result
+	err     error
 }
 
 // New returns a Scraper. timeout bounds how long one scrape waits for a reading.
@@ -109,6 +110,7 @@ func (s *Scraper) Scrape(ctx context.Context) (*Result, error) {
 		s.inflight = f
 		go s.read(f)
 	}
+	f.scrapes++
 	s.mu.Unlock()
 
 	select {

@@ -1,0 +1,69 @@
+package collector
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// benchNode is 8 GPUs with 256 processes each, 32 pod containers per GPU: a heavily time-sliced node.
+func benchNode() (*gpu.Snapshot, fixedOwners) {
+	snap := &gpu.Snapshot{DriverVersion: "580.95.05", CUDAVersion: "13.0"}
+	owners := fixedOwners{}
+	for g := range 8 {
+		d := gpu.Device{
+			Index: g, UUID: fmt.Sprintf("GPU-00000000-0000-0000-0000-%012d", g), Name: "NVIDIA H100 80GB HBM3",
+			MemoryTotalBytes: gpu.Known(85520809984), MemoryUsedBytes: gpu.Known(1 << 35), MemoryFreeBytes: gpu.Known(1 << 35),
+			UtilizationRatio: gpu.Known(0.5), TemperatureCelsius: gpu.Known(50), PowerUsageWatts: gpu.Known(400),
+			EnergyJoules: gpu.Known(1e8), ProcessesListed: true,
+			Clocks: []gpu.Clock{{Name: "sm", Hertz: 1.98e9}, {Name: "memory", Hertz: 2.6e9}},
+		}
+		for p := range 256 {
+			pid := uint32(g*1000 + p + 1)
+			d.Processes = append(d.Processes, gpu.Process{
+				PID: pid, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(1 << 28), SMUtilizationRatio: gpu.Known(0.01),
+				MemoryUtilizationRatio: gpu.Known(0.01),
+			})
+			c := p % 32
+			owners[pid] = attribution.Owner{Name: "python3", Identity: identity.Identity{
+				Namespace: "team-" + fmt.Sprint(c%4), Pod: fmt.Sprintf("job-%d-%d", g, c), Container: "main",
+				PodUID: fmt.Sprintf("00000000-0000-0000-0000-%012d", g*100+c), ContainerID: fmt.Sprintf("%064d", g*100+c),
+			}}
+		}
+		snap.Devices = append(snap.Devices, d)
+	}
+	return snap, owners
+}
+
+// BenchmarkCollectEncode is one scrape of the whole pipeline after the source: collect every family and write the
+// text exposition.
+func BenchmarkCollectEncode(b *testing.B) {
+	snap, owners := benchNode()
+	// A plain registry, as the binary uses: the pedantic one of the tests re-checks every series.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	b.ReportAllocs()
+	for b.Loop() {
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+type fixedSource struct{ snap *gpu.Snapshot }
+
+func (s fixedSource) Name() string { return "fixed" }
+func (s fixedSource) Close() error { return nil }
+func (s fixedSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
+	return s.snap, nil
+}
+
+type fixedOwners map[uint32]attribution.Owner
+
+func (o fixedOwners) Attribute(context.Context, *gpu.Snapshot) map[uint32]attribution.Owner { return o }
+
+func registry(t testing.TB, src gpu.Source, owners scrape.Attributor, opts Options) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(New(scrape.New(src, owners, time.Minute, slog.New(slog.DiscardHandler)), opts))
+	return reg
+}
+
+// gpuFamilies is the exposition without the exporter's self-metrics, whose values vary from run to run.
+func gpuFamilies(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") {
+			continue
+		}
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.String()
+}
+
+// The demo node's exposition, reviewed by hand in testdata/demo.prom.
+func TestDemoExposition(t *testing.T) {
+	reg := registry(t, simulated.Demo(), attribution.New(attribution.Config{}), Options{Processes: true, PodLabels: []string{"team"}})
+	got := gpuFamilies(t, reg)
+	// Energy grows with time on the demo node; mask it.
+	var lines []string
+	for _, l := range strings.Split(got, "\n") {
+		if strings.HasPrefix(l, "gpu_energy_consumption_joules_total{") {
+			l = l[:strings.LastIndex(l, " ")] + " <energy>"
+		}
+		lines = append(lines, l)
+	}
+	got = strings.Join(lines, "\n")
+	golden := "testdata/demo.prom"
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("demo exposition differs from %s (run go test -update and review the diff)", golden)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestUnknownValuesAreAbsentNotZero(t *testing.T) {
+	snap := &gpu.Snapshot{Devices: []gpu.Device{{
+		Index: 0, UUID: "GPU-a", MemoryTotalBytes: gpu.Known(100), ProcessesListed: false,
+		Processes: []gpu.Process{{PID: 1, Type: gpu.ProcessCompute}},
+	}}}
+	reg := registry(t, fixedSource{snap}, fixedOwners{}, Options{Processes: true})
+	for name, want := range map[string]int{
+		"gpu_memory_total_bytes": 1, "gpu_memory_used_bytes": 0, "gpu_utilization_ratio": 0, "gpu_fan_speed_ratio": 0,
+		"gpu_temperature_celsius": 0, "gpu_energy_consumption_joules_total": 0,
+		// The process list failed, so there is no count that would say "idle".
+		"gpu_processes": 0,
+		// A process with unknown memory has no memory series, but its workload still counts it.
+		"gpu_process_memory_used_bytes": 0, "gpu_workload_processes": 1, "gpu_workload_memory_used_bytes": 0,
+	} {
+		if got, err := testutil.GatherAndCount(reg, name); err != nil || got != want {
+			t.Errorf("%s: %d series (err %v), want %d", name, got, err, want)
+		}
+	}
+}
+
+func TestWorkloadsSumProcessesOfOneIdentity(t *testing.T) {
+	pod := identity.Identity{Namespace: "ml", Pod: "train-0", Container: "main", PodUID: "u1", ContainerID: "c1",
+		PodLabels: map[string]string{"app.kubernetes.io/name": "trainer", "secret": "x"}}
+	snap := &gpu.Snapshot{Devices: []gpu.Device{{
+		Index: 0, UUID: "GPU-a", ProcessesListed: true,
+		Processes: []gpu.Process{
+			{PID: 10, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(100), SMUtilizationRatio: gpu.Known(0.25)},
+			{PID: 11, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(50)},
+			{PID: 12, Type: gpu.ProcessGraphics, UsedMemoryBytes: gpu.Known(7), SMUtilizationRatio: gpu.Known(0.1)},
+		},
+	}}}
+	owners := fixedOwners{10: {Name: "python", Identity: pod}, 11: {Name: "python", Identity: pod}, 12: {Name: "Xorg"}}
+	reg := registry(t, fixedSource{snap}, owners, Options{Processes: false, PodLabels: []string{"app.kubernetes.io/name"}})
+	want := `
+# HELP gpu_workload_memory_used_bytes GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service).
+# TYPE gpu_workload_memory_used_bytes gauge
+gpu_workload_memory_used_bytes{container="",container_id="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 7
+gpu_workload_memory_used_bytes{container="main",container_id="c1",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 150
+# HELP gpu_workload_processes Processes of the workload on this GPU.
+# TYPE gpu_workload_processes gauge
+gpu_workload_processes{container="",container_id="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 1
+gpu_workload_processes{container="main",container_id="c1",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 2
+# HELP gpu_workload_sm_utilization_ratio Sum of the SM utilization of the workload's processes on this GPU.
+# TYPE gpu_workload_sm_utilization_ratio gauge
+gpu_workload_sm_utilization_ratio{container="",container_id="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 0.1
+gpu_workload_sm_utilization_ratio{container="main",container_id="c1",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 0.25
+# HELP gpu_processes Processes running on the GPU, by type.
+# TYPE gpu_processes gauge
+gpu_processes{gpu="0",type="compute",uuid="GPU-a"} 2
+gpu_processes{gpu="0",type="compute+graphics",uuid="GPU-a"} 0
+gpu_processes{gpu="0",type="graphics",uuid="GPU-a"} 1
+gpu_processes{gpu="0",type="mps",uuid="GPU-a"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_workload_memory_used_bytes",
+		"gpu_workload_processes", "gpu_workload_sm_utilization_ratio", "gpu_processes"); err != nil {
+		t.Error(err)
+	}
+	if n, _ := testutil.GatherAndCount(reg, "gpu_process_memory_used_bytes"); n != 0 {
+		t.Errorf("--no-collector.processes still wrote %d process series", n)
+	}
+}
+
+// A failed reading leaves out every GPU series and says so in the self-metrics.
+func TestFailedReadingServesSelfMetricsOnly(t *testing.T) {
+	reg := registry(t, failingSource{}, fixedOwners{}, Options{Processes: true})
+	if n, _ := testutil.GatherAndCount(reg, "gpu_info"); n != 0 {
+		t.Errorf("gpu_info written after a failed reading")
+	}
+	want := "# HELP gpu_pod_exporter_source_up 1 if the last reading of the GPU source succeeded, 0 if it failed or timed out.\n" +
+		"# TYPE gpu_pod_exporter_source_up gauge\ngpu_pod_exporter_source_up{source=\"failing\"} 0\n"
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_pod_exporter_source_up"); err != nil {
+		t.Error(err)
+	}
+}
+
+type failingSource struct{}
+
+func (failingSource) Name() string { return "failing" }
+func (failingSource) Close() error { return nil }
+func (failingSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
+	return nil, fmt.Errorf("driver not loaded")
+}
+
+func TestPodLabelNames(t *testing.T) {
+	pl := newPodLabels([]string{"app", "app.kubernetes.io/name", "app_kubernetes_io_name", "", "team"})
+	if got := strings.Join(pl.names, ","); got != "label_app,label_app_kubernetes_io_name,label_team" {
+		t.Errorf("label names = %s", got)
+	}
+}

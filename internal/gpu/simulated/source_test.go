@@ -1,0 +1,201 @@
+package simulated
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+func TestOpenReadsSPECExample(t *testing.T) {
+	s, err := Open("testdata/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.Simulated || snap.DriverVersion != "580.95.05" || len(snap.Devices) != 2 {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	d := snap.Devices[0]
+	if d.Index != 0 || d.UtilizationRatio != gpu.Known(0.42) || d.TemperatureCelsius != gpu.Known(41) {
+		t.Errorf("device 0 readings = %+v", d)
+	}
+	if d.FanSpeedRatio.Valid || d.MemoryUtilizationRatio.Valid {
+		t.Errorf("readings absent from the file must be unknown, not 0: fan %+v mem util %+v", d.FanSpeedRatio, d.MemoryUtilizationRatio)
+	}
+	if d.MemoryUsedBytes != gpu.Known(3<<30) || d.MemoryFreeBytes != gpu.Known(85520809984-3<<30) {
+		t.Errorf("used/free memory without memory_used_bytes = %+v / %+v, want the processes' sum", d.MemoryUsedBytes, d.MemoryFreeBytes)
+	}
+	if len(d.Processes) != 2 || d.Processes[1].Type != gpu.ProcessMPS || d.Processes[1].SMUtilizationRatio.Valid {
+		t.Errorf("processes = %+v", d.Processes)
+	}
+	mig := snap.Devices[1]
+	if mig.MIGMode != "enabled" || len(mig.MIG) != 1 || mig.MIG[0].Profile != "3g.40gb" || mig.MIG[0].MemoryUsedBytes.Valid {
+		t.Errorf("MIG device = %+v", mig)
+	}
+	if p := mig.Processes[0]; !p.MIG || p.GPUInstance != 1 || p.ComputeInstance != 0 || p.UsedMemoryBytes.Valid {
+		t.Errorf("MIG process = %+v", p)
+	}
+}
+
+func TestParseRejectsWithKeyAndLine(t *testing.T) {
+	base := "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1000\n"
+	proc := base + "    processes:\n      - pid: 7\n"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unknown top-level key", "gpu:\n  - {}\n", "line 1: field gpu not found"},
+		{"unknown GPU key", base + "    temprature_celsius: 40\n", "line 4: field temprature_celsius not found"},
+		{"unknown process key", proc + "        type: compute\n        memory: 5\n", "line 7: field memory not found"},
+		{"ratio above 1", base + "    utilization_ratio: 42\n", "line 4: ratio 42 is outside 0..1"},
+		{"not a number", base + "    temperature_celsius: hot\n", "line 4: cannot unmarshal"},
+		{"negative bytes", proc + "        type: compute\n        used_memory_bytes: -1\n", `line 7: "-1" is not a byte count`},
+		{"bad process type", proc + "        type: cuda\n", `line 6: process type "cuda"`},
+		{"missing type", proc, "processes[0].type is required"},
+		{"bad uuid", "gpus:\n  - uuid: 0\n    memory_total_bytes: 1\n", "gpus[0].uuid"},
+		{"no GPUs", "driver_version: x\n", "at least one GPU"},
+		{"empty", "", "empty"},
+		{"MIG process on unknown instance", proc + "        type: compute\n        gpu_instance: 1\n        compute_instance: 0\n", "no mig_instances entry"},
+		{"bad pstate", base + "    performance_state: 16\n", "line 4: performance_state"},
+		{"unknown clock", base + "    clocks_hertz: {shader: 1}\n", `unknown clock "shader"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse([]byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("parse error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestReloadsWhenTheFileChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	write := func(body string, mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one := "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1000\n"
+	t0 := time.Now().Add(-time.Hour)
+	write(one, t0)
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := func() (int, []gpu.DeviceError) {
+		snap, err := s.Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(snap.Devices), snap.Errors
+	}
+
+	two := one + "  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f61\n    memory_total_bytes: 1000\n"
+	write(two, t0.Add(time.Second))
+	if n, errs := devices(); n != 2 || len(errs) != 0 {
+		t.Fatalf("after adding a GPU: %d devices, errors %v", n, errs)
+	}
+
+	write(two+"    bogus: 1\n", t0.Add(2*time.Second))
+	n, errs := devices()
+	if n != 2 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "field bogus not found") {
+		t.Fatalf("after a bad edit: %d devices (want the last good 2), errors %v", n, errs)
+	}
+
+	write(one, t0.Add(3*time.Second))
+	if n, errs := devices(); n != 1 || len(errs) != 0 {
+		t.Fatalf("after fixing the file: %d devices, errors %v", n, errs)
+	}
+}
+
+func TestOpenFailsOnBadFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(path, []byte("gpus: [{uuid: x}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open = %v, want an error naming the file", err)
+	}
+	if _, err := Open(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("Open of a missing file succeeded")
+	}
+}
+
+func TestEnergyGrowsWithPower(t *testing.T) {
+	s, err := Open("testdata/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := s.loaded
+	s.now = func() time.Time { return start.Add(10 * time.Second) }
+	snap, _ := s.Snapshot(context.Background())
+	if e := snap.Devices[0].EnergyJoules; !e.Valid || e.V != 3105 {
+		t.Errorf("energy after 10 s at 310.5 W = %+v, want 3105 J", e)
+	}
+	if snap.Devices[1].EnergyJoules.Valid {
+		t.Error("a GPU with neither power nor energy configured must have no energy reading")
+	}
+}
+
+// The demo node must show every shape SPEC and the demo promise: time-slicing, MPS, MIG, a Slurm job, a service,
+// a plain container and idle GPUs, all with names and no runtime present.
+func TestDemoNode(t *testing.T) {
+	snap, err := Demo().Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Devices) != 8 || !snap.Simulated {
+		t.Fatalf("demo has %d GPUs, simulated=%v", len(snap.Devices), snap.Simulated)
+	}
+	var mps, mig, slurm, unit, plain, idle int
+	pods := map[int]map[string]bool{}
+	for _, d := range snap.Devices {
+		if len(d.Processes) == 0 {
+			idle++
+		}
+		if d.MIGMode == "enabled" && len(d.MIG) > 0 {
+			mig++
+		}
+		pods[d.Index] = map[string]bool{}
+		for _, p := range d.Processes {
+			id := p.Identity
+			if id == nil {
+				t.Fatalf("demo process %d has no preset identity", p.PID)
+			}
+			switch {
+			case id.Pod != "":
+				if id.Namespace == "" || id.Container == "" || id.PodUID == "" || len(id.ContainerID) != 64 {
+					t.Errorf("demo pod process %d lacks names: %+v", p.PID, id)
+				}
+				pods[d.Index][id.Pod] = true
+			case id.SlurmJobID != "":
+				slurm++
+			case id.SystemdUnit != "":
+				unit++
+			case id.Container != "":
+				plain++
+			}
+			if p.Type == gpu.ProcessMPS {
+				mps++
+			}
+		}
+	}
+	shared := 0
+	for _, p := range pods {
+		if len(p) >= 3 {
+			shared++
+		}
+	}
+	if shared == 0 || mps == 0 || mig == 0 || slurm == 0 || unit == 0 || plain == 0 || idle < 2 {
+		t.Errorf("demo shapes: time-sliced=%d mps=%d mig=%d slurm=%d unit=%d plain=%d idle=%d", shared, mps, mig, slurm, unit, plain, idle)
+	}
+}

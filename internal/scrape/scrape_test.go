@@ -1,0 +1,153 @@
+package scrape
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// blockingSource answers each Snapshot only when the test releases it, and counts the calls.
+type blockingSource struct {
+	calls   atomic.Int32
+	started chan struct{}
+	release chan struct{}
+	err     error
+	snap    *gpu.Snapshot
+}
+
+func (s *blockingSource) Name() string { return "fake" }
+func (s *blockingSource) Close() error { return nil }
+func (s *blockingSource) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
+	s.calls.Add(1)
+	s.started <- struct{}{}
+	<-s.release
+	return s.snap, s.err
+}
+
+type noAttribution struct{}
+
+func (noAttribution) Attribute(context.Context, *gpu.Snapshot) map[uint32]attribution.Owner {
+	return nil
+}
+
+func newBlocking() *blockingSource {
+	return &blockingSource{started: make(chan struct{}, 16), release: make(chan struct{}), snap: &gpu.Snapshot{}}
+}
+
+func TestConcurrentScrapesShareOneReading(t *testing.T) {
+	src := newBlocking()
+	s := New(src, noAttribution{}, time.Minute, slog.New(slog.DiscardHandler))
+	var wg sync.WaitGroup
+	results := make([]*Result, 5)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.Scrape(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			results[i] = r
+		}()
+	}
+	<-src.started
+	// Every scrape must have joined the flight before it lands; wait until they are all blocked on it.
+	waitFor(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.inflight != nil && s.inflight.scrapes == len(results)
+	})
+	close(src.release)
+	wg.Wait()
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("5 concurrent scrapes read the source %d times, want 1", n)
+	}
+	for _, r := range results[1:] {
+		if r != results[0] {
+			t.Fatal("concurrent scrapes got different results")
+		}
+	}
+}
+
+// inflightWaiters reports whether a reading is in flight; scrapes started before it lands all share it.
+func inflightWaiters(s *Scraper) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight != nil
+}
+
+func TestTimedOutScrapeAnswersAndNextJoinsTheSameReading(t *testing.T) {
+	src := newBlocking()
+	s := New(src, noAttribution{}, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+
+	_, err := s.Scrape(context.Background())
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("scrape of a stuck source = %v, want ErrTimeout", err)
+	}
+	if got := testutil.ToFloat64(s.timeouts); got != 1 {
+		t.Errorf("timeouts = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.up.WithLabelValues("fake")); got != 0 {
+		t.Errorf("source_up after a timeout = %v, want 0", got)
+	}
+	// The stuck reading is still the only one: more scrapes must not start more.
+	for range 3 {
+		if _, err := s.Scrape(context.Background()); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("scrape = %v, want ErrTimeout", err)
+		}
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("source read %d times while stuck, want 1 (no pile-up)", n)
+	}
+	close(src.release)
+	waitFor(t, func() bool { return !inflightWaiters(s) })
+	if _, err := s.Scrape(context.Background()); err != nil {
+		t.Fatalf("scrape after the source recovered = %v", err)
+	}
+	if got := testutil.ToFloat64(s.up.WithLabelValues("fake")); got != 1 {
+		t.Errorf("source_up after recovery = %v, want 1", got)
+	}
+}
+
+func TestSourceErrorsAreCounted(t *testing.T) {
+	src := newBlocking()
+	close(src.release)
+	src.err = errors.New("NVML: GPU is lost")
+	s := New(src, noAttribution{}, time.Minute, slog.New(slog.DiscardHandler))
+	if _, err := s.Scrape(context.Background()); err == nil || !strings.Contains(err.Error(), "GPU is lost") {
+		t.Fatalf("scrape = %v", err)
+	}
+	if got := testutil.ToFloat64(s.errors.WithLabelValues("fake")); got != 1 {
+		t.Errorf("collection errors = %v, want 1", got)
+	}
+
+	src.err = nil
+	src.snap = &gpu.Snapshot{Errors: []gpu.DeviceError{{Index: 3, Operation: "processes", Err: errors.New("timeout")}}}
+	if _, err := s.Scrape(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(s.deviceErrors.WithLabelValues("fake", "3", "processes")); got != 1 {
+		t.Errorf("device errors for GPU 3 = %v, want 1", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
