@@ -1,0 +1,250 @@
+// Package docker names containers through the Docker Engine API and the Podman API, over plain HTTP on the
+// daemon's unix socket.
+package docker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+)
+
+const (
+	// DefaultDockerHost is where dockerd listens unless told otherwise.
+	DefaultDockerHost = "unix:///var/run/docker.sock"
+	// DefaultPodmanHost is the rootful podman.socket systemd unit's socket.
+	DefaultPodmanHost = "unix:///run/podman/podman.sock"
+
+	// maxBody bounds one API response. An inspect document is a few KiB, more with many mounts or a long
+	// environment; 1 MiB is far beyond any real one.
+	maxBody = 1 << 20
+	// podmanAPI is the libpod API version asked for. Podman 4.x and 5.x serve it; its libpod endpoints need
+	// a version in the path, unlike Docker's.
+	podmanAPI = "v4.0.0"
+)
+
+// The labels kubelet puts on containers; cri-dockerd (and dockershim before it) keeps them on Docker containers.
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelContainerName = "io.kubernetes.container.name"
+)
+
+// Resolver names containers through one Docker or Podman daemon. It is safe for concurrent use.
+type Resolver struct {
+	name   string // "docker" or "podman"
+	host   string // as configured, for errors
+	client *http.Client
+	podman bool
+}
+
+var _ attribution.Resolver = (*Resolver)(nil)
+
+// New returns a Resolver for the Docker daemon at host (unix:///path or a bare /path; empty means
+// DefaultDockerHost). It does not connect: each Resolve does, so a daemon that starts later is still found.
+func New(host string) (*Resolver, error) {
+	return newResolver("docker", cmp.Or(host, DefaultDockerHost), false)
+}
+
+// NewPodman returns a Resolver for the Podman service at host (empty means DefaultPodmanHost). It uses the libpod
+// API, which unlike Podman's Docker-compatible one says which pod a container is in.
+func NewPodman(host string) (*Resolver, error) {
+	return newResolver("podman", cmp.Or(host, DefaultPodmanHost), true)
+}
+
+func newResolver(name, host string, podman bool) (*Resolver, error) {
+	path, err := socketPath(host)
+	if err != nil {
+		return nil, fmt.Errorf("%s host: %w", name, err)
+	}
+	transport := &http.Transport{
+		// Every request goes to the socket whatever the URL says; the URL's host is only a name.
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConns:           2,
+		IdleConnTimeout:        30 * time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
+		// Proxy is left nil: HTTP_PROXY from the environment must not capture a local socket's requests.
+	}
+	client := &http.Client{
+		Transport: transport,
+		// A daemon never redirects an inspect; following one would leave the socket.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &Resolver{name: name, host: host, client: client, podman: podman}, nil
+}
+
+// socketPath returns the filesystem path of a unix host. TCP hosts are refused: the daemon's TCP API needs TLS
+// to be safe, and nothing here needs it.
+func socketPath(host string) (string, error) {
+	path, ok := strings.CutPrefix(host, "unix://")
+	if !ok && !strings.HasPrefix(host, "/") {
+		return "", fmt.Errorf("%q: want unix:///path/to/socket", host)
+	}
+	if !ok {
+		path = host
+	}
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("%q: socket path must be absolute", host)
+	}
+	return filepath.Clean(path), nil
+}
+
+// Name implements attribution.Resolver.
+func (r *Resolver) Name() string { return r.name }
+
+// Close drops idle connections to the daemon.
+func (r *Resolver) Close() error {
+	r.client.CloseIdleConnections()
+	return nil
+}
+
+// Resolve implements attribution.Resolver.
+func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution.Container, error) {
+	if !isHex(containerID) {
+		return attribution.Container{}, fmt.Errorf("%s: invalid container ID %q", r.name, containerID)
+	}
+	if r.podman {
+		return r.resolvePodman(ctx, containerID)
+	}
+	var ctr inspect
+	if err := r.get(ctx, "/containers/"+containerID+"/json", &ctr); err != nil {
+		return attribution.Container{}, err
+	}
+	return ctr.container(), nil
+}
+
+func (r *Resolver) resolvePodman(ctx context.Context, id string) (attribution.Container, error) {
+	var ctr inspect
+	if err := r.get(ctx, "/"+podmanAPI+"/libpod/containers/"+id+"/json", &ctr); err != nil {
+		return attribution.Container{}, err
+	}
+	c := ctr.container()
+	if ctr.Pod == "" || c.Pod != "" {
+		return c, nil
+	}
+	if !isHex(ctr.Pod) {
+		return attribution.Container{}, fmt.Errorf("%s: container %s has an invalid pod ID %q", r.name, id, ctr.Pod)
+	}
+	var p podInspect
+	err := r.get(ctx, "/"+podmanAPI+"/libpod/pods/"+ctr.Pod+"/json", &p)
+	if errors.Is(err, attribution.ErrNotFound) {
+		// The pod went away between the two calls; the container is as good as gone too, but its name is known.
+		return c, nil
+	}
+	if err != nil {
+		return attribution.Container{}, err
+	}
+	c.Pod = p.Name
+	if len(p.Labels) > 0 {
+		c.PodLabels = maps.Clone(p.Labels)
+	}
+	return c, nil
+}
+
+// inspect is the part of a container inspect document that is used. Docker's /containers/{id}/json and Podman's
+// libpod one share these fields; only Podman's has Pod (the pod's ID).
+type inspect struct {
+	Name   string `json:"Name"`
+	Pod    string `json:"Pod"`
+	Config struct {
+		Labels map[string]string `json:"Labels"`
+	} `json:"Config"`
+}
+
+// podInspect is the part of a Podman pod inspect document that is used.
+type podInspect struct {
+	Name   string            `json:"Name"`
+	Labels map[string]string `json:"Labels"`
+}
+
+// container names an inspected container. One that carries kubelet's labels (cri-dockerd) is a Kubernetes
+// container and is named by them, like the CRI would name it; pod labels are not on a container, so there are none.
+func (ctr *inspect) container() attribution.Container {
+	l := ctr.Config.Labels
+	if l[labelPodUID] != "" || l[labelPodName] != "" {
+		return attribution.Container{
+			Namespace: l[labelPodNamespace],
+			Pod:       l[labelPodName],
+			PodUID:    l[labelPodUID],
+			Name:      l[labelContainerName], // empty for the pod's sandbox (pause) container
+		}
+	}
+	return attribution.Container{Name: strings.TrimPrefix(ctr.Name, "/")}
+}
+
+// get fetches one JSON document into v. A 404 is ErrNotFound.
+func (r *Resolver) get(ctx context.Context, path string, v any) error {
+	// The host part names the daemon in logs only; requests are dialled to the socket.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.name+path, nil)
+	if err != nil {
+		return fmt.Errorf("%s GET %s: %w", r.name, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s GET %s on %s: %w", r.name, path, r.host, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return fmt.Errorf("%s GET %s on %s: reading response: %w", r.name, path, r.host, err)
+	}
+	if len(body) > maxBody {
+		return fmt.Errorf("%s GET %s on %s: response larger than %d bytes", r.name, path, r.host, maxBody)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return attribution.ErrNotFound
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("%s GET %s on %s: %s: %s", r.name, path, r.host, resp.Status, errorMessage(body))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s GET %s on %s: decoding response: %w", r.name, path, r.host, err)
+	}
+	return nil
+}
+
+// errorMessage returns the message of a Docker or Podman error body ({"message": "..."}), or a bounded prefix
+// of the body when it is not one.
+func errorMessage(body []byte) string {
+	var e struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Message != "" {
+		return e.Message
+	}
+	const max = 200
+	if len(body) > max {
+		body = body[:max]
+	}
+	return strings.TrimSpace(string(body))
+}
+
+// isHex reports whether id is a non-empty hex string, as container IDs are. Anything else is refused before it
+// reaches a URL path.
+func isHex(id string) bool {
+	if id == "" {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
