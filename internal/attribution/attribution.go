@@ -1,17 +1,28 @@
 // Package attribution finds who owns each GPU process: it reads the process's name and cgroup from procfs, derives
 // pod, container, Slurm job and systemd unit from the cgroup path, and asks the container runtimes for names.
+//
+// Follow one PID: Attribute reads <procfs>/<pid>/comm and <procfs>/<pid>/cgroup (procfs.go), cgroup.Parse turns the
+// cgroup file into pod UID, container ID, runtime, QoS, Slurm job and systemd unit (internal/cgroup), and the
+// container ID is named by the runtimes' APIs through a cache (names.go), so that in steady state a scrape reads
+// two small files per PID and makes no runtime call.
 package attribution
 
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultLookupBudget         = 250 * time.Millisecond
+	DefaultLookupTimeout        = 2 * time.Second
+	DefaultNegativeTTL          = 30 * time.Second
+	DefaultMaxConcurrentLookups = 8
 )
 
 // Owner is what attribution learned about one PID.
@@ -21,30 +32,90 @@ type Owner struct {
 	Identity identity.Identity
 }
 
-// Config configures an Attributor.
+// Config configures an Attributor. Zero durations take the defaults above.
 type Config struct {
 	ProcFS string // the host's proc filesystem, usually /proc
-	Logger *slog.Logger
+	// Resolvers name containers, tried in the order that the container's runtime calls for (see chainFor); a
+	// runtime without a resolver leaves only the cgroup-derived labels.
+	Resolvers []Resolver
+	// PodLabels is the allowlist of pod label keys (--kubernetes.pod-labels) kept in identity.PodLabels. Empty:
+	// none.
+	PodLabels []string
+	// LookupBudget is the longest a scrape waits for the runtimes to name containers it has not seen before.
+	// Lookups still running then finish in the background and serve the next scrape; this one keeps the
+	// cgroup-derived labels.
+	LookupBudget time.Duration
+	// LookupTimeout is the deadline of one runtime call.
+	LookupTimeout time.Duration
+	// NegativeTTL is how long a container that no runtime knows, or that could not be looked up because a runtime
+	// failed, is left unasked.
+	NegativeTTL time.Duration
+	// MaxConcurrentLookups bounds the runtime calls in flight (a node starting many containers at once).
+	MaxConcurrentLookups int
+	Logger               *slog.Logger
+	// Now is the clock for NegativeTTL; tests inject one. Default time.Now.
+	Now func() time.Time
 }
 
-// Attributor labels GPU processes with their owners.
+// Attributor labels GPU processes with their owners. It is safe for concurrent use.
 type Attributor struct {
-	procfs string
-	logger *slog.Logger
+	procfs  string
+	logger  *slog.Logger
+	metrics *metrics
+	procfsHealth
+	names *names
 }
 
-// New returns an Attributor.
+// New returns an Attributor. Call Close to stop the lookups it may still have running.
 func New(cfg Config) *Attributor {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Attributor{procfs: cfg.ProcFS, logger: cfg.Logger}
+	if cfg.ProcFS == "" {
+		cfg.ProcFS = "/proc"
+	}
+	if cfg.LookupBudget <= 0 {
+		cfg.LookupBudget = DefaultLookupBudget
+	}
+	if cfg.LookupTimeout <= 0 {
+		cfg.LookupTimeout = DefaultLookupTimeout
+	}
+	if cfg.NegativeTTL <= 0 {
+		cfg.NegativeTTL = DefaultNegativeTTL
+	}
+	if cfg.MaxConcurrentLookups <= 0 {
+		cfg.MaxConcurrentLookups = DefaultMaxConcurrentLookups
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := newMetrics(cfg.Resolvers)
+	return &Attributor{
+		procfs:  cfg.ProcFS,
+		logger:  cfg.Logger,
+		metrics: m,
+		names:   newNames(cfg, m),
+	}
+}
+
+// Close stops lookups still running in the background and waits for them. Attribute still works after Close,
+// with cache hits and cgroup-derived labels only.
+func (a *Attributor) Close() error {
+	a.names.close()
+	return nil
+}
+
+// pending is one process being attributed.
+type pending struct {
+	pid   uint32
+	owner Owner
 }
 
 // Attribute returns the owner of every process in the snapshot, keyed by PID. It never fails: what cannot be
-// learned is left empty.
+// learned is left empty. It waits at most the lookup budget (or until ctx ends) for the runtimes.
 func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint32]Owner {
 	owners := make(map[uint32]Owner)
+	var procs []pending
 	for _, d := range snap.Devices {
 		for _, p := range d.Processes {
 			if _, done := owners[p.PID]; done {
@@ -54,26 +125,73 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 				owners[p.PID] = Owner{Name: p.Name, Identity: *p.Identity}
 				continue
 			}
-			owners[p.PID] = a.owner(p)
+			o := a.fromProcFS(p)
+			owners[p.PID] = o
+			procs = append(procs, pending{pid: p.PID, owner: o})
+		}
+	}
+
+	// One lookup per container, however many of its processes use GPUs.
+	want := make(map[string]lookupHint)
+	for _, p := range procs {
+		if id := p.owner.Identity; id.ContainerID != "" {
+			want[id.ContainerID] = lookupHint{runtime: id.Runtime, inPod: id.PodUID != ""}
+		}
+	}
+	named := a.names.lookup(ctx, want, snapshotComplete(snap))
+	for _, p := range procs {
+		if n, ok := named[p.owner.Identity.ContainerID]; ok {
+			o := p.owner
+			n.applyTo(&o.Identity)
+			owners[p.pid] = o
 		}
 	}
 	return owners
 }
 
-func (a *Attributor) owner(p gpu.Process) Owner {
+// fromProcFS reads what procfs tells about one process. A process that has exited keeps the source's name and
+// an empty identity.
+func (a *Attributor) fromProcFS(p gpu.Process) Owner {
 	o := Owner{Name: p.Name}
-	if comm, err := readComm(a.procfs, p.PID); err == nil && comm != "" {
+	comm, err := readComm(a.procfs, p.PID)
+	if err != nil {
+		a.procfsFailed(p.PID, err)
+		return o
+	}
+	if comm != "" {
 		o.Name = comm
+	}
+	content, err := readCgroup(a.procfs, p.PID)
+	if err != nil {
+		a.procfsFailed(p.PID, err)
+		return o
+	}
+	a.procfsOK()
+	info := cgroup.Parse(content)
+	o.Identity = identity.Identity{
+		PodUID:      info.PodUID,
+		ContainerID: info.ContainerID,
+		Runtime:     info.Runtime,
+		QoS:         info.QoS,
+		SlurmJobID:  info.SlurmJobID,
+		SystemdUnit: info.SystemdUnit,
 	}
 	return o
 }
 
-// readComm reads /proc/<pid>/comm. A PID that has exited returns an error the caller ignores: its GPU series are
-// still written, with an empty identity.
-func readComm(procfs string, pid uint32) (string, error) {
-	b, err := os.ReadFile(filepath.Join(procfs, strconv.FormatUint(uint64(pid), 10), "comm"))
-	if err != nil {
-		return "", err
+// snapshotComplete reports whether the snapshot lists every GPU process on the node. Only then does a container
+// missing from it mean that the container is gone: a device whose process list could not be read says nothing
+// about its containers, and evicting them would cost a runtime call each at the next scrape.
+func snapshotComplete(snap *gpu.Snapshot) bool {
+	for _, d := range snap.Devices {
+		if !d.ProcessesListed {
+			return false
+		}
 	}
-	return strings.TrimRight(string(b), "\n"), nil
+	for _, e := range snap.Errors {
+		if e.Operation == "device" || e.Operation == "processes" {
+			return false
+		}
+	}
+	return true
 }
