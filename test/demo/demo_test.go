@@ -1,0 +1,423 @@
+//go:build e2e
+
+// Package demo runs the real binary on simulated nodes: the demo node and a node file, scraped directly, checked by
+// promtool, and scraped by a real Prometheus server.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpe-demo-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "gpu-pod-exporter")
+	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpu-pod-exporter")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binary:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// exporter starts the binary and waits until it serves /metrics. It is stopped when the test ends.
+func exporter(t *testing.T, args ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(binary, append([]string{"--web.listen-address=" + addr}, args...)...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("exporter log:\n%s", logs.String())
+		}
+	})
+	waitFor(t, 10*time.Second, "exporter to listen on "+addr, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return addr
+}
+
+func scrape(t *testing.T, addr string) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %s\n%s", resp.Status, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing the exposition: %v", err)
+	}
+	return string(body), families
+}
+
+// specFamilies are the families SPEC promises; the demo node has data for every one of them.
+var specFamilies = []string{
+	"gpu_info", "gpu_memory_total_bytes", "gpu_memory_used_bytes", "gpu_memory_free_bytes", "gpu_utilization_ratio",
+	"gpu_memory_utilization_ratio", "gpu_encoder_utilization_ratio", "gpu_decoder_utilization_ratio",
+	"gpu_temperature_celsius", "gpu_power_usage_watts", "gpu_power_limit_watts", "gpu_energy_consumption_joules_total",
+	"gpu_clock_hertz", "gpu_performance_state", "gpu_ecc_errors_total", "gpu_xid_errors_total", "gpu_processes",
+	"gpu_mig_info", "gpu_mig_memory_total_bytes", "gpu_mig_memory_used_bytes",
+	"gpu_process_memory_used_bytes", "gpu_process_sm_utilization_ratio", "gpu_process_memory_utilization_ratio",
+	"gpu_workload_memory_used_bytes", "gpu_workload_sm_utilization_ratio", "gpu_workload_processes",
+	"gpu_pod_exporter_build_info", "gpu_pod_exporter_collection_duration_seconds", "gpu_pod_exporter_source_up",
+}
+
+func TestDemoServesEveryFamilyAndPassesPromtool(t *testing.T) {
+	addr := exporter(t, "--demo")
+	body, families := scrape(t, addr)
+	for _, name := range specFamilies {
+		if len(families[name].GetMetric()) == 0 {
+			t.Errorf("demo exposition has no %s", name)
+		}
+	}
+	for _, m := range families["gpu_info"].GetMetric() {
+		if label(m, "simulated") != "true" {
+			t.Errorf("demo gpu_info without simulated=\"true\": %v", m)
+		}
+	}
+	// Identity labels from the demo node, with no container runtime on this machine.
+	found := false
+	for _, m := range families["gpu_process_memory_used_bytes"].GetMetric() {
+		if label(m, "pod") == "triton-llm-0" && label(m, "namespace") == "inference" && label(m, "container") == "triton" &&
+			label(m, "process_type") == "mps" && m.GetGauge().GetValue() == 9663676416 {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("demo has no MPS client series for inference/triton-llm-0/triton with 9 GiB")
+	}
+
+	promtool := exec.Command("promtool", "check", "metrics")
+	promtool.Stdin = strings.NewReader(body)
+	if out, err := promtool.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func TestPSDemoJSON(t *testing.T) {
+	out, err := exec.Command(binary, "ps", "--demo", "--output", "json").Output()
+	if err != nil {
+		t.Fatalf("ps --demo --output json: %v", err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("ps output is not a JSON array: %v\n%s", err, out)
+	}
+	snap, _ := simulated.Demo().Snapshot(context.Background())
+	want := 0
+	for _, d := range snap.Devices {
+		want += len(d.Processes)
+	}
+	if len(rows) != want {
+		t.Fatalf("ps printed %d rows, the demo node has %d processes", len(rows), want)
+	}
+	keys := []string{"gpu", "uuid", "pid", "process_name", "process_type", "used_memory_bytes", "sm_utilization_ratio",
+		"namespace", "pod", "container", "pod_uid", "container_id", "runtime", "slurm_job_id", "systemd_unit"}
+	for _, row := range rows {
+		for _, k := range keys {
+			if _, ok := row[k]; !ok {
+				t.Fatalf("row %v has no key %q", row, k)
+			}
+		}
+	}
+	var sawNullSM, sawSlurm bool
+	for _, row := range rows {
+		if row["sm_utilization_ratio"] == nil {
+			sawNullSM = true
+		}
+		if row["slurm_job_id"] == "88231" && row["pid"] == float64(61001) && row["gpu"] == float64(4) {
+			sawSlurm = true
+		}
+	}
+	if !sawNullSM || !sawSlurm {
+		t.Errorf("ps JSON: null sm_utilization_ratio seen %v, Slurm job 88231 on GPU 4 seen %v", sawNullSM, sawSlurm)
+	}
+
+	table, err := exec.Command(binary, "ps", "--demo").Output()
+	if err != nil || !bytes.Contains(table, []byte("pod inference/triton-llm-0/triton")) || !bytes.Contains(table, []byte("simulated")) {
+		t.Errorf("ps --demo table (err %v):\n%s", err, table)
+	}
+}
+
+func TestSimulatedConfigValues(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "node.yaml")
+	write(t, cfg, `driver_version: "580.95.05"
+cuda_version: "13.0"
+gpus:
+  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60
+    name: NVIDIA H100 80GB HBM3
+    memory_total_bytes: 85520809984
+    utilization_ratio: 0.42
+    temperature_celsius: 41
+    power_usage_watts: 310.5
+    processes:
+      - pid: 4242
+        type: compute
+        used_memory_bytes: 1073741824
+        sm_utilization_ratio: 0.35
+`)
+	addr := exporter(t, "--gpu.simulated-config="+cfg)
+	_, families := scrape(t, addr)
+	check := func(name string, want float64) {
+		t.Helper()
+		ms := families[name].GetMetric()
+		if len(ms) != 1 || value(ms[0]) != want {
+			t.Errorf("%s = %v, want one series with %v", name, ms, want)
+		}
+	}
+	check("gpu_utilization_ratio", 0.42)
+	check("gpu_temperature_celsius", 41)
+	check("gpu_power_usage_watts", 310.5)
+	check("gpu_memory_total_bytes", 85520809984)
+	check("gpu_process_memory_used_bytes", 1073741824)
+	check("gpu_process_sm_utilization_ratio", 0.35)
+	check("gpu_workload_processes", 1)
+	for _, absent := range []string{"gpu_fan_speed_ratio", "gpu_memory_utilization_ratio", "gpu_clock_hertz", "gpu_mig_info"} {
+		if n := len(families[absent].GetMetric()); n != 0 {
+			t.Errorf("%s has %d series; the node file does not give it, so it must be absent", absent, n)
+		}
+	}
+	// PID 4242 does not exist here (or is not ours): the series stays, the identity is empty.
+	m := families["gpu_process_memory_used_bytes"].GetMetric()[0]
+	if label(m, "pid") != "4242" || label(m, "pod") != "" {
+		t.Errorf("process series labels = %v", m.GetLabel())
+	}
+
+	// Edit the file: the next scrape shows the change.
+	write(t, cfg, strings.Replace(mustRead(t, cfg), "utilization_ratio: 0.42", "utilization_ratio: 0.5", 1))
+	waitFor(t, 5*time.Second, "the edited node file to be served", func() bool {
+		_, f := scrape(t, addr)
+		ms := f["gpu_utilization_ratio"].GetMetric()
+		return len(ms) == 1 && value(ms[0]) == 0.5
+	})
+}
+
+func TestBadNodeFileFailsWithKeyAndLine(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "node.yaml")
+	write(t, cfg, "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1\n    colour: green\n")
+	out, err := exec.Command(binary, "ps", "--gpu.simulated-config="+cfg).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "line 4: field colour not found") {
+		t.Errorf("ps with a bad node file: err %v, output:\n%s", err, out)
+	}
+}
+
+func TestBasicAuthThroughWebConfig(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webCfg := filepath.Join(t.TempDir(), "web.yml")
+	write(t, webCfg, "basic_auth_users:\n  prometheus: "+string(hash)+"\n")
+	addr := exporter(t, "--demo", "--web.config.file="+webCfg)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without credentials: %s, want 401", resp.Status)
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	req.SetBasicAuth("prometheus", "s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /metrics with credentials: %s", resp.Status)
+	}
+}
+
+// A real Prometheus scrapes the demo exporter; the per-GPU sum of process memory is what the demo node implies.
+func TestPrometheusScrapesDemo(t *testing.T) {
+	addr := exporter(t, "--demo")
+	prom := prometheusServer(t, addr)
+
+	snap, _ := simulated.Demo().Snapshot(context.Background())
+	want := map[string]float64{}
+	for _, d := range snap.Devices {
+		for _, p := range d.Processes {
+			want[strconv.Itoa(d.Index)] += p.UsedMemoryBytes.V
+		}
+	}
+	var got map[string]float64
+	waitFor(t, 60*time.Second, "Prometheus to have the demo's process memory", func() bool {
+		got = query(t, prom, "sum by (gpu) (gpu_process_memory_used_bytes)", "gpu")
+		return len(got) > 0
+	})
+	if len(got) != len(want) {
+		t.Errorf("sum by (gpu) returned GPUs %v, want %v", got, want)
+	}
+	for g, v := range want {
+		if got[g] != v {
+			t.Errorf("GPU %s: Prometheus sums %v bytes, the demo node has %v", g, got[g], v)
+		}
+	}
+}
+
+// prometheusServer starts Prometheus scraping the exporter every second and returns its address.
+func prometheusServer(t *testing.T, target string) string {
+	t.Helper()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "prometheus.yml"), fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: gpu-pod-exporter
+    honor_labels: true
+    static_configs:
+      - targets: [%q]
+`, target))
+	addr := freeAddr(t)
+	cmd := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting prometheus: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	waitFor(t, 30*time.Second, "prometheus to be ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return addr
+}
+
+// query runs an instant query and returns the value of each series by the given label.
+func query(t *testing.T, prom, expr, by string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + prom + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Status string
+		Error  string
+		Data   struct {
+			Result []struct {
+				Metric map[string]string
+				Value  [2]any
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Status != "success" {
+		t.Fatalf("query %q: %v %s", expr, err, out.Error)
+	}
+	res := map[string]float64{}
+	for _, r := range out.Data.Result {
+		v, _ := strconv.ParseFloat(r.Value[1].(string), 64)
+		res[r.Metric[by]] = v
+	}
+	return res
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func value(m *dto.Metric) float64 {
+	if m.Gauge != nil {
+		return m.GetGauge().GetValue()
+	}
+	return m.GetCounter().GetValue()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
