@@ -420,4 +420,3 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
-
