@@ -1,0 +1,314 @@
+package nvml
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// The real go-nvml with a library path that does not exist behaves like a host without the driver.
+func TestNewReportsMissingLibrary(t *testing.T) {
+	_, err := New(Config{Library: gonvml.New(gonvml.WithLibraryPath("/nonexistent/libnvidia-ml.so.1"))})
+	if !errors.Is(err, ErrLibraryNotFound) {
+		t.Fatalf("New = %v, want ErrLibraryNotFound", err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "libnvidia-ml.so.1") || !strings.Contains(msg, "install") ||
+		!strings.Contains(msg, "mount") {
+		t.Errorf("error %q should be one line naming the library and what to install or mount", msg)
+	}
+}
+
+func TestNewInitFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		init         func() gonvml.Return
+		wantNotFound bool
+		wantReturn   gonvml.Return
+	}{
+		{"library not found", func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }, true, 0},
+		{"dlopen panics", func() gonvml.Return { panic("dlopen failed") }, true, 0},
+		{"driver not loaded", func() gonvml.Return { return gonvml.ERROR_DRIVER_NOT_LOADED }, false, gonvml.ERROR_DRIVER_NOT_LOADED},
+		{"no permission", func() gonvml.Return { return gonvml.ERROR_NO_PERMISSION }, false, gonvml.ERROR_NO_PERMISSION},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := newLibrary()
+			lib.InitFunc = tc.init
+			_, err := New(Config{Library: lib})
+			if err == nil {
+				t.Fatal("New succeeded")
+			}
+			if got := errors.Is(err, ErrLibraryNotFound); got != tc.wantNotFound {
+				t.Errorf("errors.Is(%v, ErrLibraryNotFound) = %v, want %v", err, got, tc.wantNotFound)
+			}
+			if !tc.wantNotFound && !isReturn(err, tc.wantReturn) {
+				t.Errorf("error %v does not wrap %v", err, tc.wantReturn)
+			}
+			if len(lib.EventSetCreateCalls()) != 0 {
+				t.Error("an event set was created although NVML did not initialize")
+			}
+		})
+	}
+}
+
+func TestSnapshotReadsEveryField(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetFanSpeedFunc = func() (uint32, gonvml.Return) { return 30, gonvml.SUCCESS }
+	s := newSource(t, newLibrary(dev))
+	if s.Name() != "nvml" {
+		t.Errorf("Name = %q", s.Name())
+	}
+	snap := snapshot(t, s)
+	wantNoErrors(t, snap)
+	if snap.DriverVersion != "550.54.15" || snap.CUDAVersion != "12.4" || !snap.Time.Equal(testNow) {
+		t.Errorf("driver %q, CUDA %q, time %v", snap.DriverVersion, snap.CUDAVersion, snap.Time)
+	}
+	d := deviceByUUID(t, snap, "GPU-0")
+	if d.Index != 0 || d.Name != "NVIDIA H100 80GB HBM3" || d.PCIBusID != "00000000:1A:00.0" || d.MIGMode != "disabled" {
+		t.Errorf("identity = %d %q %q %q", d.Index, d.Name, d.PCIBusID, d.MIGMode)
+	}
+	// v2 memory: used excludes the driver's reservation.
+	wantValue(t, "memory total", d.MemoryTotalBytes, 80*gib)
+	wantValue(t, "memory used", d.MemoryUsedBytes, 2*gib)
+	wantValue(t, "memory free", d.MemoryFreeBytes, 77*gib+gib/2)
+	wantValue(t, "utilization", d.UtilizationRatio, 0.42)
+	wantValue(t, "memory utilization", d.MemoryUtilizationRatio, 0.17)
+	wantValue(t, "encoder utilization", d.EncoderUtilizationRatio, 0.03)
+	wantValue(t, "decoder utilization", d.DecoderUtilizationRatio, 0.05)
+	wantValue(t, "temperature", d.TemperatureCelsius, 45)
+	wantValue(t, "power", d.PowerUsageWatts, 250.5)
+	wantValue(t, "power limit", d.PowerLimitWatts, 700)
+	wantValue(t, "energy", d.EnergyJoules, 123456.789)
+	wantValue(t, "fan", d.FanSpeedRatio, 0.3)
+	wantValue(t, "pstate", d.PerformanceState, 0)
+	wantClocks := []gpu.Clock{{"graphics", 1980e6}, {"sm", 1980e6}, {"memory", 2619e6}, {"video", 1545e6}}
+	if len(d.Clocks) != len(wantClocks) {
+		t.Fatalf("clocks = %v", d.Clocks)
+	}
+	for i, c := range wantClocks {
+		if d.Clocks[i] != c {
+			t.Errorf("clock %d = %v, want %v", i, d.Clocks[i], c)
+		}
+	}
+	wantECC := []gpu.ECCCount{{"corrected", 3}, {"uncorrected", 0}}
+	if len(d.ECCErrors) != 2 || d.ECCErrors[0] != wantECC[0] || d.ECCErrors[1] != wantECC[1] {
+		t.Errorf("ECC = %v, want %v", d.ECCErrors, wantECC)
+	}
+	if !d.ProcessesListed || len(d.Processes) != 0 || len(d.MIG) != 0 || len(d.XIDErrors) != 0 {
+		t.Errorf("listed %v, processes %v, MIG %v, XID %v", d.ProcessesListed, d.Processes, d.MIG, d.XIDErrors)
+	}
+}
+
+// Fields the GPU does not have are left out, not written as 0, and are not errors.
+func TestUnsupportedFieldsAreAbsent(t *testing.T) {
+	dev := newDevice("GPU-0")
+	notSupported32 := func() (uint32, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+	notSupported3 := func() (uint32, uint32, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED }
+	dev.GetMigModeFunc = func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED }
+	dev.GetEncoderUtilizationFunc = notSupported3
+	dev.GetDecoderUtilizationFunc = notSupported3
+	dev.GetPowerUsageFunc = notSupported32
+	dev.GetEnforcedPowerLimitFunc = notSupported32
+	dev.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_FUNCTION_NOT_FOUND }
+	dev.GetPerformanceStateFunc = func() (gonvml.Pstates, gonvml.Return) { return gonvml.PSTATE_UNKNOWN, gonvml.SUCCESS }
+	dev.GetTotalEccErrorsFunc = func(gonvml.MemoryErrorType, gonvml.EccCounterType) (uint64, gonvml.Return) {
+		return 0, gonvml.ERROR_NOT_SUPPORTED
+	}
+	dev.GetClockInfoFunc = func(t gonvml.ClockType) (uint32, gonvml.Return) {
+		if t == gonvml.CLOCK_VIDEO {
+			return 0, gonvml.ERROR_NOT_SUPPORTED
+		}
+		return 1000, gonvml.SUCCESS
+	}
+	dev.GetProcessUtilizationFunc = func(uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+		return nil, gonvml.ERROR_NOT_SUPPORTED
+	}
+	dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		return []gonvml.ProcessInfo{{Pid: 7, UsedGpuMemory: gib, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}}, gonvml.SUCCESS
+	}
+	snap := snapshot(t, newSource(t, newLibrary(dev)))
+	wantNoErrors(t, snap)
+	d := deviceByUUID(t, snap, "GPU-0")
+	if d.MIGMode != "" {
+		t.Errorf("MIGMode = %q, want empty for a GPU without MIG", d.MIGMode)
+	}
+	wantAbsent(t, "fan", d.FanSpeedRatio)
+	wantAbsent(t, "encoder", d.EncoderUtilizationRatio)
+	wantAbsent(t, "decoder", d.DecoderUtilizationRatio)
+	wantAbsent(t, "power", d.PowerUsageWatts)
+	wantAbsent(t, "power limit", d.PowerLimitWatts)
+	wantAbsent(t, "energy", d.EnergyJoules)
+	wantAbsent(t, "pstate", d.PerformanceState)
+	if len(d.ECCErrors) != 0 {
+		t.Errorf("ECC = %v, want none", d.ECCErrors)
+	}
+	if len(d.Clocks) != 3 {
+		t.Errorf("clocks = %v, want graphics, sm and memory only", d.Clocks)
+	}
+	if len(d.Processes) != 1 {
+		t.Fatalf("processes = %v", d.Processes)
+	}
+	p := d.Processes[0]
+	wantValue(t, "process memory", p.UsedMemoryBytes, gib)
+	wantAbsent(t, "process SM utilization", p.SMUtilizationRatio)
+	wantAbsent(t, "process memory utilization", p.MemoryUtilizationRatio)
+}
+
+// A field that fails for another reason than "not supported" is absent and reported, and the rest of the GPU is
+// still read.
+func TestFieldErrorIsReportedAndDeviceKept(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 0, gonvml.ERROR_UNKNOWN }
+	dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, gonvml.ERROR_TIMEOUT }
+	dev.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{}, gonvml.ERROR_TIMEOUT }
+	s := newSource(t, newLibrary(dev))
+	for range 2 { // the second snapshot reports the failures again (self-metrics count them), logging only once
+		snap := snapshot(t, s)
+		d := deviceByUUID(t, snap, "GPU-0")
+		wantAbsent(t, "temperature", d.TemperatureCelsius)
+		wantAbsent(t, "memory total", d.MemoryTotalBytes)
+		wantValue(t, "power", d.PowerUsageWatts, 250.5)
+		if e, ok := findError(snap, 0, "temperature"); !ok || e.UUID != "GPU-0" || !isReturn(e.Err, gonvml.ERROR_UNKNOWN) {
+			t.Errorf("temperature error = %+v (found %v), errors %v", e, ok, snap.Errors)
+		}
+		if e, ok := findError(snap, 0, "memory"); !ok || !isReturn(e.Err, gonvml.ERROR_TIMEOUT) {
+			t.Errorf("memory error = %+v (found %v)", e, ok)
+		}
+		if len(snap.Errors) != 2 {
+			t.Errorf("errors = %v, want 2", snap.Errors)
+		}
+	}
+}
+
+func TestMemoryFallsBackToV1(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+		return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+	}
+	snap := snapshot(t, newSource(t, newLibrary(dev)))
+	wantNoErrors(t, snap)
+	d := deviceByUUID(t, snap, "GPU-0")
+	wantValue(t, "memory used", d.MemoryUsedBytes, 2*gib+gib/2)
+	wantValue(t, "memory total", d.MemoryTotalBytes, 80*gib)
+}
+
+// One GPU that falls off the bus is reported and left out; the other is still exported.
+func TestLostGPUIsSkippedOthersExport(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		break1   func(d *mock.Device, lib *mock.Interface, good *mock.Device)
+		wantUUID string
+	}{
+		{"lost during a field read", func(d *mock.Device, _ *mock.Interface, _ *mock.Device) {
+			d.GetPowerUsageFunc = func() (uint32, gonvml.Return) { return 0, gonvml.ERROR_GPU_IS_LOST }
+		}, "GPU-1"},
+		{"lost when listing processes", func(d *mock.Device, _ *mock.Interface, _ *mock.Device) {
+			d.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.ERROR_GPU_IS_LOST }
+		}, "GPU-1"},
+		{"handle lost", func(_ *mock.Device, lib *mock.Interface, good *mock.Device) {
+			lib.DeviceGetHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
+				if i == 1 {
+					return nil, gonvml.ERROR_GPU_IS_LOST
+				}
+				return good, gonvml.SUCCESS
+			}
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			good, bad := newDevice("GPU-0"), newDevice("GPU-1")
+			lib := &mock.Interface{}
+			tc.break1(bad, lib, good)
+			stubLibrary(lib, good, bad)
+			snap := snapshot(t, newSource(t, lib))
+			if len(snap.Devices) != 1 || snap.Devices[0].UUID != "GPU-0" {
+				t.Fatalf("devices = %+v, want only GPU-0", snap.Devices)
+			}
+			wantValue(t, "GPU-0 power", snap.Devices[0].PowerUsageWatts, 250.5)
+			if len(snap.Errors) != 1 {
+				t.Fatalf("errors = %v, want one", snap.Errors)
+			}
+			e := snap.Errors[0]
+			if e.Index != 1 || e.UUID != tc.wantUUID || e.Operation != "device" || !isReturn(e.Err, gonvml.ERROR_GPU_IS_LOST) {
+				t.Errorf("error = %+v", e)
+			}
+		})
+	}
+}
+
+func TestSnapshotFailsWithoutDeviceCount(t *testing.T) {
+	lib := newLibrary()
+	lib.DeviceGetCountFunc = func() (int, gonvml.Return) { return 0, gonvml.ERROR_UNKNOWN }
+	if _, err := newSource(t, lib).Snapshot(context.Background()); !isReturn(err, gonvml.ERROR_UNKNOWN) {
+		t.Fatalf("Snapshot = %v, want ERROR_UNKNOWN", err)
+	}
+}
+
+func TestSnapshotStopsWhenContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	first := newDevice("GPU-0")
+	// The first device's last read cancels the context: the second device must not be read.
+	first.GetMPSComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		cancel()
+		return nil, gonvml.SUCCESS
+	}
+	second := newDevice("GPU-1")
+	s := newSource(t, newLibrary(first, second))
+	if _, err := s.Snapshot(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Snapshot = %v, want context.Canceled", err)
+	}
+	if n := len(second.GetUUIDCalls()); n != 0 {
+		t.Errorf("second GPU was read (%d UUID calls) after the context ended", n)
+	}
+}
+
+// go-nvml's DGX H100 mock server: eight GPUs, v1 memory only.
+func TestSnapshotOfDGXH100(t *testing.T) {
+	srv := dgxh100.New()
+	for _, d := range srv.Devices {
+		md := &d.(*server.Device).Device
+		md.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+			return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		stubDevice(md, "unused") // the server sets GetUUID
+	}
+	stubLibrary(&srv.Interface, srv.Devices...)
+	snap := snapshot(t, newSource(t, srv))
+	wantNoErrors(t, snap)
+	if snap.DriverVersion != "550.54.15" || snap.CUDAVersion != "12.4" {
+		t.Errorf("driver %q CUDA %q", snap.DriverVersion, snap.CUDAVersion)
+	}
+	if len(snap.Devices) != 8 {
+		t.Fatalf("%d devices, want 8", len(snap.Devices))
+	}
+	uuids := map[string]bool{}
+	for i, d := range snap.Devices {
+		want := srv.Devices[i].(*server.Device)
+		if d.Index != i || d.UUID != want.UUID || !strings.HasPrefix(d.UUID, "GPU-") || d.Name != "NVIDIA H100 80GB HBM3" {
+			t.Errorf("device %d = %d %q %q", i, d.Index, d.UUID, d.Name)
+		}
+		wantValue(t, "memory total", d.MemoryTotalBytes, float64(want.MemoryInfo.Total))
+		if d.MIGMode != "disabled" {
+			t.Errorf("device %d MIG mode %q", i, d.MIGMode)
+		}
+		uuids[d.UUID] = true
+	}
+	if len(uuids) != 8 {
+		t.Errorf("UUIDs not distinct: %v", uuids)
+	}
+}
+
+func TestFormatCUDAVersion(t *testing.T) {
+	for v, want := range map[int]string{12040: "12.4", 11080: "11.8", 13000: "13.0", 12090: "12.9"} {
+		if got := formatCUDAVersion(v); got != want {
+			t.Errorf("formatCUDAVersion(%d) = %q, want %q", v, got, want)
+		}
+	}
+}
