@@ -586,8 +586,11 @@ func xmlChar(r rune) bool {
 
 // entityAt reports whether b starts with an entity or character reference that encoding/xml accepts.
 func entityAt(b []byte) bool {
+	if len(b) > 12 {
+		b = b[:12]
+	}
 	end := bytes.IndexByte(b, ';')
-	if end < 2 || end > 12 {
+	if end < 2 {
 		return false
 	}
 	name := string(b[1:end])
@@ -606,35 +609,52 @@ func entityAt(b []byte) bool {
 	return false
 }
 
+// escapeProcessNames escapes '<' in the text of every <process_name> that is closed before the next process
+// starts. It runs in linear time: nvidia-smi output is trusted no more than any other input.
 func escapeProcessNames(b []byte) []byte {
-	const open, closing = "<process_name>", "</process_name>"
-	if !bytes.Contains(b, []byte(open)) {
-		return b
-	}
-	var out []byte
-	rest := b
-	for {
-		i := bytes.Index(rest, []byte(open))
-		if i < 0 {
-			return append(out, rest...)
+	open, closing, procEnd := []byte("<process_name>"), []byte("</process_name>"), []byte("</process_info>")
+	// next returns the index of the first sep at or after from, len(b) when there is none. *cached remembers the
+	// last answer, which stays right while from does not pass it, so that no byte is searched twice.
+	next := func(sep []byte, from int, cached *int) int {
+		if *cached >= from {
+			return *cached
 		}
-		start := i + len(open)
-		out = append(out, rest[:start]...)
-		rest = rest[start:]
-		end := bytes.Index(rest, []byte(closing))
-		// Repair only a name that is closed before the next process starts; anything else is left for the decoder
-		// to reject.
-		if end < 0 || bytes.Contains(rest[:end], []byte("</process_info>")) || bytes.Contains(rest[:end], []byte(open)) {
+		if i := bytes.Index(b[from:], sep); i >= 0 {
+			*cached = from + i
+		} else {
+			*cached = len(b)
+		}
+		return *cached
+	}
+	openAt, closeAt, procEndAt := -1, -1, -1
+	var out []byte
+	copied, pos := 0, 0 // b[:copied] is in out; b[:pos] has been looked at
+	for {
+		o := next(open, pos, &openAt)
+		if o == len(b) {
+			break
+		}
+		start := o + len(open)
+		c := next(closing, start, &closeAt)
+		if c == len(b) {
+			break
+		}
+		pos = start
+		if next(open, start, &openAt) < c || next(procEnd, start, &procEndAt) < c || bytes.IndexByte(b[start:c], '<') < 0 {
 			continue
 		}
-		for _, c := range rest[:end] {
-			if c == '<' {
+		out = append(out, b[copied:start]...)
+		for _, ch := range b[start:c] {
+			if ch == '<' {
 				out = append(out, "&lt;"...)
 			} else {
-				out = append(out, c)
+				out = append(out, ch)
 			}
 		}
-		out = append(out, closing...)
-		rest = rest[end+len(closing):]
+		copied, pos = c, c
 	}
+	if copied == 0 {
+		return b
+	}
+	return append(out, b[copied:]...)
 }

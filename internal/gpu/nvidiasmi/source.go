@@ -1,0 +1,313 @@
+package nvidiasmi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultPath           = "nvidia-smi"
+	DefaultTimeout        = 10 * time.Second
+	DefaultMaxOutputBytes = 64 << 20
+	// waitDelay bounds how long a run waits for stdout and stderr to close after nvidia-smi exited or was killed:
+	// a helper that escaped the process group and holds the pipe must not hold the scrape.
+	waitDelay = 500 * time.Millisecond
+	// stderrLimit keeps enough of stderr for the error message.
+	stderrLimit = 64 << 10
+)
+
+// Config configures the nvidia-smi source.
+type Config struct {
+	// Path is the nvidia-smi program: a name looked up in $PATH, or a path. Default "nvidia-smi".
+	Path string
+	// Timeout bounds one run of nvidia-smi, which can hang for minutes on a GPU that fell off the bus.
+	// Default 10s.
+	Timeout time.Duration
+	// MaxOutputBytes bounds what is read from nvidia-smi's stdout; a run that prints more fails. Default 64 MiB
+	// (a node with 16 GPUs prints about 3 MiB).
+	MaxOutputBytes int
+	Logger         *slog.Logger
+}
+
+// Error is a failed run. Kind names the failure for self-metrics: "start", "timeout", "exit", "output" (too much
+// output) or "parse".
+type Error struct {
+	Kind string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Source runs `nvidia-smi -q -x` for each snapshot. Concurrent Snapshot calls share the run in flight, so scrapes
+// that pile up on a slow nvidia-smi start no second copy.
+type Source struct {
+	path      string
+	timeout   time.Duration
+	maxOutput int
+	log       *slog.Logger
+
+	// base is cancelled by Close and stops the run in flight.
+	base    context.Context
+	stop    context.CancelFunc
+	running sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight *call
+	closed   bool
+}
+
+// call is one run of nvidia-smi and everyone waiting for it.
+type call struct {
+	waiters int // callers that share the run, for the log and tests
+	done    chan struct{}
+	snap    *gpu.Snapshot
+	err     error
+}
+
+// New checks that nvidia-smi can be found and returns the source. The error wraps exec.ErrNotFound (or the file
+// system error for an explicit path), so that --gpu.source=auto can tell "not installed" from other failures.
+func New(cfg Config) (*Source, error) {
+	if cfg.Path == "" {
+		cfg.Path = DefaultPath
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxOutputBytes <= 0 {
+		cfg.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	path, err := exec.LookPath(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("nvidia-smi source: %q not found (install the NVIDIA driver utilities, or mount "+
+			"nvidia-smi into the container and set --nvidia-smi.path): %w", cfg.Path, err)
+	}
+	base, stop := context.WithCancel(context.Background())
+	return &Source{
+		path:      path,
+		timeout:   cfg.Timeout,
+		maxOutput: cfg.MaxOutputBytes,
+		log:       cfg.Logger,
+		base:      base,
+		stop:      stop,
+	}, nil
+}
+
+// Name implements gpu.Source.
+func (s *Source) Name() string { return "nvidia-smi" }
+
+// Path is the nvidia-smi program the source runs.
+func (s *Source) Path() string { return s.path }
+
+// Snapshot implements gpu.Source. It joins the run in flight or starts one; ctx bounds only this caller's wait,
+// so that one impatient scrape does not kill the run that others wait for. Each caller gets its own copy of the
+// result and may change it.
+func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errors.New("nvidia-smi source is closed")
+	}
+	c := s.inflight
+	if c == nil {
+		c = &call{done: make(chan struct{})}
+		s.inflight = c
+		s.running.Add(1)
+		go s.do(c)
+	}
+	c.waiters++
+	s.mu.Unlock()
+
+	select {
+	case <-c.done:
+		if c.err != nil {
+			return nil, c.err
+		}
+		return clone(c.snap), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for nvidia-smi: %w", ctx.Err())
+	}
+}
+
+// Close stops a run in flight, waits for it to be reaped, and makes later Snapshot calls fail.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.stop()
+	s.running.Wait()
+	return nil
+}
+
+func (s *Source) do(c *call) {
+	defer s.running.Done()
+	c.snap, c.err = s.run()
+	s.mu.Lock()
+	s.inflight = nil
+	if c.waiters > 1 {
+		s.log.Debug("nvidia-smi run shared by concurrent callers", "callers", c.waiters)
+	}
+	s.mu.Unlock()
+	close(c.done)
+}
+
+// run executes nvidia-smi once. nvidia-smi runs in a process group of its own, and on timeout the whole group is
+// killed, so that helpers it forked die with it; WaitDelay then bounds the wait for pipes that something outside
+// the group still holds.
+func (s *Source) run() (*gpu.Snapshot, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(s.base, s.timeout)
+	defer cancel()
+
+	stdout := &limitedBuffer{limit: s.maxOutput, onOverflow: cancel}
+	stderr := &limitedBuffer{limit: stderrLimit}
+	cmd := exec.CommandContext(ctx, s.path, "-q", "-x")
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// The group id is the child's PID (Setpgid with Pgid 0). Until Wait reaps the child the PID cannot be
+		// reused, so this cannot hit another group.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+
+	if err := cmd.Start(); err != nil {
+		return nil, &Error{Kind: "start", Err: fmt.Errorf("starting nvidia-smi: %w", err)}
+	}
+	pid := cmd.Process.Pid
+	waitErr := cmd.Wait()
+	elapsed := time.Since(start)
+
+	if errors.Is(waitErr, exec.ErrWaitDelay) {
+		// nvidia-smi exited, but a process it left behind kept stdout open. If that process is still in the group,
+		// the group still exists (so its id is still ours): kill it rather than leak it once per scrape.
+		if err := syscall.Kill(-pid, syscall.SIGKILL); err == nil {
+			s.log.Warn("killed processes that nvidia-smi left holding its output", "pgid", pid)
+		}
+	}
+
+	if stdout.overflow {
+		return nil, &Error{Kind: "output", Err: fmt.Errorf("nvidia-smi printed more than %d bytes", s.maxOutput)}
+	}
+	// A run that ended well is used even if the deadline passed in the meantime; ErrWaitDelay alone means only
+	// that a leftover process held the pipes after nvidia-smi exited successfully.
+	if waitErr != nil && !errors.Is(waitErr, exec.ErrWaitDelay) {
+		return nil, s.runError(ctx, waitErr, stdout, stderr)
+	}
+	snap, err := Parse(bytes.NewReader(stdout.Bytes()))
+	if err != nil {
+		return nil, &Error{Kind: "parse", Err: fmt.Errorf("parsing nvidia-smi output: %w", err)}
+	}
+	snap.Time = start
+	if msg := firstLine(stderr.Bytes()); msg != "" {
+		// A GPU nvidia-smi cannot open is left out of the XML (Parse reports the count mismatch) and named only on
+		// stderr; say what it said.
+		s.log.Warn("nvidia-smi wrote to stderr", "stderr", msg)
+	}
+	s.log.Debug("ran nvidia-smi", "duration", elapsed, "bytes", len(stdout.Bytes()), "devices", len(snap.Devices))
+	return snap, nil
+}
+
+// runError says why a run failed.
+func (s *Source) runError(ctx context.Context, waitErr error, stdout, stderr *limitedBuffer) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &Error{Kind: "timeout", Err: fmt.Errorf("nvidia-smi timed out after %s", s.timeout)}
+	case s.base.Err() != nil:
+		return &Error{Kind: "timeout", Err: errors.New("nvidia-smi stopped: source closed")}
+	}
+	var exitErr *exec.ExitError
+	if !errors.As(waitErr, &exitErr) {
+		return &Error{Kind: "exit", Err: fmt.Errorf("running nvidia-smi: %w", waitErr)}
+	}
+	msg := firstLine(stderr.Bytes())
+	if msg == "" {
+		// nvidia-smi prints many of its errors ("NVIDIA-SMI has failed because it couldn't communicate with the
+		// NVIDIA driver…") on stdout.
+		msg = firstLine(stdout.Bytes())
+	}
+	if msg == "" {
+		msg = "no output"
+	}
+	if exitErr.Exited() {
+		return &Error{Kind: "exit", Err: fmt.Errorf("nvidia-smi exited with status %d: %s", exitErr.ExitCode(), msg)}
+	}
+	return &Error{Kind: "exit", Err: fmt.Errorf("nvidia-smi ended by %s: %s", exitErr, msg)}
+}
+
+// limitedBuffer keeps up to limit bytes. Past the limit it discards, records the overflow and calls onOverflow
+// (which kills the run: there is no point reading garbage to the timeout).
+type limitedBuffer struct {
+	mu         sync.Mutex
+	buf        bytes.Buffer
+	limit      int
+	overflow   bool
+	onOverflow func()
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.limit - b.buf.Len(); len(p) > room {
+		if room > 0 {
+			b.buf.Write(p[:room])
+		}
+		if !b.overflow && b.onOverflow != nil {
+			b.overflow = true
+			b.onOverflow()
+		}
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *limitedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Bytes()
+}
+
+// firstLine returns the first non-blank line, shortened for an error message.
+func firstLine(b []byte) string {
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			if len(line) > 200 {
+				line = line[:200] + "…"
+			}
+			return strings.ToValidUTF8(line, "\uFFFD")
+		}
+	}
+	return ""
+}
+
+// clone deep-copies a snapshot so that callers sharing one run cannot see each other's changes (attribution fills
+// in Process fields).
+func clone(s *gpu.Snapshot) *gpu.Snapshot {
+	out := *s
+	out.Errors = append([]gpu.DeviceError(nil), s.Errors...)
+	out.Devices = make([]gpu.Device, len(s.Devices))
+	for i, d := range s.Devices {
+		d.Clocks = append([]gpu.Clock(nil), d.Clocks...)
+		d.ECCErrors = append([]gpu.ECCCount(nil), d.ECCErrors...)
+		d.XIDErrors = append([]gpu.XIDCount(nil), d.XIDErrors...)
+		d.MIG = append([]gpu.MIGInstance(nil), d.MIG...)
+		d.Processes = append([]gpu.Process(nil), d.Processes...)
+		out.Devices[i] = d
+	}
+	return &out
+}

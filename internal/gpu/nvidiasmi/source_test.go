@@ -1,0 +1,404 @@
+package nvidiasmi
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeSMI is the fake nvidia-smi that TestMain builds from ./internal/fakesmi; empty when the build failed.
+var fakeSMI string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	// Fuzzing and the parser tests do not need the fake; build it only when a Source test can run.
+	if run := flag.Lookup("test.run").Value.String(); run == "" || strings.Contains(run, "Source") || strings.Contains(run, "New") {
+		dir, err := os.MkdirTemp("", "fakesmi")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "nvidia-smi")
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		}
+		out, err := exec.Command(goTool, "build", "-o", bin, "./internal/fakesmi").CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "building the fake nvidia-smi: %v\n%s", err, out)
+			return 1
+		}
+		fakeSMI = bin
+	}
+	return m.Run()
+}
+
+// fake configures the fake nvidia-smi through its environment and returns the files it records runs and PIDs in.
+func fake(t *testing.T, mode string, env ...string) (runlog, pidfile string) {
+	t.Helper()
+	if fakeSMI == "" {
+		t.Fatal("the fake nvidia-smi was not built")
+	}
+	dir := t.TempDir()
+	runlog, pidfile = filepath.Join(dir, "runs"), filepath.Join(dir, "pids")
+	t.Setenv("FAKESMI_MODE", mode)
+	t.Setenv("FAKESMI_RUNLOG", runlog)
+	t.Setenv("FAKESMI_PIDFILE", pidfile)
+	for _, key := range []string{"FAKESMI_FILE", "FAKESMI_EXIT", "FAKESMI_STDERR", "FAKESMI_SLEEP", "FAKESMI_WAITFILE"} {
+		t.Setenv(key, "")
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	return runlog, pidfile
+}
+
+func newSource(t *testing.T, cfg Config) *Source {
+	t.Helper()
+	cfg.Path = fakeSMI
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))
+}
+
+// waitGone fails the test unless every PID the fake recorded has exited. A zombie counts as gone: it holds nothing,
+// and reaping an orphan is init's job.
+func waitGone(t *testing.T, pidfile string) {
+	t.Helper()
+	pids := lines(t, pidfile)
+	if len(pids) == 0 {
+		t.Fatal("the fake recorded no PIDs")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for {
+			stat, err := os.ReadFile("/proc/" + pid + "/stat")
+			if err != nil {
+				break
+			}
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i:]), ") Z") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("process %s still runs: %s", pid, stat)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func TestNewNotFound(t *testing.T) {
+	_, err := New(Config{Path: "no-such-nvidia-smi-for-tests"})
+	if !errors.Is(err, exec.ErrNotFound) {
+		t.Errorf("New with a name not in $PATH: %v, want exec.ErrNotFound", err)
+	}
+	_, err = New(Config{Path: filepath.Join(t.TempDir(), "nvidia-smi")})
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("New with a missing path: %v, want fs.ErrNotExist", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "--nvidia-smi.path") {
+		t.Errorf("error %q should say how to fix it", err)
+	}
+}
+
+func TestSourceFile(t *testing.T) {
+	fixture, err := filepath.Abs("testdata/telegraf__a100-sxm4-v12.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runlog, _ := fake(t, "file", "FAKESMI_FILE="+fixture)
+	s := newSource(t, Config{Timeout: 10 * time.Second})
+	if s.Name() != "nvidia-smi" {
+		t.Errorf("Name() = %q", s.Name())
+	}
+	before := time.Now()
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Time.Before(before) || snap.Time.After(time.Now()) {
+		t.Errorf("snapshot time %v not within the call", snap.Time)
+	}
+	want, err := os.ReadFile("testdata/telegraf__a100-sxm4-v12.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := render(snap); got != string(want) {
+		t.Errorf("snapshot through the fake differs from the golden file:\n%s", diff(string(want), got))
+	}
+	if n := len(lines(t, runlog)); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+func TestSourceFailures(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name, mode string
+		env        []string
+		maxOutput  int
+		kind       string
+		want       string
+	}{
+		{name: "exit", mode: "exit", env: []string{"FAKESMI_EXIT=9",
+			"FAKESMI_STDERR=Failed to initialize NVML: Driver/library version mismatch\nsecond line"},
+			kind: "exit", want: "nvidia-smi exited with status 9: Failed to initialize NVML: Driver/library version mismatch"},
+		{name: "garbage", mode: "garbage", kind: "parse", want: "parsing nvidia-smi output: "},
+		{name: "stall", mode: "stall", env: []string{"FAKESMI_SLEEP=1h"}, kind: "timeout",
+			want: "nvidia-smi timed out after 500ms"},
+		{name: "child holds stdout and parent hangs", mode: "hang-child", kind: "timeout",
+			want: "nvidia-smi timed out after 500ms"},
+		{name: "endless output", mode: "flood", maxOutput: 1 << 20, kind: "output",
+			want: "nvidia-smi printed more than 1048576 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pidfile := fake(t, tc.mode, tc.env...)
+			s := newSource(t, Config{Timeout: timeout, MaxOutputBytes: tc.maxOutput})
+			start := time.Now()
+			snap, err := s.Snapshot(context.Background())
+			elapsed := time.Since(start)
+			if err == nil {
+				t.Fatalf("Snapshot returned %d devices, want an error", len(snap.Devices))
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error %q, want it to start with %q", err, tc.want)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != tc.kind {
+				t.Errorf("error %#v, want an *Error of kind %q", err, tc.kind)
+			}
+			// Slack for a loaded CI machine; what matters is that nothing waits for the fake's hour-long sleep.
+			if limit := timeout + waitDelay + 3*time.Second; elapsed > limit {
+				t.Errorf("Snapshot took %v, want under %v", elapsed, limit)
+			}
+			waitGone(t, pidfile)
+		})
+	}
+}
+
+// TestSourceOrphanHoldsStdout: nvidia-smi exits after printing, but something it started keeps stdout open. The
+// output is complete and is used; the straggler is killed and the call returns after WaitDelay, not when it ends.
+func TestSourceOrphanHoldsStdout(t *testing.T) {
+	fixture, err := filepath.Abs("testdata/telegraf__tesla-t4.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pidfile := fake(t, "orphan", "FAKESMI_FILE="+fixture)
+	s := newSource(t, Config{Timeout: 20 * time.Second})
+	start := time.Now()
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed > waitDelay+5*time.Second {
+		t.Errorf("Snapshot took %v", elapsed)
+	}
+	if len(snap.Devices) != 1 || snap.Devices[0].UUID != "GPU-d37e67a5-91dd-3774-a5cb-99096249601a" {
+		t.Errorf("unexpected snapshot:\n%s", render(snap))
+	}
+	if n := len(lines(t, pidfile)); n != 2 {
+		t.Fatalf("fake recorded %d PIDs, want itself and its child", n)
+	}
+	waitGone(t, pidfile)
+}
+
+// waitForRun blocks until the fake has started n runs and the run in flight has the given number of callers.
+func waitForRun(t *testing.T, s *Source, runlog string, runs, callers int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.mu.Lock()
+		n := 0
+		if s.inflight != nil {
+			n = s.inflight.waiters
+		}
+		s.mu.Unlock()
+		if n == callers && len(lines(t, runlog)) == runs {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %d runs with %d callers: have %d runs, %d callers", runs, callers, len(lines(t, runlog)), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestSourceConcurrentCallsShareOneRun(t *testing.T) {
+	fixture, err := filepath.Abs("testdata/e7d-nvidiasmi__nvidia-smi.sample.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := filepath.Join(t.TempDir(), "release")
+	runlog, _ := fake(t, "stall", "FAKESMI_FILE="+fixture, "FAKESMI_WAITFILE="+release)
+	s := newSource(t, Config{Timeout: 30 * time.Second})
+
+	const callers = 8
+	type result struct {
+		names []string
+		err   error
+	}
+	results := make(chan result, callers)
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			snap, err := s.Snapshot(context.Background())
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			var names []string
+			for j := range snap.Devices[0].Processes {
+				names = append(names, snap.Devices[0].Processes[j].Name)
+				// Each caller owns its copy: this must not show up in another caller's snapshot.
+				snap.Devices[0].Processes[j].Name = "changed by a caller"
+			}
+			results <- result{names: names}
+		}()
+	}
+	waitForRun(t, s, runlog, 1, callers)
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.err != nil {
+			t.Errorf("Snapshot: %v", r.err)
+			continue
+		}
+		if len(r.names) != 6 {
+			t.Errorf("%d processes, want 6", len(r.names))
+		}
+		for _, n := range r.names {
+			if n != "" {
+				t.Errorf("process name %q, want the fixture's empty name: callers share one snapshot", n)
+			}
+		}
+	}
+	if n := len(lines(t, runlog)); n != 1 {
+		t.Errorf("%d callers started %d runs, want 1", callers, n)
+	}
+
+	// The run is over: the next call starts a new one.
+	if _, err := s.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(lines(t, runlog)); n != 2 {
+		t.Errorf("%d runs after a later call, want 2", n)
+	}
+}
+
+// TestSourceCallerGivesUp: a caller whose context ends returns at once; the run goes on for the others.
+func TestSourceCallerGivesUp(t *testing.T) {
+	fixture, err := filepath.Abs("testdata/telegraf__tesla-t4.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := filepath.Join(t.TempDir(), "release")
+	runlog, pidfile := fake(t, "stall", "FAKESMI_FILE="+fixture, "FAKESMI_WAITFILE="+release)
+	s := newSource(t, Config{Timeout: 30 * time.Second})
+
+	patient := make(chan error, 1)
+	go func() {
+		_, err := s.Snapshot(context.Background())
+		patient <- err
+	}()
+	waitForRun(t, s, runlog, 1, 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = s.Snapshot(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "waiting for nvidia-smi: ") {
+		t.Errorf("impatient caller: %v", err)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-patient; err != nil {
+		t.Errorf("patient caller: %v", err)
+	}
+	if n := len(lines(t, runlog)); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+	waitGone(t, pidfile)
+}
+
+func TestSourceCloseStopsRun(t *testing.T) {
+	runlog, pidfile := fake(t, "hang-child")
+	s := newSource(t, Config{Timeout: time.Minute})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Snapshot(context.Background())
+		errc <- err
+	}()
+	waitForRun(t, s, runlog, 1, 1)
+	// The fake records its child after starting it; wait for both so that both are checked below.
+	for deadline := time.Now().Add(10 * time.Second); len(lines(t, pidfile)) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fake did not start its child")
+		}
+	}
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed > waitDelay+3*time.Second {
+		t.Errorf("Close took %v", elapsed)
+	}
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "source closed") {
+		t.Errorf("Snapshot during Close: %v", err)
+	}
+	waitGone(t, pidfile)
+	if _, err := s.Snapshot(context.Background()); err == nil {
+		t.Error("Snapshot after Close succeeded")
+	}
+}
+
+func TestLimitedBuffer(t *testing.T) {
+	calls := 0
+	b := &limitedBuffer{limit: 4, onOverflow: func() { calls++ }}
+	for _, s := range []string{"ab", "cde", "fgh"} {
+		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if got := string(b.Bytes()); got != "abcd" || !b.overflow || calls != 1 {
+		t.Errorf("buffer %q overflow %t calls %d", got, b.overflow, calls)
+	}
+	if got := firstLine([]byte("\n  \nfirst\nsecond")); got != "first" {
+		t.Errorf("firstLine = %q", got)
+	}
+}
