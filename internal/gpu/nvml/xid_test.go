@@ -1,0 +1,190 @@
+package nvml
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// eventSet is a mock event set fed by the test: Wait returns the next queued reply, or ERROR_TIMEOUT when none
+// comes within its timeout, like NVML's nvmlEventSetWait.
+type eventSet struct {
+	*mock.EventSet
+	replies chan waitReply
+	freed   chan struct{}
+}
+
+type waitReply struct {
+	data gonvml.EventData
+	ret  gonvml.Return
+}
+
+// newEventSet must be called inside the synctest bubble so that its channels and timers belong to it.
+func newEventSet() *eventSet {
+	es := &eventSet{replies: make(chan waitReply), freed: make(chan struct{})}
+	es.EventSet = &mock.EventSet{
+		WaitFunc: func(timeoutMs uint32) (gonvml.EventData, gonvml.Return) {
+			select {
+			case r := <-es.replies:
+				return r.data, r.ret
+			case <-time.After(time.Duration(timeoutMs) * time.Millisecond):
+				return gonvml.EventData{}, gonvml.ERROR_TIMEOUT
+			}
+		},
+		FreeFunc: func() gonvml.Return {
+			close(es.freed)
+			return gonvml.SUCCESS
+		},
+	}
+	return es
+}
+
+func xid(dev gonvml.Device, code uint64) waitReply {
+	return waitReply{data: gonvml.EventData{Device: dev, EventType: gonvml.EventTypeXidCriticalError, EventData: code}}
+}
+
+func TestXIDErrorsCountedAndWatcherStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev0, dev1 := newDevice("GPU-0"), newDevice("GPU-1")
+		// GPU-2 does not support XID events and must not be registered.
+		dev2 := newDevice("GPU-2")
+		dev2.GetSupportedEventTypesFunc = func() (uint64, gonvml.Return) { return 0, gonvml.SUCCESS }
+		es := newEventSet()
+		lib := newLibrary(dev0, dev1, dev2)
+		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) { return es, gonvml.SUCCESS }
+		s, err := New(Config{Library: lib, Now: time.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []*mock.Device{dev0, dev1} {
+			calls := d.RegisterEventsCalls()
+			if len(calls) != 1 || calls[0].V != gonvml.EventTypeXidCriticalError || calls[0].EventSet != es {
+				t.Errorf("RegisterEvents calls = %+v", calls)
+			}
+		}
+		if n := len(dev2.RegisterEventsCalls()); n != 0 {
+			t.Errorf("GPU-2 registered %d times although it does not support XID events", n)
+		}
+
+		time.Sleep(3 * time.Second) // fake time: several waits time out, which must not count anything
+		for _, r := range []waitReply{
+			xid(dev0, 79), xid(dev0, 13), xid(dev0, 79), xid(dev1, 48),
+			// Not an XID event, and an event without a device: both ignored.
+			{data: gonvml.EventData{Device: dev1, EventType: gonvml.EventTypeSingleBitEccError, EventData: 1}},
+			{data: gonvml.EventData{EventType: gonvml.EventTypeXidCriticalError, EventData: 31}},
+		} {
+			es.replies <- r
+		}
+		synctest.Wait() // the watcher has recorded the last event and waits again
+
+		snap, err := s.Snapshot(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantXIDs(t, deviceByUUID(t, snap, "GPU-0").XIDErrors, []gpu.XIDCount{{XID: 13, Count: 1}, {XID: 79, Count: 2}})
+		wantXIDs(t, deviceByUUID(t, snap, "GPU-1").XIDErrors, []gpu.XIDCount{{XID: 48, Count: 1}})
+		wantXIDs(t, deviceByUUID(t, snap, "GPU-2").XIDErrors, nil)
+
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-es.freed:
+		default:
+			t.Error("event set not freed by Close")
+		}
+		if n := len(lib.ShutdownCalls()); n != 1 {
+			t.Errorf("Shutdown called %d times, want 1", n)
+		}
+		// The goroutine has ended: no more waits happen, however long we wait.
+		waits := len(es.WaitCalls())
+		time.Sleep(time.Minute)
+		if n := len(es.WaitCalls()); n != waits {
+			t.Errorf("%d waits after Close", n-waits)
+		}
+		if err := s.Close(); err != nil || len(lib.ShutdownCalls()) != 1 {
+			t.Errorf("second Close = %v, Shutdown calls %d", err, len(lib.ShutdownCalls()))
+		}
+		// synctest.Test itself fails if any goroutine of the bubble is still running here.
+	})
+}
+
+// A failing wait pauses before the next one instead of spinning, and Close ends the pause at once.
+func TestXIDWaitFailureBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		es := newEventSet()
+		lib := newLibrary(newDevice("GPU-0"))
+		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) { return es, gonvml.SUCCESS }
+		s, err := New(Config{Library: lib, EventErrorBackoff: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es.replies <- waitReply{ret: gonvml.ERROR_UNKNOWN}
+		synctest.Wait()
+		waits := len(es.WaitCalls())
+		time.Sleep(9 * time.Second)
+		if n := len(es.WaitCalls()); n != waits {
+			t.Errorf("waited again %d times within the backoff", n-waits)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n := len(es.WaitCalls()); n == waits {
+			t.Error("no wait after the backoff")
+		}
+		es.replies <- waitReply{ret: gonvml.ERROR_UNKNOWN} // back in backoff
+		synctest.Wait()
+		closeStart := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(closeStart); d != 0 {
+			t.Errorf("Close took %v of (fake) time, want immediate during backoff", d)
+		}
+	})
+}
+
+// Without XID support on any GPU, no goroutine runs and the event set is freed at once.
+func TestXIDUnsupportedRunsNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		es := newEventSet()
+		dev := newDevice("GPU-0")
+		dev.GetSupportedEventTypesFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+		lib := newLibrary(dev)
+		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) { return es, gonvml.SUCCESS }
+		s, err := New(Config{Library: lib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-es.freed:
+		default:
+			t.Error("unused event set not freed")
+		}
+		synctest.Wait()
+		if n := len(es.WaitCalls()); n != 0 {
+			t.Errorf("%d waits on an event set with no GPU registered", n)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func wantXIDs(t *testing.T, got, want []gpu.XIDCount) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("XIDs = %v, want %v", got, want)
+		return
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("XIDs = %v, want %v", got, want)
+			return
+		}
+	}
+}
