@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/docker"
 )
 
 // attributionFlags configure how GPU processes are attributed to their owners.
@@ -21,16 +26,72 @@ type attributionFlags struct {
 func (f *attributionFlags) register(app *kingpin.Application) {
 	app.Flag("path.procfs", "The host's proc filesystem; /host/proc when running in a container without hostPID.").
 		Default("/proc").StringVar(&f.procfs)
-	app.Flag("runtime.endpoint", "CRI socket (repeatable); by default the usual containerd, CRI-O and cri-dockerd sockets are probed.").
-		StringsVar(&f.runtimeEndpoints)
-	app.Flag("docker.host", "Docker API socket, for containers outside Kubernetes.").
-		Default("unix:///var/run/docker.sock").StringVar(&f.dockerHost)
-	app.Flag("podman.host", "Podman API socket, for containers outside Kubernetes.").
-		Default("unix:///run/podman/podman.sock").StringVar(&f.podmanHost)
-	app.Flag("kubernetes.pod-labels", "Comma-separated pod labels to add as label_<key> to process and workload series.").
-		PlaceHolder("KEY,...").StringsVar(&f.podLabels)
+	app.Flag("runtime.endpoint", "CRI socket, e.g. unix:///run/containerd/containerd.sock (repeatable). Default: those of "+
+		"containerd's, CRI-O's and cri-dockerd's usual sockets that exist.").StringsVar(&f.runtimeEndpoints)
+	app.Flag("docker.host", "Docker API socket, for containers outside Kubernetes. Default: "+docker.DefaultDockerHost+
+		" when it exists.").PlaceHolder("URL").StringVar(&f.dockerHost)
+	app.Flag("podman.host", "Podman API socket, for containers outside Kubernetes. Default: "+docker.DefaultPodmanHost+
+		" when it exists.").PlaceHolder("URL").StringVar(&f.podmanHost)
+	app.Flag("kubernetes.pod-labels", "Pod labels to add as label_<key> to process and workload series "+
+		"(comma-separated, repeatable). None by default.").PlaceHolder("KEY,...").StringsVar(&f.podLabels)
 }
 
-func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger) (*attribution.Attributor, error) {
-	return attribution.New(attribution.Config{ProcFS: f.procfs, Logger: logger}), nil
+// open builds the attributor with a resolver for each runtime found. A runtime that is absent is not an error:
+// its containers keep the labels their cgroup paths give.
+// The demo node's owners are preset, so it asks no runtime.
+func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, demo bool) (*attribution.Attributor, error) {
+	cfg := attribution.Config{ProcFS: f.procfs, PodLabels: splitList(f.podLabels), Logger: logger}
+	if demo {
+		return attribution.New(cfg), nil
+	}
+	var resolvers []attribution.Resolver
+	c, err := cri.New(ctx, f.runtimeEndpoints, logger)
+	switch {
+	case err == nil:
+		resolvers = append(resolvers, c)
+	case errors.Is(err, cri.ErrNoEndpoint):
+		logger.Info("no CRI socket found: Kubernetes pods get pod_uid and container_id but no names", "err", err)
+	default:
+		return nil, err
+	}
+	for _, rt := range []struct {
+		host, fallback string
+		open           func(string) (*docker.Resolver, error)
+	}{
+		{f.dockerHost, docker.DefaultDockerHost, docker.New},
+		{f.podmanHost, docker.DefaultPodmanHost, docker.NewPodman},
+	} {
+		host := rt.host
+		if host == "" {
+			if !socketExists(rt.fallback) {
+				continue
+			}
+			host = rt.fallback
+		}
+		r, err := rt.open(host)
+		if err != nil {
+			return nil, err
+		}
+		resolvers = append(resolvers, r)
+	}
+	cfg.Resolvers = resolvers
+	return attribution.New(cfg), nil
+}
+
+func socketExists(host string) bool {
+	fi, err := os.Stat(strings.TrimPrefix(host, "unix://"))
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+// splitList accepts both --flag=a,b and --flag=a --flag=b.
+func splitList(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }

@@ -72,19 +72,20 @@ func run(args []string) int {
 		return 1
 	}
 	defer source.Close()
-	attributor, err := af.open(ctx, logger)
+	attributor, err := af.open(ctx, logger, sf.demo)
 	if err != nil {
 		logger.Error("cannot attribute GPU processes", "err", err)
 		return 1
 	}
+	defer attributor.Close()
 	scraper := scrape.New(source, attributor, *timeout, logger)
 
 	switch command {
 	case psCmd.FullCommand():
 		return runPS(ctx, scraper, *output)
 	default:
-		opts := collector.Options{Processes: *processes, PodLabels: af.podLabels}
-		return runServer(ctx, logger, collector.New(scraper, opts), *metricsPath, webConfig)
+		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
+		return runServer(ctx, logger, collector.New(scraper, opts, attributor), *metricsPath, webConfig)
 	}
 }
 

@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvml"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
 )
 
@@ -41,6 +44,29 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 	switch f.source {
 	case "simulated":
 		return nil, errors.New("--gpu.source=simulated needs --gpu.simulated-config=FILE (or use --demo)")
+	case "nvml":
+		return f.openNVML(logger)
+	case "nvidia-smi":
+		return f.openNvidiaSMI(logger)
 	}
-	return nil, fmt.Errorf("--gpu.source=%s is not available in this build yet", f.source)
+	// auto: NVML when the library loads; nvidia-smi only when it does not, since any other NVML failure (no
+	// permission on /dev/nvidia*, a driver mismatch) would fail nvidia-smi too and must be seen as it is.
+	src, err := f.openNVML(logger)
+	if !errors.Is(err, nvml.ErrLibraryNotFound) {
+		return src, err
+	}
+	smi, smiErr := f.openNvidiaSMI(logger)
+	if smiErr != nil {
+		return nil, fmt.Errorf("no GPU source: %v; and %v", err, smiErr)
+	}
+	logger.Info("NVML not available, reading GPUs with nvidia-smi", "reason", err)
+	return smi, nil
+}
+
+func (f *sourceFlags) openNVML(logger *slog.Logger) (gpu.Source, error) {
+	return nvml.New(nvml.Config{Library: gonvml.New(), Logger: logger})
+}
+
+func (f *sourceFlags) openNvidiaSMI(logger *slog.Logger) (gpu.Source, error) {
+	return nvidiasmi.New(nvidiasmi.Config{Path: f.smiPath, Timeout: f.smiTimeout, Logger: logger})
 }
