@@ -477,3 +477,49 @@ func TestDefaultEndpointsAreUnixSockets(t *testing.T) {
 		}
 	}
 }
+
+func TestResolveAfterRuntimeRestart(t *testing.T) {
+	// The runtime stops and comes back on the same socket: the lazily connected client must reconnect by itself
+	// and names come back within a few reconnect delays. (That the delay is capped at reconnectMaxDelay after a
+	// long outage would take minutes to show; it is gRPC's documented ConnectParams behaviour.)
+	path := filepath.Join(socketDir(t), "cri.sock")
+	start := func() *grpc.Server {
+		lis, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		runtimeapi.RegisterRuntimeServiceServer(srv, fixtureRuntime())
+		go srv.Serve(lis)
+		return srv
+	}
+	srv := start()
+	r := newTestResolver(t, "unix://"+path)
+	if _, err := r.Resolve(context.Background(), trainerID); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Stop() // also removes the socket, as containerd's shutdown does
+	if _, err := r.Resolve(context.Background(), trainerID); err == nil || errors.Is(err, attribution.ErrNotFound) {
+		t.Fatalf("Resolve with the runtime stopped: error = %v, want a runtime error", err)
+	}
+
+	srv = start()
+	defer srv.Stop()
+	deadline := time.Now().Add(3 * reconnectMaxDelay)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got, err := r.Resolve(context.Background(), trainerID)
+		if err == nil {
+			if got.Name != "trainer" {
+				t.Errorf("Resolve after restart = %+v", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Resolve still failing %v after the runtime came back: %v", 3*reconnectMaxDelay, err)
+		}
+		<-tick.C
+	}
+}

@@ -39,6 +39,7 @@ const (
 	labelPodNamespace  = "io.kubernetes.pod.namespace"
 	labelPodUID        = "io.kubernetes.pod.uid"
 	labelContainerName = "io.kubernetes.container.name"
+	labelDockerType    = "io.kubernetes.docker.type" // "podsandbox" or "container", set by cri-dockerd
 )
 
 // Resolver names containers through one Docker or Podman daemon. It is safe for concurrent use.
@@ -177,12 +178,17 @@ type podInspect struct {
 func (ctr *inspect) container() attribution.Container {
 	l := ctr.Config.Labels
 	if l[labelPodUID] != "" || l[labelPodName] != "" {
-		return attribution.Container{
+		c := attribution.Container{
 			Namespace: l[labelPodNamespace],
 			Pod:       l[labelPodName],
 			PodUID:    l[labelPodUID],
-			Name:      l[labelContainerName], // empty for the pod's sandbox (pause) container
+			Name:      l[labelContainerName],
 		}
+		if l[labelDockerType] == "podsandbox" {
+			// cri-dockerd names the pause container "POD"; the CRI gives a sandbox no container name.
+			c.Name = ""
+		}
+		return c
 	}
 	return attribution.Container{Name: strings.TrimPrefix(ctr.Name, "/")}
 }

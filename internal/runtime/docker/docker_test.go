@@ -21,6 +21,7 @@ const (
 	plainID     = "7c5e1b2a9f3d4e6081726354a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e"
 	composeID   = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
 	criDockerID = "5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
+	criSandbox  = "8f7e6d5c4b3a29180f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978"
 	podmanID    = "b7c8d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c"
 	podmanPodID = "e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7"
 	unknownID   = "0000000000000000000000000000000000000000000000000000000000000000"
@@ -103,6 +104,7 @@ func dockerDaemon(t *testing.T) *fakeDaemon {
 		"/containers/" + plainID + "/json":     "docker-plain.json",
 		"/containers/" + composeID + "/json":   "docker-compose.json",
 		"/containers/" + criDockerID + "/json": "docker-cri-dockerd.json",
+		"/containers/" + criSandbox + "/json":  "docker-cri-dockerd-sandbox.json",
 	}}
 }
 
@@ -149,6 +151,10 @@ func TestDockerResolve(t *testing.T) {
 		{"compose container", composeID, attribution.Container{Name: "inference-triton-1"}},
 		{"cri-dockerd container", criDockerID, attribution.Container{
 			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", Name: "llm",
+		}},
+		// The pause container is the pod, with no container name, as the CRI reports a sandbox.
+		{"cri-dockerd sandbox", criSandbox, attribution.Container{
+			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
