@@ -1,5 +1,21 @@
 // Package nvml is the GPU source that reads devices, MIG instances, processes and XID errors through NVIDIA's NVML
 // library (libnvidia-ml.so.1) with github.com/NVIDIA/go-nvml.
+//
+// Choices where NVML leaves room:
+//   - A value the GPU does not have (NOT_SUPPORTED, FUNCTION_NOT_FOUND on older drivers, NO_DATA, PSTATE_UNKNOWN,
+//     NVML_VALUE_NOT_AVAILABLE) is an invalid gpu.Value and not an error. Any other failure of one field is an
+//     invalid Value plus a gpu.DeviceError named after the field ("memory", "temperature", "processes", ...).
+//   - ERROR_GPU_IS_LOST from any call, or a GPU whose handle or UUID cannot be read, drops that GPU from the
+//     snapshot with one DeviceError of operation "device"; the other GPUs are still read.
+//   - ECC counts are the aggregate (lifetime) counters, not the volatile ones that reset with the driver.
+//   - Per-process utilization: NVML returns one sample per process that had non-zero utilization since the
+//     last-seen timestamp, and NOT_FOUND when there is none. So a listed process without a sample gets a known 0,
+//     and NOT_FOUND is a known 0 for every process; the newest sample of a PID wins. The values are absent only
+//     when the call fails or is not supported (always on MIG-enabled GPUs). Only the last-seen timestamp per GPU
+//     is kept, nothing per PID.
+//   - In MIG mode processes are listed per MIG device handle and carry that instance's GPU and compute instance
+//     IDs; on GPUs not in MIG mode the instance IDs NVML reports (0xFFFFFFFF) are ignored.
+//   - PIDs are NVML's, which are host PIDs when the exporter runs in the host PID namespace.
 package nvml
 
 import (

@@ -89,7 +89,9 @@ func TestSnapshotReadsEveryField(t *testing.T) {
 	wantValue(t, "energy", d.EnergyJoules, 123456.789)
 	wantValue(t, "fan", d.FanSpeedRatio, 0.3)
 	wantValue(t, "pstate", d.PerformanceState, 0)
-	wantClocks := []gpu.Clock{{"graphics", 1980e6}, {"sm", 1980e6}, {"memory", 2619e6}, {"video", 1545e6}}
+	wantClocks := []gpu.Clock{
+		{Name: "graphics", Hertz: 1980e6}, {Name: "sm", Hertz: 1980e6}, {Name: "memory", Hertz: 2619e6}, {Name: "video", Hertz: 1545e6},
+	}
 	if len(d.Clocks) != len(wantClocks) {
 		t.Fatalf("clocks = %v", d.Clocks)
 	}
@@ -98,7 +100,7 @@ func TestSnapshotReadsEveryField(t *testing.T) {
 			t.Errorf("clock %d = %v, want %v", i, d.Clocks[i], c)
 		}
 	}
-	wantECC := []gpu.ECCCount{{"corrected", 3}, {"uncorrected", 0}}
+	wantECC := []gpu.ECCCount{{Type: "corrected", Count: 3}, {Type: "uncorrected", Count: 0}}
 	if len(d.ECCErrors) != 2 || d.ECCErrors[0] != wantECC[0] || d.ECCErrors[1] != wantECC[1] {
 		t.Errorf("ECC = %v, want %v", d.ECCErrors, wantECC)
 	}
