@@ -116,6 +116,7 @@ type pending struct {
 func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint32]Owner {
 	owners := make(map[uint32]Owner)
 	var procs []pending
+	var r *procReader
 	for _, d := range snap.Devices {
 		for _, p := range d.Processes {
 			if _, done := owners[p.PID]; done {
@@ -125,7 +126,10 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 				owners[p.PID] = Owner{Name: p.Name, Identity: *p.Identity}
 				continue
 			}
-			o := a.fromProcFS(p)
+			if r == nil {
+				r = newProcReader(a.procfs)
+			}
+			o := a.fromProcFS(r, p)
 			owners[p.PID] = o
 			procs = append(procs, pending{pid: p.PID, owner: o})
 		}
@@ -151,9 +155,9 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 
 // fromProcFS reads what procfs tells about one process. A process that has exited keeps the source's name and
 // an empty identity.
-func (a *Attributor) fromProcFS(p gpu.Process) Owner {
+func (a *Attributor) fromProcFS(r *procReader, p gpu.Process) Owner {
 	o := Owner{Name: p.Name}
-	comm, err := readComm(a.procfs, p.PID)
+	comm, err := r.comm(p.PID)
 	if err != nil {
 		a.procfsFailed(p.PID, err)
 		return o
@@ -161,7 +165,7 @@ func (a *Attributor) fromProcFS(p gpu.Process) Owner {
 	if comm != "" {
 		o.Name = comm
 	}
-	content, err := readCgroup(a.procfs, p.PID)
+	content, err := r.cgroup(p.PID)
 	if err != nil {
 		a.procfsFailed(p.PID, err)
 		return o

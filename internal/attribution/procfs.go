@@ -3,9 +3,9 @@ package attribution
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,26 +14,70 @@ import (
 
 // Only comm and cgroup are read: cmdline and environ may hold secrets, and the owner is told by the cgroup alone.
 
-// readComm reads <procfs>/<pid>/comm, the kernel's 15-byte process name.
-func readComm(procfs string, pid uint32) (string, error) {
-	b, err := os.ReadFile(procPath(procfs, pid, "comm"))
+// procReader reads the small procfs files of many processes through one buffer. procfs reports a size of 0, so
+// os.ReadFile's Stat and size guess are wasted work; at two files per GPU process per scrape the allocations show.
+// A procReader is used by one goroutine.
+type procReader struct {
+	root string
+	path []byte
+	buf  []byte
+}
+
+// maxProcFile bounds what is read of one file: comm is 16 bytes, a cgroup file a few KiB even with every v1
+// controller listed.
+const maxProcFile = 64 << 10
+
+func newProcReader(root string) *procReader {
+	return &procReader{root: root, buf: make([]byte, 0, 4096)}
+}
+
+// comm reads <procfs>/<pid>/comm, the kernel's process name.
+func (r *procReader) comm(pid uint32) (string, error) {
+	b, err := r.read(pid, "comm")
 	if err != nil {
 		return "", fmt.Errorf("reading process name: %w", err)
 	}
 	return strings.TrimRight(string(b), "\n"), nil
 }
 
-// readCgroup reads the whole of <procfs>/<pid>/cgroup.
-func readCgroup(procfs string, pid uint32) (string, error) {
-	b, err := os.ReadFile(procPath(procfs, pid, "cgroup"))
+// cgroup reads the whole of <procfs>/<pid>/cgroup.
+func (r *procReader) cgroup(pid uint32) (string, error) {
+	b, err := r.read(pid, "cgroup")
 	if err != nil {
 		return "", fmt.Errorf("reading cgroup: %w", err)
 	}
 	return string(b), nil
 }
 
-func procPath(procfs string, pid uint32, file string) string {
-	return filepath.Join(procfs, strconv.FormatUint(uint64(pid), 10), file)
+// read returns the contents of <procfs>/<pid>/<file>, valid until the next read.
+func (r *procReader) read(pid uint32, file string) ([]byte, error) {
+	r.path = append(r.path[:0], r.root...)
+	r.path = append(r.path, '/')
+	r.path = strconv.AppendUint(r.path, uint64(pid), 10)
+	r.path = append(r.path, '/')
+	r.path = append(r.path, file...)
+	f, err := os.Open(string(r.path))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r.buf = r.buf[:0]
+	for {
+		if len(r.buf) == cap(r.buf) {
+			if len(r.buf) >= maxProcFile {
+				return nil, fmt.Errorf("%s: larger than %d bytes", f.Name(), maxProcFile)
+			}
+			r.buf = append(r.buf, 0)[:len(r.buf)]
+		}
+		n, err := f.Read(r.buf[len(r.buf):cap(r.buf)])
+		r.buf = r.buf[:len(r.buf)+n]
+		if errors.Is(err, io.EOF) {
+			return r.buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // exited reports whether a procfs read failed because the process is gone: the GPU listing and the read race,
