@@ -1,0 +1,698 @@
+package attribution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+)
+
+// --- fixtures -------------------------------------------------------------------------------------------------
+
+// cid returns a distinct 64-hex container ID.
+func cid(n int) string { return fmt.Sprintf("%064x", 0xc0ffee000+n) }
+
+// puid returns a distinct pod UID.
+func puid(n int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", n, n) }
+
+// crioCgroup is the cgroup file of a CRI-O container in a Burstable pod, systemd driver.
+func crioCgroup(pod, ctr string) string {
+	u := []byte(pod)
+	for i, c := range u {
+		if c == '-' {
+			u[i] = '_'
+		}
+	}
+	return "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + string(u) + ".slice/crio-" + ctr + ".scope\n"
+}
+
+// procfs builds a fake /proc: writeProc adds one process.
+type procfs struct {
+	t    testing.TB
+	root string
+}
+
+func newProcFS(t testing.TB) *procfs { return &procfs{t: t, root: t.TempDir()} }
+
+func (p *procfs) writeProc(pid uint32, comm, cgroup string) {
+	p.t.Helper()
+	dir := filepath.Join(p.root, strconv.FormatUint(uint64(pid), 10))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	for name, content := range map[string]string{"comm": comm + "\n", "cgroup": cgroup} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+// snapshot lists the PIDs on one GPU.
+func snapshot(pids ...uint32) *gpu.Snapshot {
+	d := gpu.Device{Index: 0, UUID: "GPU-0", ProcessesListed: true}
+	for _, pid := range pids {
+		d.Processes = append(d.Processes, gpu.Process{PID: pid, Name: "src-" + strconv.Itoa(int(pid)), Type: gpu.ProcessCompute})
+	}
+	return &gpu.Snapshot{Devices: []gpu.Device{d}}
+}
+
+// fakeResolver answers from a map and counts its calls. With gate set, each call waits until the test sends on it
+// (or the call's context ends).
+type fakeResolver struct {
+	name  string
+	mu    sync.Mutex
+	known map[string]Container
+	err   error // returned for every call when set
+	gate  chan struct{}
+	calls atomic.Int64
+}
+
+func newResolver(name string) *fakeResolver {
+	return &fakeResolver{name: name, known: make(map[string]Container)}
+}
+
+func (r *fakeResolver) Name() string { return r.name }
+
+func (r *fakeResolver) Resolve(ctx context.Context, id string) (Container, error) {
+	r.calls.Add(1)
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return Container{}, ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return Container{}, r.err
+	}
+	c, ok := r.known[id]
+	if !ok {
+		return Container{}, ErrNotFound
+	}
+	return c, nil
+}
+
+func (r *fakeResolver) set(id string, c Container) {
+	r.mu.Lock()
+	r.known[id] = c
+	r.mu.Unlock()
+}
+
+func (r *fakeResolver) setErr(err error) {
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+}
+
+// clock is a manual clock for NegativeTTL.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// logRecorder keeps every record at Info or above.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *logRecorder) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= slog.LevelInfo }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.records = append(l.records, r)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecorder) count(lvl slog.Level) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.records {
+		if r.Level == lvl {
+			n++
+		}
+	}
+	return n
+}
+
+// metricValue gathers the Attributor's metrics through a pedantic registry (which also checks that Describe and
+// Collect agree) and returns one sample's value, or -1 when there is no such sample.
+func metricValue(t *testing.T, a *Attributor, name string, labels map[string]string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(a); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			return value(m)
+		}
+	}
+	return -1
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return -1
+}
+
+func newAttributor(t testing.TB, cfg Config) *Attributor {
+	a := New(cfg)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// --- tests ----------------------------------------------------------------------------------------------------
+
+func TestAttributeKubernetesColdThenWarm(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(100, "python3", crioCgroup(puid(1), cid(1)))
+	p.writeProc(101, "python3", crioCgroup(puid(1), cid(1))) // second process of the same container
+	p.writeProc(200, "trainer", crioCgroup(puid(2), cid(2)))
+	cri := newResolver("cri")
+	cri.set(cid(1), Container{Namespace: "ml", Pod: "jupyter-0", PodUID: puid(1), Name: "notebook"})
+	cri.set(cid(2), Container{Namespace: "ml", Pod: "train-abc", PodUID: puid(2), Name: "trainer"})
+	docker := newResolver("docker")
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{docker, cri}, LookupBudget: time.Minute})
+
+	owners := a.Attribute(t.Context(), snapshot(100, 101, 200))
+	want := Owner{Name: "python3", Identity: identity.Identity{
+		Namespace: "ml", Pod: "jupyter-0", Container: "notebook", PodUID: puid(1), ContainerID: cid(1),
+		Runtime: "crio", QoS: "burstable",
+	}}
+	if got := owners[100]; !ownerEqual(got, want) {
+		t.Errorf("pid 100:\n got %+v\nwant %+v", got, want)
+	}
+	if got := owners[101]; !ownerEqual(got, want) {
+		t.Errorf("pid 101:\n got %+v\nwant %+v", got, want)
+	}
+	if got := owners[200].Identity.Pod; got != "train-abc" {
+		t.Errorf("pid 200 pod = %q", got)
+	}
+	if n := cri.calls.Load(); n != 2 {
+		t.Errorf("cold scrape: %d CRI calls, want 2 (one per container)", n)
+	}
+	if n := docker.calls.Load(); n != 0 {
+		t.Errorf("a CRI-O container was looked up in Docker (%d calls)", n)
+	}
+
+	for range 3 {
+		owners = a.Attribute(t.Context(), snapshot(100, 101, 200))
+	}
+	if n := cri.calls.Load(); n != 2 {
+		t.Errorf("warm scrapes made %d more runtime calls, want 0", n-2)
+	}
+	if got := owners[100]; !ownerEqual(got, want) {
+		t.Errorf("warm pid 100:\n got %+v\nwant %+v", got, want)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": "success"}); v != 2 {
+		t.Errorf("requests_total{cri,success} = %v, want 2", v)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "resolved"}); v != 2 {
+		t.Errorf("cache_entries{resolved} = %v, want 2", v)
+	}
+}
+
+func ownerEqual(a, b Owner) bool {
+	if a.Name != b.Name || a.Identity.Key() != b.Identity.Key() || a.Identity.Runtime != b.Identity.Runtime ||
+		a.Identity.QoS != b.Identity.QoS || len(a.Identity.PodLabels) != len(b.Identity.PodLabels) {
+		return false
+	}
+	for k, v := range a.Identity.PodLabels {
+		if b.Identity.PodLabels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestAttributeNonContainerOwners(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "ollama", "0::/system.slice/ollama.service\n")
+	p.writeProc(2, "lmp", "0::/system.slice/slurmstepd.scope/job_211/step_0/user/task_0\n")
+	r := newResolver("cri")
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{r}})
+	owners := a.Attribute(t.Context(), snapshot(1, 2))
+	if got := owners[1]; got.Name != "ollama" || got.Identity.SystemdUnit != "ollama.service" {
+		t.Errorf("service: %+v", got)
+	}
+	if got := owners[2]; got.Name != "lmp" || got.Identity.SlurmJobID != "211" || got.Identity.SystemdUnit != "" {
+		t.Errorf("slurm: %+v", got)
+	}
+	if n := r.calls.Load(); n != 0 {
+		t.Errorf("%d runtime calls for processes in no container", n)
+	}
+}
+
+func TestNegativeCacheTTL(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(7, "x", "0::/system.slice/docker-"+cid(7)+".scope\n")
+	docker := newResolver("docker")
+	clk := newClock()
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{docker}, NegativeTTL: 30 * time.Second, Now: clk.Now, LookupBudget: time.Minute})
+
+	owners := a.Attribute(t.Context(), snapshot(7))
+	if got := owners[7].Identity; got.ContainerID != cid(7) || got.Runtime != "docker" || got.Container != "" {
+		t.Errorf("unknown container: %+v", got)
+	}
+	clk.Advance(29 * time.Second)
+	a.Attribute(t.Context(), snapshot(7))
+	if n := docker.calls.Load(); n != 1 {
+		t.Fatalf("within the TTL: %d calls, want 1", n)
+	}
+
+	docker.set(cid(7), Container{Name: "jupyter"})
+	clk.Advance(2 * time.Second)
+	owners = a.Attribute(t.Context(), snapshot(7))
+	if n := docker.calls.Load(); n != 2 {
+		t.Errorf("after the TTL: %d calls, want 2", n)
+	}
+	if got := owners[7].Identity.Container; got != "jupyter" {
+		t.Errorf("after the TTL the name is %q, want jupyter", got)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "docker", "result": "not_found"}); v != 1 {
+		t.Errorf("requests_total{docker,not_found} = %v, want 1", v)
+	}
+}
+
+func TestEvictionWhenContainerGone(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
+	p.writeProc(2, "b", crioCgroup(puid(2), cid(2)))
+	cri := newResolver("cri")
+	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c"})
+	cri.set(cid(2), Container{Namespace: "n", Pod: "p2", Name: "c"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute})
+
+	a.Attribute(t.Context(), snapshot(1, 2))
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "resolved"}); v != 2 {
+		t.Fatalf("cache_entries{resolved} = %v, want 2", v)
+	}
+
+	// A device whose process list failed says nothing about container 2: it stays cached.
+	incomplete := snapshot(1)
+	incomplete.Devices = append(incomplete.Devices, gpu.Device{Index: 1, UUID: "GPU-1", ProcessesListed: false})
+	a.Attribute(t.Context(), incomplete)
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "resolved"}); v != 2 {
+		t.Errorf("after an incomplete snapshot cache_entries{resolved} = %v, want 2", v)
+	}
+
+	// A complete snapshot without container 2: it is gone.
+	a.Attribute(t.Context(), snapshot(1))
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "resolved"}); v != 1 {
+		t.Errorf("after container 2 left, cache_entries{resolved} = %v, want 1", v)
+	}
+	if n := cri.calls.Load(); n != 2 {
+		t.Errorf("%d calls, want 2", n)
+	}
+	// If it comes back (same ID), it is looked up again.
+	a.Attribute(t.Context(), snapshot(1, 2))
+	if n := cri.calls.Load(); n != 3 {
+		t.Errorf("returning container: %d calls, want 3", n)
+	}
+}
+
+func TestLookupBudgetWithSlowRuntime(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(5, "slow", crioCgroup(puid(5), cid(5)))
+	cri := newResolver("cri")
+	cri.gate = make(chan struct{})
+	cri.set(cid(5), Container{Namespace: "n", Pod: "p", Name: "c"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: 10 * time.Millisecond, LookupTimeout: time.Hour})
+
+	// The runtime does not answer: the scrape returns at the budget with the cgroup labels.
+	owners := a.Attribute(t.Context(), snapshot(5))
+	if got := owners[5].Identity; got.ContainerID != cid(5) || got.PodUID != puid(5) || got.Pod != "" {
+		t.Errorf("within the budget: %+v, want cgroup labels without names", got)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_attribution_lookup_budget_exceeded_total", nil); v != 1 {
+		t.Errorf("budget_exceeded_total = %v, want 1", v)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "pending"}); v != 1 {
+		t.Errorf("cache_entries{pending} = %v, want 1", v)
+	}
+	// A second scrape while the lookup is in flight does not start another one.
+	a.Attribute(t.Context(), snapshot(5))
+	if n := cri.calls.Load(); n != 1 {
+		t.Errorf("%d lookups in flight for one container, want 1", n)
+	}
+
+	// The lookup completes in the background and serves the next scrape.
+	done := pendingDone(t, a, cid(5))
+	cri.gate <- struct{}{}
+	<-done
+	owners = a.Attribute(t.Context(), snapshot(5))
+	if got := owners[5].Identity.Pod; got != "p" {
+		t.Errorf("after the background lookup pod = %q, want p", got)
+	}
+	if n := cri.calls.Load(); n != 1 {
+		t.Errorf("%d calls, want 1", n)
+	}
+}
+
+// pendingDone returns the done channel of the lookup in flight for id.
+func pendingDone(t *testing.T, a *Attributor, id string) <-chan struct{} {
+	t.Helper()
+	a.names.mu.Lock()
+	defer a.names.mu.Unlock()
+	e := a.names.entries[id]
+	if e == nil || !isOpen(e.done) {
+		t.Fatalf("no lookup in flight for %s", id)
+	}
+	return e.done
+}
+
+func TestScrapeContextEndsTheWait(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(5, "slow", crioCgroup(puid(5), cid(5)))
+	cri := newResolver("cri")
+	cri.gate = make(chan struct{}) // never opened: Close ends the call through its context
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Hour, LookupTimeout: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	owners := a.Attribute(ctx, snapshot(5))
+	if got := owners[5].Identity.ContainerID; got != cid(5) {
+		t.Errorf("container ID %q", got)
+	}
+}
+
+func TestRuntimeDown(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
+	p.writeProc(2, "b", crioCgroup(puid(2), cid(2)))
+	cri := newResolver("cri")
+	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c1"})
+	cri.set(cid(2), Container{Namespace: "n", Pod: "p2", Name: "c2"})
+	cri.setErr(errors.New("connection refused"))
+	clk := newClock()
+	logs := &logRecorder{}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, NegativeTTL: 10 * time.Second, Now: clk.Now,
+		Logger: slog.New(logs), LookupBudget: time.Minute})
+
+	for range 3 {
+		owners := a.Attribute(t.Context(), snapshot(1, 2))
+		if got := owners[1].Identity; got.ContainerID != cid(1) || got.PodUID != puid(1) || got.QoS != "burstable" || got.Pod != "" {
+			t.Fatalf("runtime down: %+v, want the cgroup labels", got)
+		}
+		clk.Advance(11 * time.Second) // past the TTL: every scrape retries
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": "error"}); v != 6 {
+		t.Errorf("requests_total{cri,error} = %v, want 6", v)
+	}
+	if n := logs.count(slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings for one outage, want 1", n)
+	}
+
+	cri.setErr(nil)
+	owners := a.Attribute(t.Context(), snapshot(1, 2))
+	if got := owners[2].Identity.Pod; got != "p2" {
+		t.Errorf("runtime back: pod = %q, want p2", got)
+	}
+	if n := logs.count(slog.LevelInfo); n != 1 {
+		t.Errorf("%d info records on recovery, want 1", n)
+	}
+	if n := logs.count(slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings after recovery, want still 1", n)
+	}
+}
+
+func TestPIDVanished(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "alive", "0::/system.slice/a.service\n")
+	logs := &logRecorder{}
+	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
+	for range 3 {
+		owners := a.Attribute(t.Context(), snapshot(1, 4242))
+		got, ok := owners[4242]
+		if !ok {
+			t.Fatal("the exited PID has no owner")
+		}
+		if got.Name != "src-4242" || got.Identity.Key() != (identity.Key{}) {
+			t.Errorf("exited PID: %+v, want the source's name and an empty identity", got)
+		}
+		if owners[1].Identity.SystemdUnit != "a.service" {
+			t.Errorf("live PID: %+v", owners[1])
+		}
+	}
+	if n := len(logs.records); n != 0 {
+		t.Errorf("%d log records at info or above for an exited process, want 0", n)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "exited"}); v != 3 {
+		t.Errorf("procfs_errors_total{exited} = %v, want 3", v)
+	}
+}
+
+func TestPIDVanishedBetweenReads(t *testing.T) {
+	// comm is there but cgroup is not: the process exited between the two reads.
+	p := newProcFS(t)
+	p.writeProc(9, "short", "")
+	if err := os.Remove(filepath.Join(p.root, "9", "cgroup")); err != nil {
+		t.Fatal(err)
+	}
+	a := newAttributor(t, Config{ProcFS: p.root})
+	got := a.Attribute(t.Context(), snapshot(9))[9]
+	if got.Name != "short" || got.Identity.Key() != (identity.Key{}) {
+		t.Errorf("%+v", got)
+	}
+}
+
+func TestProcFSUnreadableLogsOnce(t *testing.T) {
+	p := newProcFS(t)
+	// A directory where the file should be: reading fails with an error that is not "exited".
+	if err := os.MkdirAll(filepath.Join(p.root, "3", "comm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logRecorder{}
+	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
+	for range 3 {
+		a.Attribute(t.Context(), snapshot(3))
+	}
+	if n := logs.count(slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings, want 1", n)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "other"}); v != 3 {
+		t.Errorf("procfs_errors_total{other} = %v, want 3", v)
+	}
+}
+
+func TestPodLabelAllowlist(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
+	cri := newResolver("cri")
+	cri.set(cid(1), Container{Namespace: "n", Pod: "p", Name: "c", PodLabels: map[string]string{
+		"app": "llm", "team": "research", "secret-ish": "x",
+	}})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"team", "app", "absent"}})
+	got := a.Attribute(t.Context(), snapshot(1))[1].Identity.PodLabels
+	if len(got) != 2 || got["app"] != "llm" || got["team"] != "research" {
+		t.Errorf("pod labels %v, want app and team only", got)
+	}
+
+	none := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}})
+	if got := none.Attribute(t.Context(), snapshot(1))[1].Identity.PodLabels; got != nil {
+		t.Errorf("without an allowlist pod labels are %v, want none", got)
+	}
+}
+
+func TestPresetIdentityUntouched(t *testing.T) {
+	p := newProcFS(t) // PID 77 is not in it: a preset identity must not touch procfs
+	cri := newResolver("cri")
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}})
+	preset := identity.Identity{Namespace: "demo", Pod: "p", Container: "c", ContainerID: cid(77), PodLabels: map[string]string{"x": "y"}}
+	snap := snapshot(77)
+	snap.Devices[0].Processes[0].Identity = &preset
+	snap.Devices[0].Processes[0].Name = "sim"
+	got := a.Attribute(t.Context(), snap)[77]
+	if !ownerEqual(got, Owner{Name: "sim", Identity: preset}) {
+		t.Errorf("%+v, want the preset identity", got)
+	}
+	if n := cri.calls.Load(); n != 0 {
+		t.Errorf("%d runtime calls for a preset identity", n)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "exited"}); v != 0 {
+		t.Errorf("procfs was read for a preset identity")
+	}
+}
+
+func TestResolverChains(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "k8s-on-docker", "0::/kubepods.slice/kubepods-pod"+"0000000a_0000_4000_8000_00000000000a"+".slice/docker-"+cid(1)+".scope\n")
+	p.writeProc(2, "podman", "0::/machine.slice/libpod-"+cid(2)+".scope/container\n")
+	p.writeProc(3, "cgroupfs-pod", "0::/kubepods/pod"+puid(3)+"/"+cid(3)+"\n")
+	p.writeProc(4, "unknown", "0::/somewhere/"+cid(4)+"\n")
+	cri, docker, podman := newResolver("cri"), newResolver("docker"), newResolver("podman")
+	// cri-dockerd: Docker does not know the container under this ID, the CRI does.
+	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c1"})
+	podman.set(cid(2), Container{Name: "web", Pod: "mypod"})
+	cri.set(cid(3), Container{Namespace: "n", Pod: "p3", Name: "c3", PodUID: puid(3)})
+	docker.set(cid(4), Container{Name: "plain"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{podman, docker, cri}, LookupBudget: time.Minute})
+
+	owners := a.Attribute(t.Context(), snapshot(1, 2, 3, 4))
+	if got := owners[1].Identity; got.Pod != "p1" || got.Runtime != "docker" {
+		t.Errorf("docker in a pod: %+v", got)
+	}
+	if got := owners[2].Identity; got.Container != "web" || got.Pod != "mypod" || got.Namespace != "" {
+		t.Errorf("podman: %+v", got)
+	}
+	if got := owners[3].Identity; got.Pod != "p3" {
+		t.Errorf("cgroupfs pod: %+v", got)
+	}
+	if got := owners[4].Identity; got.Container != "plain" || got.Runtime != "docker" {
+		t.Errorf("unknown runtime: %+v, want named by Docker", got)
+	}
+	// cid1: docker, cri. cid2: podman only. cid3 (in a pod, runtime unknown): cri first, found.
+	// cid4 (no pod, runtime unknown): podman (not found), docker (found).
+	if n := podman.calls.Load(); n != 2 {
+		t.Errorf("podman: %d calls, want 2", n)
+	}
+	if n := docker.calls.Load(); n != 2 {
+		t.Errorf("docker: %d calls, want 2", n)
+	}
+	if n := cri.calls.Load(); n != 2 {
+		t.Errorf("cri: %d calls, want 2", n)
+	}
+}
+
+func TestConcurrentAttribute(t *testing.T) {
+	p := newProcFS(t)
+	var pids []uint32
+	cri := newResolver("cri")
+	for i := range 16 {
+		pid := uint32(1000 + i)
+		p.writeProc(pid, "w", crioCgroup(puid(i%4), cid(i%4)))
+		cri.set(cid(i%4), Container{Namespace: "n", Pod: "p" + strconv.Itoa(i%4), Name: "c"})
+		pids = append(pids, pid)
+	}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			owners := a.Attribute(t.Context(), snapshot(pids...))
+			for _, pid := range pids {
+				if owners[pid].Identity.Pod == "" {
+					t.Errorf("pid %d unnamed", pid)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := cri.calls.Load(); n != 4 {
+		t.Errorf("%d calls for 4 containers from 8 concurrent scrapes, want 4", n)
+	}
+}
+
+func TestCloseStopsBackgroundLookups(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(5, "slow", crioCgroup(puid(5), cid(5)))
+	cri := newResolver("cri")
+	cri.gate = make(chan struct{}) // never opened
+	a := New(Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Millisecond, LookupTimeout: time.Hour})
+	a.Attribute(t.Context(), snapshot(5))
+	a.Close() // returns only when the lookup has ended through its context
+	if got := a.Attribute(t.Context(), snapshot(5))[5].Identity.ContainerID; got != cid(5) {
+		t.Errorf("after Close: container ID %q", got)
+	}
+}
+
+// --- benchmark ------------------------------------------------------------------------------------------------
+
+// BenchmarkAttribute attributes 256 GPU processes in 64 containers: cold (empty cache, every container looked up)
+// and warm (steady state). runtime_calls/op is the number of resolver calls per scrape.
+func BenchmarkAttribute(b *testing.B) {
+	p := newProcFS(b)
+	cri := newResolver("cri")
+	var pids []uint32
+	for i := range 256 {
+		pid := uint32(10000 + i)
+		c := i % 64
+		p.writeProc(pid, "python3", crioCgroup(puid(c), cid(c)))
+		cri.set(cid(c), Container{Namespace: "ml", Pod: "pod-" + strconv.Itoa(c), PodUID: puid(c), Name: "main",
+			PodLabels: map[string]string{"app": "train", "team": "x"}})
+		pids = append(pids, pid)
+	}
+	snap := snapshot(pids...)
+	cfg := Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"app"}, LookupBudget: time.Minute}
+
+	b.Run("cold", func(b *testing.B) {
+		b.ReportAllocs()
+		before := cri.calls.Load()
+		for b.Loop() {
+			a := New(cfg)
+			if got := a.Attribute(b.Context(), snap); got[10000].Identity.Pod != "pod-0" {
+				b.Fatalf("unnamed: %+v", got[10000])
+			}
+			a.Close()
+		}
+		b.ReportMetric(float64(cri.calls.Load()-before)/float64(b.N), "runtime_calls/op")
+	})
+	b.Run("warm", func(b *testing.B) {
+		a := New(cfg)
+		defer a.Close()
+		a.Attribute(b.Context(), snap)
+		b.ReportAllocs()
+		before := cri.calls.Load()
+		for b.Loop() {
+			if got := a.Attribute(b.Context(), snap); got[10000].Identity.Pod != "pod-0" {
+				b.Fatalf("unnamed: %+v", got[10000])
+			}
+		}
+		b.ReportMetric(float64(cri.calls.Load()-before)/float64(b.N), "runtime_calls/op")
+	})
+}
