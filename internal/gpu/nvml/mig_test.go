@@ -164,3 +164,30 @@ func TestMIGProfileFromAttributes(t *testing.T) {
 		}
 	}
 }
+
+// Where MIG device handles do not give per-instance process lists, the parent's aggregate list is used, with the
+// instance IDs NVML puts in each entry.
+func TestMIGProcessesFromParentWhenPerInstanceUnsupported(t *testing.T) {
+	migA := newMIGDevice("MIG-a", 1, 0, "NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40*gib, 0)
+	migA.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.ERROR_NOT_SUPPORTED }
+	parent := newMIGParent(migA)
+	parent.GetComputeRunningProcessesFunc = procs(
+		gonvml.ProcessInfo{Pid: 100, UsedGpuMemory: gib, GpuInstanceId: 1, ComputeInstanceId: 0},
+		gonvml.ProcessInfo{Pid: 200, UsedGpuMemory: gib, GpuInstanceId: 5, ComputeInstanceId: 2},
+		proc(300, gib))
+	snap := snapshot(t, newSource(t, newLibrary(parent)))
+	wantNoErrors(t, snap)
+	d := deviceByUUID(t, snap, "GPU-MIG")
+	if !d.ProcessesListed || len(d.Processes) != 3 {
+		t.Fatalf("listed %v, processes %+v", d.ProcessesListed, d.Processes)
+	}
+	for i, w := range []struct {
+		mig    bool
+		gi, ci int
+	}{{true, 1, 0}, {true, 5, 2}, {false, 0, 0}} {
+		p := d.Processes[i]
+		if p.MIG != w.mig || p.GPUInstance != w.gi || p.ComputeInstance != w.ci {
+			t.Errorf("process %d = %+v, want MIG %v GI %d CI %d", i, p, w.mig, w.gi, w.ci)
+		}
+	}
+}

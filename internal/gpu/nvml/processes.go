@@ -56,23 +56,18 @@ func retrySize[T any](call func() (T, gonvml.Return)) (T, gonvml.Return) {
 }
 
 // readProcesses lists the processes of a GPU: from its MIG device handles in MIG mode (NVML gives per-instance
-// lists only there), else from the GPU itself. It returns listed=false, with no processes, when any list could not
-// be read, because a partial list would undercount.
+// lists there), else from the GPU itself. It returns listed=false, with no processes, when any list could not be
+// read, because a partial list would undercount.
 func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []migDevice, migComplete bool, names map[uint32]string) ([]gpu.Process, bool) {
 	if r.lost != nil {
 		return nil, false
 	}
 	set := map[procKey]*procEntry{}
 	if migEnabled {
-		if !migComplete {
+		if !migComplete || !r.listMIGProcesses(h, migs, set) {
 			return nil, false
 		}
-		for i := range migs {
-			if !r.listProcesses(migs[i].handle, &migs[i], set) {
-				return nil, false
-			}
-		}
-	} else if !r.listProcesses(h, nil, set) {
+	} else if r.listProcesses(h, listOnGPU, nil, set) != listed {
 		return nil, false
 	}
 
@@ -112,11 +107,46 @@ func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []mi
 	return procs, true
 }
 
+// listResult says how listing the processes of one handle went.
+type listResult int
+
+const (
+	listed listResult = iota
+	listUnsupported
+	listFailed
+)
+
+// listScope says where a list comes from, which decides the instance IDs of its processes.
+type listScope int
+
+const (
+	listOnGPU          listScope = iota // a GPU not in MIG mode: never MIG processes
+	listOnMIGDevice                     // a MIG device handle: every process runs on that instance
+	listOnGPUInMIGMode                  // the parent of MIG devices: NVML's aggregate list with instance IDs
+)
+
+// listMIGProcesses lists the processes of every MIG device. Where per-instance lists are not supported (NVML names
+// vGPU host mode), it falls back to the parent GPU's aggregate list, whose entries carry their instance IDs.
+func (r *deviceReader) listMIGProcesses(h gonvml.Device, migs []migDevice, set map[procKey]*procEntry) bool {
+	for i := range migs {
+		switch r.listProcesses(migs[i].handle, listOnMIGDevice, &migs[i], set) {
+		case listed:
+			continue
+		case listUnsupported:
+			clear(set)
+			return r.listProcesses(h, listOnGPUInMIGMode, nil, set) == listed
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // listProcesses adds the compute, graphics and MPS processes of one GPU or MIG device handle to set. The compute
 // list must be readable; graphics and MPS lists that the device or driver does not support are taken as empty.
-// Processes listed on a MIG device handle belong to that instance; on a GPU that is not in MIG mode NVML sets the
-// instance IDs to 0xFFFFFFFF (always, for the v1 structs of old drivers), and they are ignored.
-func (r *deviceReader) listProcesses(h gonvml.Device, mig *migDevice, set map[procKey]*procEntry) bool {
+// NVML sets instance IDs to 0xFFFFFFFF for processes not on a MIG instance, and go-nvml does so for every entry of
+// the v1 structs of old drivers; such IDs never make a process a MIG process.
+func (r *deviceReader) listProcesses(h gonvml.Device, scope listScope, mig *migDevice, set map[procKey]*procEntry) listResult {
 	lists := []struct {
 		call     func() ([]gonvml.ProcessInfo, gonvml.Return)
 		required bool
@@ -129,17 +159,17 @@ func (r *deviceReader) listProcesses(h gonvml.Device, mig *migDevice, set map[pr
 	for _, l := range lists {
 		infos, ret := retrySize(l.call)
 		if ret != gonvml.SUCCESS {
-			if !l.required && unsupported(ret) {
+			if unsupported(ret) {
+				if l.required {
+					return listUnsupported
+				}
 				continue
 			}
 			r.ok("processes", ret)
-			return false
+			return listFailed
 		}
 		for _, info := range infos {
-			key := procKey{pid: info.Pid}
-			if mig != nil {
-				key.mig, key.gi, key.ci = true, mig.gpuInstance, mig.computeInstance
-			}
+			key := processKey(info, scope, mig)
 			e := set[key]
 			if e == nil {
 				e = &procEntry{}
@@ -153,7 +183,23 @@ func (r *deviceReader) listProcesses(h gonvml.Device, mig *migDevice, set map[pr
 			}
 		}
 	}
-	return true
+	return listed
+}
+
+// invalidInstanceID is NVML's instance ID of a process that is not on a MIG instance.
+const invalidInstanceID = 0xFFFFFFFF
+
+func processKey(info gonvml.ProcessInfo, scope listScope, mig *migDevice) procKey {
+	key := procKey{pid: info.Pid}
+	switch scope {
+	case listOnMIGDevice:
+		key.mig, key.gi, key.ci = true, mig.gpuInstance, mig.computeInstance
+	case listOnGPUInMIGMode:
+		if info.GpuInstanceId != invalidInstanceID && info.ComputeInstanceId != invalidInstanceID {
+			key.mig, key.gi, key.ci = true, int(info.GpuInstanceId), int(info.ComputeInstanceId)
+		}
+	}
+	return key
 }
 
 // usedMemory reads UsedGpuMemory, where NVML_VALUE_NOT_AVAILABLE means unknown (e.g. without the privileges to see
