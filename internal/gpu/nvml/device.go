@@ -162,19 +162,17 @@ func (r *deviceReader) readPowerAndThermal(h gonvml.Device, d *gpu.Device) {
 	}
 }
 
-var clockTypes = []struct {
-	name string
-	typ  gonvml.ClockType
-}{
-	{"graphics", gonvml.CLOCK_GRAPHICS},
-	{"sm", gonvml.CLOCK_SM},
-	{"memory", gonvml.CLOCK_MEM},
-	{"video", gonvml.CLOCK_VIDEO},
-}
-
 func (r *deviceReader) readClocks(h gonvml.Device) []gpu.Clock {
 	var clocks []gpu.Clock
-	for _, c := range clockTypes {
+	for _, c := range []struct {
+		name string
+		typ  gonvml.ClockType
+	}{
+		{"graphics", gonvml.CLOCK_GRAPHICS},
+		{"sm", gonvml.CLOCK_SM},
+		{"memory", gonvml.CLOCK_MEM},
+		{"video", gonvml.CLOCK_VIDEO},
+	} {
 		v := readValue(r, "clocks", 1e6, func() (uint32, gonvml.Return) { return h.GetClockInfo(c.typ) }) // MHz
 		if v.Valid {
 			clocks = append(clocks, gpu.Clock{Name: c.name, Hertz: v.V})

@@ -14,7 +14,8 @@
 //     when the call fails or is not supported (always on MIG-enabled GPUs). Only the last-seen timestamp per GPU
 //     is kept, nothing per PID.
 //   - In MIG mode processes are listed per MIG device handle and carry that instance's GPU and compute instance
-//     IDs; on GPUs not in MIG mode the instance IDs NVML reports (0xFFFFFFFF) are ignored.
+//     IDs (or, where NVML does not support per-instance lists, from the parent with the IDs in each entry); on
+//     GPUs not in MIG mode the instance IDs NVML reports (0xFFFFFFFF) are ignored.
 //   - PIDs are NVML's, which are host PIDs when the exporter runs in the host PID namespace.
 package nvml
 
