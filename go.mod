@@ -37,4 +37,5 @@ require (
 	google.golang.org/grpc v1.82.1 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	k8s.io/cri-api v0.37.2 // indirect
+	k8s.io/kubelet v0.37.2 // indirect
 )
