@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
@@ -368,6 +370,30 @@ func TestEvictionWhenContainerGone(t *testing.T) {
 	}
 }
 
+func TestEvictionWhenSnapshotsStayIncomplete(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
+	p.writeProc(2, "b", crioCgroup(puid(2), cid(2)))
+	cri := newResolver("cri")
+	cri.set(cid(1), Container{Name: "c1"})
+	cri.set(cid(2), Container{Name: "c2"})
+	clk := newClock()
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, Now: clk.Now, LookupBudget: time.Minute})
+	a.Attribute(t.Context(), snapshot(1, 2))
+	incomplete := snapshot(1)
+	incomplete.Devices[0].ProcessesListed = false
+	clk.Advance(staleAfter - time.Second)
+	a.Attribute(t.Context(), incomplete)
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "resolved"}); v != 2 {
+		t.Errorf("cache_entries{resolved} = %v, want 2", v)
+	}
+	clk.Advance(2 * time.Second)
+	a.Attribute(t.Context(), incomplete)
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "resolved"}); v != 1 {
+		t.Errorf("after staleAfter unseen, cache_entries{resolved} = %v, want 1", v)
+	}
+}
+
 func TestLookupBudgetWithSlowRuntime(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(5, "slow", crioCgroup(puid(5), cid(5)))
@@ -387,7 +413,10 @@ func TestLookupBudgetWithSlowRuntime(t *testing.T) {
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "pending"}); v != 1 {
 		t.Errorf("cache_entries{pending} = %v, want 1", v)
 	}
-	// A second scrape while the lookup is in flight does not start another one.
+	// A second scrape while the lookup is in flight does not start another one, even when the container left a
+	// snapshot in between.
+	a.Attribute(t.Context(), snapshot(5))
+	a.Attribute(t.Context(), snapshot())
 	a.Attribute(t.Context(), snapshot(5))
 	if n := cri.calls.Load(); n != 1 {
 		t.Errorf("%d lookups in flight for one container, want 1", n)
@@ -695,4 +724,30 @@ func BenchmarkAttribute(b *testing.B) {
 		}
 		b.ReportMetric(float64(cri.calls.Load()-before)/float64(b.N), "runtime_calls/op")
 	})
+}
+
+func TestMetricsLint(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
+	cri := newResolver("cri")
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute})
+	a.Attribute(t.Context(), snapshot(1, 2))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") {
+			t.Errorf("%s lacks the gpu_pod_exporter_ prefix", mf.GetName())
+		}
+	}
 }

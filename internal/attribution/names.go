@@ -169,13 +169,14 @@ func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete
 		go n.resolve(id, e, chain)
 	}
 	for id, e := range n.entries {
-		if _, ok := want[id]; ok {
+		if _, ok := want[id]; ok || isOpen(e.done) {
+			// A lookup in flight stays until it ends, so that a container that comes back meanwhile is not
+			// looked up twice at once; the next scrape drops it.
 			continue
 		}
 		// A container missing from an incomplete snapshot may still be there; past staleAfter it is gone in any
 		// case, which keeps the cache bounded on a node whose process lists keep failing.
 		if complete || now.Sub(e.seen) > staleAfter {
-			// A lookup still in flight ends on its own and writes to the orphaned entry.
 			delete(n.entries, id)
 		}
 	}
