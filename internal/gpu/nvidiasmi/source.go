@@ -35,13 +35,13 @@ type Config struct {
 	// Default 10s.
 	Timeout time.Duration
 	// MaxOutputBytes bounds what is read from nvidia-smi's stdout; a run that prints more fails. Default 64 MiB
-	// (a node with 16 GPUs prints about 3 MiB).
+	// (one GPU takes about 45 KiB, most of it the supported clocks table).
 	MaxOutputBytes int
 	Logger         *slog.Logger
 }
 
 // Error is a failed run. Kind names the failure for self-metrics: "start", "timeout", "exit", "output" (too much
-// output) or "parse".
+// output), "parse" or "closed".
 type Error struct {
 	Kind string
 	Err  error
@@ -229,7 +229,7 @@ func (s *Source) runError(ctx context.Context, waitErr error, stdout, stderr *li
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return &Error{Kind: "timeout", Err: fmt.Errorf("nvidia-smi timed out after %s", s.timeout)}
 	case s.base.Err() != nil:
-		return &Error{Kind: "timeout", Err: errors.New("nvidia-smi stopped: source closed")}
+		return &Error{Kind: "closed", Err: errors.New("nvidia-smi stopped: source closed")}
 	}
 	var exitErr *exec.ExitError
 	if !errors.As(waitErr, &exitErr) {
