@@ -38,9 +38,13 @@ func (f *attributionFlags) register(app *kingpin.Application) {
 
 // open builds the attributor with a resolver for each runtime found. A runtime that is absent is not an error:
 // its containers keep the labels their cgroup paths give.
-// The demo node's owners are preset, so it asks no runtime.
-func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, demo bool) (*attribution.Attributor, error) {
+// The demo node's owners are preset, so it asks no runtime. `ps` runs once, so it waits for names as long as one
+// runtime call may take instead of leaving them to a next scrape that never comes.
+func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, demo, once bool) (*attribution.Attributor, error) {
 	cfg := attribution.Config{ProcFS: f.procfs, PodLabels: splitList(f.podLabels), Logger: logger}
+	if once {
+		cfg.LookupBudget = attribution.DefaultLookupTimeout
+	}
 	if demo {
 		return attribution.New(cfg), nil
 	}

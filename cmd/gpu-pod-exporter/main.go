@@ -72,7 +72,7 @@ func run(args []string) int {
 		return 1
 	}
 	defer source.Close()
-	attributor, err := af.open(ctx, logger, sf.demo)
+	attributor, err := af.open(ctx, logger, sf.demo, command == psCmd.FullCommand())
 	if err != nil {
 		logger.Error("cannot attribute GPU processes", "err", err)
 		return 1

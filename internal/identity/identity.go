@@ -27,5 +27,6 @@ func (id Identity) Key() Key {
 	return Key{id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit}
 }
 
-// IsKubernetes reports whether the owner is a Kubernetes pod.
-func (id Identity) IsKubernetes() bool { return id.PodUID != "" || id.Pod != "" }
+// IsKubernetes reports whether the owner is a Kubernetes pod. Pod alone is not enough: a Podman pod has a name
+// but neither a namespace nor a Kubernetes UID.
+func (id Identity) IsKubernetes() bool { return id.PodUID != "" || id.Namespace != "" }
