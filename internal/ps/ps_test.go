@@ -1,0 +1,84 @@
+package ps
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+func result() *scrape.Result {
+	return &scrape.Result{
+		Snapshot: &gpu.Snapshot{Devices: []gpu.Device{
+			{Index: 1, UUID: "GPU-b", Processes: []gpu.Process{
+				{PID: 30, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(3 << 20), MIG: true, GPUInstance: 1, ComputeInstance: 0},
+			}},
+			{Index: 0, UUID: "GPU-a", Processes: []gpu.Process{
+				{PID: 20, Name: "smi-name", Type: gpu.ProcessMPS, UsedMemoryBytes: gpu.Known(2 << 20), SMUtilizationRatio: gpu.Known(0.5)},
+				{PID: 10, Type: gpu.ProcessGraphics},
+			}},
+		}},
+		Owners: map[uint32]attribution.Owner{
+			20: {Name: "python3", Identity: identity.Identity{Namespace: "ml", Pod: "train-0", Container: "main",
+				PodUID: "u", ContainerID: strings.Repeat("a", 64), Runtime: "containerd"}},
+			30: {Name: "job", Identity: identity.Identity{SlurmJobID: "42"}},
+		},
+	}
+}
+
+func TestJSONFollowsSPEC(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, Rows(result())); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
+	}
+	// Sorted by GPU, then PID.
+	for i, want := range []float64{10, 20, 30} {
+		if rows[i]["pid"] != want {
+			t.Errorf("row %d pid = %v, want %v", i, rows[i]["pid"], want)
+		}
+	}
+	unknown := rows[0]
+	if unknown["used_memory_bytes"] != nil || unknown["sm_utilization_ratio"] != nil || unknown["process_name"] != "" {
+		t.Errorf("unknown values must be null and names empty: %v", unknown)
+	}
+	pod := rows[1]
+	for k, want := range map[string]any{"gpu": 0.0, "uuid": "GPU-a", "process_name": "python3", "process_type": "mps",
+		"used_memory_bytes": float64(2 << 20), "sm_utilization_ratio": 0.5, "namespace": "ml", "pod": "train-0",
+		"container": "main", "pod_uid": "u", "runtime": "containerd", "slurm_job_id": "", "systemd_unit": ""} {
+		if pod[k] != want {
+			t.Errorf("%s = %v, want %v", k, pod[k], want)
+		}
+	}
+	if rows[2]["gpu_instance"] != 1.0 || rows[2]["slurm_job_id"] != "42" {
+		t.Errorf("MIG Slurm row = %v", rows[2])
+	}
+}
+
+func TestTable(t *testing.T) {
+	var buf bytes.Buffer
+	r := result()
+	if err := WriteTable(&buf, r.Snapshot, Rows(r)); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"pod ml/train-0/main", "  aaaaaaaaaaaa\n", "slurm job 42", "1 (GI 1 CI 0)", "2 MiB", "50%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "simulated") {
+		t.Error("a real snapshot's table says simulated")
+	}
+}
