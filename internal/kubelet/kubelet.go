@@ -1,0 +1,316 @@
+// Package kubelet reads GPU allocations from the kubelet's PodResources API (v1): which container the kubelet gave
+// which GPU, time-sliced replica or MIG device. A background loop refreshes them on an interval, each call with a
+// deadline, so that scrapes read the latest copy and never dial the kubelet themselves.
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// DefaultEndpoint is where the kubelet serves the PodResources API.
+const DefaultEndpoint = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
+
+// DefaultResources are the extended resources of NVIDIA's device plugin: whole GPUs (or their shared replicas) and
+// MIG devices.
+var DefaultResources = []string{"nvidia.com/gpu", "nvidia.com/mig-*"}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultInterval = 10 * time.Second
+	DefaultTimeout  = 5 * time.Second
+	// maxRecvMsgSize bounds one List answer. The kubelet's own limit is 16 MiB; a node with many pods and CPU
+	// assignments can exceed gRPC's default of 4 MiB.
+	maxRecvMsgSize = 16 << 20
+)
+
+// Allocation is one device of one GPU resource that the kubelet allocated to one container.
+type Allocation struct {
+	Namespace, Pod, Container string
+	Resource                  string // e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb
+	DeviceID                  string // as the device plugin named it
+	Device                    DeviceRef
+}
+
+// Allocations is one reading of the PodResources API, restricted to the configured GPU resources.
+type Allocations struct {
+	Time  time.Time
+	Items []Allocation
+}
+
+// Config configures a Client. Zero values take the defaults.
+type Config struct {
+	Endpoint  string        // unix:///path or /path; default DefaultEndpoint
+	Resources []string      // resource names or path.Match globs; default DefaultResources
+	Interval  time.Duration // between refreshes; default DefaultInterval
+	Timeout   time.Duration // deadline of one API call; default DefaultTimeout
+	Logger    *slog.Logger
+}
+
+// Client keeps the latest allocations. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	path   string
+	conn   *grpc.ClientConn
+	client podresources.PodResourcesListerClient
+
+	mu        sync.Mutex
+	latest    Allocations
+	available bool
+	lastState string // the state last logged: "" before the first refresh, then "up", "no-socket" or "down"
+
+	up          prometheus.Gauge
+	errors      *prometheus.CounterVec
+	allocatable *prometheus.GaugeVec
+	duration    prometheus.Gauge
+}
+
+// New returns a Client for the endpoint. It does not connect: the first refresh does, and a kubelet that is not
+// there yet is retried on every refresh.
+func New(cfg Config) (*Client, error) {
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = DefaultEndpoint
+	}
+	if len(cfg.Resources) == 0 {
+		cfg.Resources = DefaultResources
+	}
+	for _, pattern := range cfg.Resources {
+		if _, err := path.Match(pattern, ""); err != nil {
+			return nil, fmt.Errorf("kubelet resource name %q: %w", pattern, err)
+		}
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	sock, err := socketPath(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("unix://"+sock,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
+		// Reconnect within about one interval of the kubelet coming back.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.Interval},
+			MinConnectTimeout: time.Second,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating the PodResources client for %s: %w", cfg.Endpoint, err)
+	}
+	c := &Client{
+		cfg:    cfg,
+		path:   sock,
+		conn:   conn,
+		client: podresources.NewPodResourcesListerClient(conn),
+		up: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_up",
+			Help: "1 if the last read of the kubelet PodResources API succeeded, 0 if it failed (no socket, kubelet down); allocation series are absent while 0.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_pod_exporter_kubelet_errors_total",
+			Help: "Failed calls to the kubelet PodResources API, by call (list, get_allocatable_resources).",
+		}, []string{"call"}),
+		allocatable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_allocatable_devices",
+			Help: "Devices of each GPU resource that the kubelet can allocate on this node (GetAllocatableResources).",
+		}, []string{"resource"}),
+		duration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_refresh_duration_seconds",
+			Help: "How long the last read of the kubelet PodResources API took.",
+		}),
+	}
+	for _, call := range []string{"list", "get_allocatable_resources"} {
+		c.errors.WithLabelValues(call)
+	}
+	return c, nil
+}
+
+// socketPath returns the filesystem path of a unix endpoint. The PodResources API is only served on a unix socket;
+// refusing other schemes keeps a typo from reaching the network.
+func socketPath(endpoint string) (string, error) {
+	p, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok {
+		p = endpoint
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("kubelet PodResources endpoint %q: want unix:///path/to/kubelet.sock", endpoint)
+	}
+	return filepath.Clean(p), nil
+}
+
+// Run refreshes the allocations now and then every interval until ctx ends.
+func (c *Client) Run(ctx context.Context) {
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		c.Refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh reads the allocations once. On failure the allocations become unavailable: stale allocations would
+// report pods that are gone as holding GPUs, and call a pod's new GPUs unrequested.
+func (c *Client) Refresh(ctx context.Context) error {
+	start := time.Now()
+	allocs, err := c.read(ctx)
+	c.duration.Set(time.Since(start).Seconds())
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.available = false
+		c.latest = Allocations{}
+		c.up.Set(0)
+		state := "down"
+		if errors.Is(err, fs.ErrNotExist) {
+			state = "no-socket"
+		}
+		c.logChange(state, err)
+		return err
+	}
+	c.latest, c.available = allocs, true
+	c.up.Set(1)
+	c.logChange("up", nil)
+	return nil
+}
+
+// logChange logs when the API becomes available or unavailable, or its socket disappears, never once per refresh.
+// Callers hold c.mu.
+func (c *Client) logChange(state string, err error) {
+	if state == c.lastState {
+		return
+	}
+	switch {
+	case err == nil:
+		c.cfg.Logger.Info("reading GPU allocations from the kubelet", "endpoint", c.cfg.Endpoint)
+	case c.lastState == "" && state == "no-socket":
+		// Not a Kubernetes node, or the socket is not mounted: worth one line, not an error.
+		c.cfg.Logger.Info("no kubelet PodResources socket: GPU allocation metrics are off until it appears", "endpoint", c.cfg.Endpoint)
+	default:
+		c.cfg.Logger.Warn("kubelet PodResources API unavailable: GPU allocation metrics are off until it answers", "err", err)
+	}
+	c.lastState = state
+}
+
+func (c *Client) read(ctx context.Context) (Allocations, error) {
+	// A missing socket is the common case off Kubernetes; say so rather than print gRPC's connection error.
+	if _, err := os.Stat(c.path); err != nil {
+		c.errors.WithLabelValues("list").Inc()
+		return Allocations{}, fmt.Errorf("kubelet PodResources socket %s: %w", c.path, err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	now := time.Now()
+	resp, err := c.client.List(callCtx, &podresources.ListPodResourcesRequest{})
+	if err != nil {
+		c.errors.WithLabelValues("list").Inc()
+		return Allocations{}, fmt.Errorf("listing pod resources from %s: %w", c.cfg.Endpoint, err)
+	}
+	allocs := Allocations{Time: now}
+	for _, pod := range resp.GetPodResources() {
+		for _, ctr := range pod.GetContainers() {
+			for _, dev := range ctr.GetDevices() {
+				if !c.gpuResource(dev.GetResourceName()) {
+					continue
+				}
+				for _, id := range dev.GetDeviceIds() {
+					allocs.Items = append(allocs.Items, Allocation{
+						Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(),
+						Resource: dev.GetResourceName(), DeviceID: id, Device: ParseDeviceID(id),
+					})
+				}
+			}
+		}
+	}
+	c.readAllocatable(ctx)
+	return allocs, nil
+}
+
+// readAllocatable updates the allocatable device counts. It is informational: when it fails (kubelets before 1.23
+// without the feature gate answer Unimplemented) the allocations from List are still used.
+func (c *Client) readAllocatable(ctx context.Context) {
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	resp, err := c.client.GetAllocatableResources(callCtx, &podresources.AllocatableResourcesRequest{})
+	if err != nil {
+		if status.Code(err) != codes.Unimplemented {
+			c.errors.WithLabelValues("get_allocatable_resources").Inc()
+		}
+		c.allocatable.Reset()
+		return
+	}
+	counts := make(map[string]int)
+	for _, dev := range resp.GetDevices() {
+		if c.gpuResource(dev.GetResourceName()) {
+			counts[dev.GetResourceName()] += len(dev.GetDeviceIds())
+		}
+	}
+	c.allocatable.Reset()
+	for r, n := range counts {
+		c.allocatable.WithLabelValues(r).Set(float64(n))
+	}
+}
+
+func (c *Client) gpuResource(name string) bool {
+	for _, pattern := range c.cfg.Resources {
+		if ok, _ := path.Match(pattern, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Allocations returns the latest allocations, and false when the kubelet could not be read: then nothing is
+// known about allocations, which is not the same as no allocations.
+func (c *Client) Allocations() (Allocations, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.latest, c.available
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Describe implements prometheus.Collector for the client's self-metrics.
+func (c *Client) Describe(ch chan<- *prometheus.Desc) {
+	c.up.Describe(ch)
+	c.errors.Describe(ch)
+	c.allocatable.Describe(ch)
+	c.duration.Describe(ch)
+}
+
+// Collect implements prometheus.Collector for the client's self-metrics.
+func (c *Client) Collect(ch chan<- prometheus.Metric) {
+	c.up.Collect(ch)
+	c.errors.Collect(ch)
+	c.allocatable.Collect(ch)
+	c.duration.Collect(ch)
+}

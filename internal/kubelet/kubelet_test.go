@@ -1,0 +1,237 @@
+package kubelet_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+)
+
+// socketDir returns a short directory for unix sockets: t.TempDir() paths can exceed the 108-byte limit.
+func socketDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kubelet-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// syncBuffer is a log sink that tests read while the client writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{} }
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var fixture = []fake.Device{
+	{Namespace: "ml", Pod: "train-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{"GPU-aaaa", "GPU-bbbb::3"}},
+	{Namespace: "ml", Pod: "train-0", Container: "sidecar", Resource: "cpu-ish.example.com/thing", IDs: []string{"x"}},
+	{Namespace: "ml", Pod: "infer-0", Container: "server", Resource: "nvidia.com/mig-1g.10gb", IDs: []string{"MIG-cccc"}},
+	{Namespace: "other", Pod: "p", Container: "c", Resource: "example.com/fpga", IDs: []string{"fpga0"}},
+}
+
+func TestRefreshReadsGPUResourcesOnly(t *testing.T) {
+	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	srv, err := fake.Start(sock, fixture, map[string][]string{
+		"nvidia.com/gpu": {"GPU-aaaa", "GPU-bbbb::0", "GPU-bbbb::1"}, "example.com/fpga": {"fpga0"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := kubelet.New(kubelet.Config{Endpoint: "unix://" + sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.Allocations(); ok {
+		t.Fatal("allocations available before the first refresh")
+	}
+	if err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := c.Allocations()
+	if !ok {
+		t.Fatal("allocations unavailable after a successful refresh")
+	}
+	var lines []string
+	for _, a := range got.Items {
+		lines = append(lines, strings.Join([]string{a.Namespace, a.Pod, a.Container, a.Resource, a.DeviceID, a.Device.UUID}, " "))
+	}
+	want := []string{
+		"ml train-0 trainer nvidia.com/gpu GPU-aaaa GPU-aaaa",
+		"ml train-0 trainer nvidia.com/gpu GPU-bbbb::3 GPU-bbbb",
+		"ml infer-0 server nvidia.com/mig-1g.10gb MIG-cccc MIG-cccc",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("allocations:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP gpu_pod_exporter_kubelet_allocatable_devices Devices of each GPU resource that the kubelet can allocate on this node (GetAllocatableResources).
+# TYPE gpu_pod_exporter_kubelet_allocatable_devices gauge
+gpu_pod_exporter_kubelet_allocatable_devices{resource="nvidia.com/gpu"} 3
+# HELP gpu_pod_exporter_kubelet_up 1 if the last read of the kubelet PodResources API succeeded, 0 if it failed (no socket, kubelet down); allocation series are absent while 0.
+# TYPE gpu_pod_exporter_kubelet_up gauge
+gpu_pod_exporter_kubelet_up 1
+`), "gpu_pod_exporter_kubelet_up", "gpu_pod_exporter_kubelet_allocatable_devices"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestConfiguredResourceGlobs(t *testing.T) {
+	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	srv, err := fake.Start(sock, fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := kubelet.New(kubelet.Config{Endpoint: sock, Resources: []string{"example.com/*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.Allocations()
+	if len(got.Items) != 1 || got.Items[0].DeviceID != "fpga0" {
+		t.Errorf("with resources example.com/*: got %+v, want only fpga0", got.Items)
+	}
+	if _, err := kubelet.New(kubelet.Config{Endpoint: sock, Resources: []string{"nvidia.com/["}}); err == nil {
+		t.Error("a malformed glob was accepted")
+	}
+	if _, err := kubelet.New(kubelet.Config{Endpoint: "tcp://10.0.0.1:10250"}); err == nil {
+		t.Error("a non-unix endpoint was accepted")
+	}
+}
+
+// The kubelet going away, coming back, and a socket that was never there: allocations are unavailable while it is
+// down, each state change is logged once, and the background loop recovers by itself.
+func TestKubeletDownAndBack(t *testing.T) {
+	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	logs := newSyncBuffer()
+	c, err := kubelet.New(kubelet.Config{
+		Endpoint: sock, Interval: 20 * time.Millisecond, Timeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// No socket: unavailable, one log line however many refreshes.
+	waitFor(t, "refreshes without a socket", func() bool {
+		return strings.Count(logs.String(), "\n") >= 1 && listErrors(t, c) >= 5
+	})
+	if _, ok := c.Allocations(); ok {
+		t.Fatal("allocations available without a socket")
+	}
+	if n := strings.Count(logs.String(), "no kubelet PodResources socket"); n != 1 {
+		t.Errorf("missing socket logged %d times, want once:\n%s", n, logs.String())
+	}
+
+	srv, err := fake.Start(sock, fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "allocations after the kubelet started", func() bool { _, ok := c.Allocations(); return ok })
+	if up := gaugeValue(t, c, "gpu_pod_exporter_kubelet_up"); up != 1 {
+		t.Errorf("kubelet_up = %v with the kubelet answering", up)
+	}
+
+	srv.Stop()
+	waitFor(t, "allocations to become unavailable", func() bool { _, ok := c.Allocations(); return !ok })
+	if up := gaugeValue(t, c, "gpu_pod_exporter_kubelet_up"); up != 0 {
+		t.Errorf("kubelet_up = %v with the kubelet gone", up)
+	}
+	if got, _ := c.Allocations(); len(got.Items) != 0 {
+		t.Errorf("stale allocations kept while unavailable: %+v", got.Items)
+	}
+	// Comes back on the same path, as a restarted kubelet does.
+	srv, err = fake.Start(sock, fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	waitFor(t, "allocations after the kubelet restarted", func() bool { _, ok := c.Allocations(); return ok })
+	// Let a few more refreshes happen: a steady state must not log.
+	calls := srv.ListCalls()
+	waitFor(t, "more refreshes", func() bool { return srv.ListCalls() >= calls+5 })
+	log := logs.String()
+	if n := strings.Count(log, "reading GPU allocations from the kubelet"); n != 2 {
+		t.Errorf("recovery logged %d times, want 2 (start, restart):\n%s", n, log)
+	}
+	if n := strings.Count(log, "\n"); n != 4 {
+		t.Errorf("want 4 log lines (no socket, up, down, up), got %d:\n%s", n, log)
+	}
+}
+
+func listErrors(t *testing.T, c *kubelet.Client) float64 {
+	t.Helper()
+	return metricValue(t, c, "gpu_pod_exporter_kubelet_errors_total", `call="list"`)
+}
+
+func gaugeValue(t *testing.T, c *kubelet.Client, name string) float64 {
+	t.Helper()
+	return metricValue(t, c, name, "")
+}
+
+// metricValue reads one series of the client's self-metrics from its text exposition.
+func metricValue(t *testing.T, c *kubelet.Client, name, labels string) float64 {
+	t.Helper()
+	out, err := testutil.CollectAndFormat(c, expfmt.TypeTextPlain, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, name) && strings.Contains(line, labels) {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no %s{%s} in\n%s", name, labels, out)
+	return 0
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
