@@ -3,6 +3,7 @@ package nvidiasmi
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
@@ -156,6 +157,22 @@ func TestProcessesListed(t *testing.T) {
 		}
 		if got := snap.Devices[0].ProcessesListed; got != want {
 			t.Errorf("%q: ProcessesListed %t, want %t", body, got, want)
+		}
+	}
+}
+
+// TestRepairIsLinear: repair must not search the rest of the input once per '&' or per <process_name> (it did, and
+// the fuzzer stalled on such inputs). Quadratic work on these 3 MB would take minutes.
+func TestRepairIsLinear(t *testing.T) {
+	for _, in := range []string{
+		strings.Repeat("&", 3<<20),
+		strings.Repeat("<process_name>", 200000) + "</process_name>",
+		strings.Repeat("<process_name>x</process_info>", 100000) + "</process_name>",
+	} {
+		start := time.Now()
+		repair([]byte(in))
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("repair of %d bytes took %v", len(in), d)
 		}
 	}
 }
