@@ -21,6 +21,8 @@ type Options struct {
 	Compat []string
 	// CompatHostname is the Hostname label of --compat=dcgm.
 	CompatHostname string
+	// Allocations are the kubelet's GPU allocations (gpu_allocation_*, gpu_unrequested_use); nil: not exported.
+	Allocations AllocationSource
 }
 
 // part is one concern's metrics.
@@ -45,7 +47,10 @@ func New(scraper *scrape.Scraper, opts Options, self ...prometheus.Collector) *C
 	if opts.Processes {
 		parts = append(parts, newProcessMetrics(labels))
 	}
-	parts = append(parts, newWorkloadMetrics(labels))
+	parts = append(parts, newWorkloadMetrics(labels), newSharingMetrics())
+	if opts.Allocations != nil {
+		parts = append(parts, newAllocationMetrics(opts.Allocations))
+	}
 	parts = append(parts, compatParts(opts)...)
 	return &Collector{scraper: scraper, self: append([]prometheus.Collector{scraper}, self...), parts: parts}
 }

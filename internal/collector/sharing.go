@@ -1,0 +1,37 @@
+package collector
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// sharingMetrics say how many workloads share each GPU: time-slicing, MPS and pods that see GPUs they did not
+// request all show up as more than one. It needs no kubelet.
+type sharingMetrics struct {
+	workloads *prometheus.Desc
+}
+
+func newSharingMetrics() *sharingMetrics {
+	return &sharingMetrics{workloads: gpuDesc("gpu_workloads",
+		"Distinct workloads (pod container, container, Slurm job or service; one identity of gpu_workload_processes) "+
+			"with processes on the GPU, MIG instances included. Absent when the process list could not be read.")}
+}
+
+func (m *sharingMetrics) describe(ch chan<- *prometheus.Desc) { ch <- m.workloads }
+
+func (m *sharingMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+	distinct := make(map[identity.Key]struct{})
+	for i := range r.Snapshot.Devices {
+		d := &r.Snapshot.Devices[i]
+		if !d.ProcessesListed {
+			continue
+		}
+		clear(distinct)
+		for _, p := range d.Processes {
+			distinct[r.Owner(p).Identity.Key()] = struct{}{}
+		}
+		gauge(ch, m.workloads, float64(len(distinct)), itoa(d.Index), d.UUID)
+	}
+}
