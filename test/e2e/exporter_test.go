@@ -313,31 +313,28 @@ func resolverErrors(mfs map[string]*dto.MetricFamily, resolver string) (total fl
 	return total, ok
 }
 
-// cacheEntries returns the size of one resolver's cache (a gauge named like gpu_pod_exporter_*cache*, labelled with
-// the resolver); ok=false when none is exposed.
-func cacheEntries(mfs map[string]*dto.MetricFamily, resolver string) (total float64, name string, ok bool) {
-	names := make([]string, 0, len(mfs))
-	for n := range mfs {
-		names = append(names, n)
+// cacheSize returns the number of containers in the exporter's name cache: the sum over the series of
+// gpu_pod_exporter_resolver_cache_entries (by state: resolved, unresolved, pending), or else of another gauge named
+// like gpu_pod_exporter_*cache*; ok=false when none is exposed.
+func cacheSize(mfs map[string]*dto.MetricFamily) (total float64, name string, ok bool) {
+	names := []string{"gpu_pod_exporter_resolver_cache_entries"}
+	var others []string
+	for n, mf := range mfs {
+		if strings.HasPrefix(n, "gpu_pod_exporter_") && strings.Contains(n, "cache") && n != names[0] &&
+			mf.GetType() == dto.MetricType_GAUGE {
+			others = append(others, n)
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		mf := mfs[n]
-		if !strings.HasPrefix(n, "gpu_pod_exporter_") || !strings.Contains(n, "cache") ||
-			mf.GetType() != dto.MetricType_GAUGE {
+	sort.Strings(others)
+	for _, n := range append(names, others...) {
+		mf, found := mfs[n]
+		if !found {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			l := labelsOf(m)
-			if l["resolver"] == resolver || l["cache"] == resolver || l["runtime"] == resolver {
-				total += value(m)
-				ok = true
-				name = n
-			}
+			total += value(m)
 		}
-		if ok {
-			return total, name, true
-		}
+		return total, n, true
 	}
 	return 0, "", false
 }
