@@ -43,6 +43,7 @@ func run(args []string) int {
 	sf.register(app)
 	var af attributionFlags
 	af.register(app)
+	compat := registerCompat(app)
 	timeout := app.Flag("collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.").
 		Default("5s").Duration()
 	processes := app.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
@@ -85,6 +86,7 @@ func run(args []string) int {
 		return runPS(ctx, scraper, *output)
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
+		compat.apply(&opts)
 		return runServer(ctx, logger, collector.New(scraper, opts, attributor), *metricsPath, webConfig)
 	}
 }
