@@ -44,6 +44,7 @@ func run(args []string) int {
 	var af attributionFlags
 	af.register(app)
 	compat := registerCompat(app)
+	kf := registerKubelet(app)
 	timeout := app.Flag("collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.").
 		Default("5s").Duration()
 	processes := app.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
@@ -87,7 +88,14 @@ func run(args []string) int {
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
 		compat.apply(&opts)
-		return runServer(ctx, logger, collector.New(scraper, opts, attributor), *metricsPath, webConfig)
+		kubeletSelf, stopKubelet, err := kf.start(ctx, logger, sf.demo, &opts)
+		if err != nil {
+			logger.Error("cannot read GPU allocations from the kubelet", "err", err)
+			return 1
+		}
+		defer stopKubelet()
+		self := append([]prometheus.Collector{attributor}, kubeletSelf...)
+		return runServer(ctx, logger, collector.New(scraper, opts, self...), *metricsPath, webConfig)
 	}
 }
 
