@@ -1,0 +1,146 @@
+//go:build e2e
+
+package demo
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// fakeSMI builds the fake nvidia-smi once per test binary.
+func fakeSMI(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(filepath.Dir(binary), "nvidia-smi")
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	out, err := exec.Command("go", "build", "-o", path, "../../internal/gpu/nvidiasmi/internal/fakesmi").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the fake nvidia-smi: %v\n%s", err, out)
+	}
+	return path
+}
+
+// smiExporter runs the binary on the nvidia-smi source, with the fake's behaviour set by its environment.
+func smiExporter(t *testing.T, env ...string) string {
+	t.Helper()
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	// An empty procfs: the fixtures' PIDs may exist on this machine, and their names and owners here are not the
+	// fixture's.
+	return exporter(t, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+fakeSMI(t), "--nvidia-smi.timeout=1s",
+		"--collection.timeout=2s", "--path.procfs="+t.TempDir())
+}
+
+// Every real nvidia-smi output becomes a promtool-clean exposition, reviewed in testdata/nvidia-smi/*.prom.
+func TestNvidiaSMIFixturesToMetrics(t *testing.T) {
+	fixtures, _ := filepath.Glob("../../internal/gpu/nvidiasmi/testdata/*.xml")
+	if len(fixtures) < 15 {
+		t.Fatalf("found %d nvidia-smi fixtures, want the 15 shared ones and more", len(fixtures))
+	}
+	for _, fixture := range fixtures {
+		name := strings.TrimSuffix(filepath.Base(fixture), ".xml")
+		t.Run(name, func(t *testing.T) {
+			abs, _ := filepath.Abs(fixture)
+			addr := smiExporter(t, "FAKESMI_MODE=file", "FAKESMI_FILE="+abs)
+			body, families := scrape(t, addr)
+			if len(families["gpu_info"].GetMetric()) == 0 {
+				t.Fatalf("no gpu_info from %s", name)
+			}
+			if v := value(families["gpu_pod_exporter_source_up"].GetMetric()[0]); v != 1 {
+				t.Errorf("source_up = %v", v)
+			}
+			promtool := exec.Command("promtool", "check", "metrics")
+			promtool.Stdin = strings.NewReader(body)
+			if out, err := promtool.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+				t.Errorf("promtool check metrics: %v\n%s", err, out)
+			}
+			got := gpuSeries(t, body)
+			golden := filepath.Join("testdata", "nvidia-smi", name+".prom")
+			if *update {
+				os.MkdirAll(filepath.Dir(golden), 0o755)
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("metrics from %s differ from %s (go test -tags e2e -update, then review the diff)", name, golden)
+			}
+		})
+	}
+}
+
+// gpuSeries keeps the GPU families of an exposition: the self-metrics vary from run to run.
+func gpuSeries(t *testing.T, body string) string {
+	t.Helper()
+	var keep []string
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "gpu_pod_exporter_") || strings.Contains(line, " gpu_pod_exporter_") {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep, "\n") + "\n"
+}
+
+// A broken nvidia-smi costs each scrape at most its deadline; the scrape still answers, with self-metrics that count
+// the failure, and no run is left behind.
+func TestNvidiaSMIFailuresAreBoundedAndCounted(t *testing.T) {
+	for _, mode := range []string{"exit", "garbage", "flood", "stall", "hang-child"} {
+		t.Run(mode, func(t *testing.T) {
+			pids := filepath.Join(t.TempDir(), "pids")
+			addr := smiExporter(t, "FAKESMI_MODE="+mode, "FAKESMI_STDERR=NVIDIA-SMI has failed", "FAKESMI_PIDFILE="+pids)
+			for i := 1; i <= 3; i++ {
+				start := time.Now()
+				resp, err := http.Get("http://" + addr + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				// nvidia-smi's deadline is 1 s and the scrape's 2 s; a bounded answer comes well within 3 s.
+				if took := time.Since(start); took > 3*time.Second {
+					t.Errorf("scrape %d took %s", i, took)
+				}
+				if resp.StatusCode != 200 {
+					t.Fatalf("scrape %d: %s", i, resp.Status)
+				}
+				parser := expfmt.NewTextParser(model.UTF8Validation)
+				families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+				if err != nil {
+					t.Fatalf("scrape %d: %v", i, err)
+				}
+				if len(families["gpu_info"].GetMetric()) != 0 {
+					t.Errorf("scrape %d served GPU series from a broken nvidia-smi", i)
+				}
+				if v := value(families["gpu_pod_exporter_source_up"].GetMetric()[0]); v != 0 {
+					t.Errorf("scrape %d: source_up = %v, want 0", i, v)
+				}
+				failures := value(families["gpu_pod_exporter_collection_errors_total"].GetMetric()[0]) +
+					value(families["gpu_pod_exporter_collection_timeouts_total"].GetMetric()[0])
+				if failures < float64(i) {
+					t.Errorf("after %d failed scrapes, %v failures counted", i, failures)
+				}
+			}
+		})
+	}
+}
