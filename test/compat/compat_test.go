@@ -1,0 +1,394 @@
+//go:build e2e
+
+// Package compat runs the real binary with --demo --compat=nvidiasmi,dcgm, has a real Prometheus scrape it, and
+// runs the queries of the dashboards that the compatibility outputs are for, checking the answers against the
+// demo node.
+package compat
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+)
+
+const (
+	nodeName = "gpu-node-e2e"
+	mib      = 1 << 20
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpe-compat-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "gpu-pod-exporter")
+	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpu-pod-exporter")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binary:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func TestUnknownCompatNameIsAnError(t *testing.T) {
+	out, err := exec.Command(binary, "--demo", "--compat=nvidiasmi,dcgm-exporter").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `"dcgm-exporter"`) {
+		t.Errorf("--compat=nvidiasmi,dcgm-exporter: err %v, output:\n%s", err, out)
+	}
+}
+
+// The exposition passes promtool, but for what dcgm-exporter's own names bring: camelCase label names (modelName,
+// UUID, Hostname) and an energy counter without _total.
+func TestCompatExpositionPassesPromtool(t *testing.T) {
+	addr := exporter(t, "--demo", "--compat=nvidiasmi,dcgm")
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, family := range []string{"nvidiasmi_process_used_memory_bytes", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL"} {
+		if !bytes.Contains(body, []byte("\n"+family+"{")) {
+			t.Errorf("no %s in the exposition", family)
+		}
+	}
+	promtool := exec.Command("promtool", "check", "metrics")
+	promtool.Stdin = bytes.NewReader(body)
+	out, _ := promtool.CombinedOutput()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		inherent := strings.HasPrefix(line, "DCGM_FI_") && (strings.Contains(line, "snake_case") ||
+			strings.Contains(line, `"_total" suffix`))
+		if line != "" && !inherent {
+			t.Errorf("promtool: %s", line)
+		}
+	}
+}
+
+func TestDashboardQueries(t *testing.T) {
+	addr := exporter(t, "--demo", "--compat=nvidiasmi,dcgm")
+	prom := prometheusServer(t, addr)
+	waitFor(t, 60*time.Second, "Prometheus to have both compatibility outputs", func() bool {
+		return len(query(t, prom, "nvidiasmi_process_used_memory_bytes")) > 0 && len(query(t, prom, "DCGM_FI_DEV_FB_USED")) > 0
+	})
+	snap, err := simulated.Demo().Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("nvidiasmi panel", func(t *testing.T) {
+		panel := `sum(nvidiasmi_process_used_memory_bytes{uuid=~"GPU-$gpu"}) by (pod_name)`
+		for _, d := range snap.Devices {
+			want := map[string]float64{}
+			for _, p := range d.Processes {
+				want[p.Identity.Pod] += p.UsedMemoryBytes.V
+			}
+			// Grafana fills $gpu from label_values(uuid) with the GPU- prefix cut off by the variable's regex.
+			expr := strings.ReplaceAll(panel, "$gpu", strings.TrimPrefix(d.UUID, "GPU-"))
+			compare(t, expr, byLabel(query(t, prom, expr), "pod_name"), want)
+		}
+		// A multi-value variable becomes (a|b).
+		a, b := snap.Devices[0], snap.Devices[1]
+		expr := strings.ReplaceAll(panel, "$gpu", "("+strings.TrimPrefix(a.UUID, "GPU-")+"|"+strings.TrimPrefix(b.UUID, "GPU-")+")")
+		want := map[string]float64{}
+		for _, p := range append(append([]gpu.Process{}, a.Processes...), b.Processes...) {
+			want[p.Identity.Pod] += p.UsedMemoryBytes.V
+		}
+		compare(t, expr, byLabel(query(t, prom, expr), "pod_name"), want)
+	})
+
+	t.Run("dcgm labels", func(t *testing.T) {
+		expr := `count by (Hostname, DCGM_FI_DRIVER_VERSION, modelName) (DCGM_FI_DEV_GPU_TEMP)`
+		res := query(t, prom, expr)
+		if len(res) != 1 || res[0].Metric["Hostname"] != nodeName || res[0].Metric["DCGM_FI_DRIVER_VERSION"] != snap.DriverVersion ||
+			res[0].Metric["modelName"] != snap.Devices[0].Name {
+			t.Errorf("%s = %v, want one group with Hostname %s, driver %s", expr, res, nodeName, snap.DriverVersion)
+		}
+		expr = `count by (gpu, device, UUID, pci_bus_id) (DCGM_FI_DEV_GPU_TEMP)`
+		if res := query(t, prom, expr); len(res) != len(snap.Devices) {
+			t.Errorf("%s: %d GPUs, want %d", expr, len(res), len(snap.Devices))
+		}
+		for _, r := range query(t, prom, expr) {
+			if r.Metric["device"] != "nvidia"+r.Metric["gpu"] || !strings.HasPrefix(r.Metric["UUID"], "GPU-") {
+				t.Errorf("%s: labels %v", expr, r.Metric)
+			}
+		}
+	})
+
+	// A GPU's FB_USED series add up to the GPU's memory use, shared or not; per-GPU utilization panels keep their
+	// value on GPUs that are not shared.
+	t.Run("dcgm per GPU", func(t *testing.T) {
+		used, util := map[string]float64{}, map[string]float64{}
+		for _, d := range snap.Devices {
+			if len(d.MIG) > 0 {
+				continue // in MIG mode there is a series per GPU instance and none for the whole GPU, as in DCGM
+			}
+			idx := strconv.Itoa(d.Index)
+			used[idx] = d.MemoryUsedBytes.V / mib
+			if pods, outside := podsOn(d.Processes); pods <= 1 && !(pods == 1 && outside) {
+				util[idx] = d.UtilizationRatio.V * 100
+			}
+		}
+		got := byLabel(query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_FB_USED{GPU_I_ID=""})`), "gpu")
+		compare(t, "sum by (gpu) FB_USED", got, used)
+		got = byLabel(query(t, prom, `avg by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL)`), "gpu")
+		for g, want := range util {
+			if math.Abs(got[g]-want) > 1e-6 {
+				t.Errorf("avg by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL) on unshared GPU %s = %v, want %v", g, got[g], want)
+			}
+		}
+		// GPU 0 is time-sliced between three pods, all with known SM utilization: their shares and the rest add
+		// up to the GPU's utilization.
+		d := snap.Devices[0]
+		got = byLabel(query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL)`), "gpu")
+		if math.Abs(got["0"]-d.UtilizationRatio.V*100) > 1e-6 {
+			t.Errorf("sum by (gpu) GPU_UTIL on shared GPU 0 = %v, want %v", got["0"], d.UtilizationRatio.V*100)
+		}
+	})
+
+	// Each pod's memory: its own processes' on a shared GPU, the GPU's (or the GPU instance's) when it has it alone.
+	t.Run("dcgm per pod", func(t *testing.T) {
+		want := map[string]float64{}
+		for _, d := range snap.Devices {
+			for _, e := range entities(d) {
+				pods, outside := podsOn(e.processes)
+				alone := pods == 1 && !outside
+				for i, p := range e.processes {
+					key := p.Identity.Namespace + "/" + p.Identity.Pod
+					switch {
+					case p.Identity.Pod == "":
+					case !alone:
+						want[key] += p.UsedMemoryBytes.V / mib
+					case i == 0: // the pod alone on the GPU has the GPU's memory, once
+						want[key] += e.used / mib
+					}
+				}
+			}
+		}
+		res := query(t, prom, `sum by (namespace, pod) (DCGM_FI_DEV_FB_USED)`)
+		got := map[string]float64{}
+		for _, r := range res {
+			if r.Metric["pod"] != "" {
+				got[r.Metric["namespace"]+"/"+r.Metric["pod"]] = r.Value
+			}
+		}
+		compare(t, "sum by (namespace, pod) (DCGM_FI_DEV_FB_USED)", got, want)
+		// The pods on the time-sliced GPU 0 have their own memory, not the whole GPU's as dcgm-exporter would say.
+		p := snap.Devices[0].Processes[0]
+		if g := got[p.Identity.Namespace+"/"+p.Identity.Pod]; g != p.UsedMemoryBytes.V/mib {
+			t.Errorf("pod %s on a shared GPU: FB_USED %v MiB, want its own %v MiB", p.Identity.Pod, g, p.UsedMemoryBytes.V/mib)
+		}
+	})
+}
+
+// podsOn counts the distinct containers (namespace, pod, container) among processes, and says whether any process
+// is in none.
+func podsOn(processes []gpu.Process) (pods int, outside bool) {
+	seen := map[[3]string]bool{}
+	for _, p := range processes {
+		k := [3]string{p.Identity.Namespace, p.Identity.Pod, p.Identity.Container}
+		if k == ([3]string{}) {
+			outside = true
+		} else if !seen[k] {
+			seen[k] = true
+			pods++
+		}
+	}
+	return pods, outside
+}
+
+type entity struct {
+	used      float64
+	processes []gpu.Process
+}
+
+// entities are a GPU's GPU instances in MIG mode, else the GPU.
+func entities(d gpu.Device) []entity {
+	if len(d.MIG) == 0 {
+		return []entity{{d.MemoryUsedBytes.V, d.Processes}}
+	}
+	var out []entity
+	for _, m := range d.MIG {
+		e := entity{used: m.MemoryUsedBytes.V}
+		for _, p := range d.Processes {
+			if p.GPUInstance == m.GPUInstance {
+				e.processes = append(e.processes, p)
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func compare(t *testing.T, what string, got, want map[string]float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s = %v, want %v", what, got, want)
+		return
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || math.Abs(g-w) > 1e-6 {
+			t.Errorf("%s: %q = %v, want %v", what, k, g, w)
+		}
+	}
+}
+
+// exporter starts the binary on the node NODE_NAME names and waits until it serves /metrics. It is stopped when
+// the test ends.
+func exporter(t *testing.T, args ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(binary, append([]string{"--web.listen-address=" + addr}, args...)...)
+	cmd.Env = append(os.Environ(), "NODE_NAME="+nodeName)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("exporter log:\n%s", logs.String())
+		}
+	})
+	waitFor(t, 10*time.Second, "exporter to serve /metrics on "+addr, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return addr
+}
+
+// prometheusServer starts Prometheus scraping the exporter every second and returns its address.
+func prometheusServer(t *testing.T, target string) string {
+	t.Helper()
+	dir := t.TempDir()
+	config := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: gpu-pod-exporter
+    honor_labels: true
+    static_configs:
+      - targets: [%q]
+`, target)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting prometheus: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	waitFor(t, 30*time.Second, "prometheus to be ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return addr
+}
+
+type sample struct {
+	Metric map[string]string
+	Value  float64
+}
+
+// query runs an instant query.
+func query(t *testing.T, prom, expr string) []sample {
+	t.Helper()
+	resp, err := http.Get("http://" + prom + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Status string
+		Error  string
+		Data   struct {
+			Result []struct {
+				Metric map[string]string
+				Value  [2]any
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Status != "success" {
+		t.Fatalf("query %q: %v %s", expr, err, out.Error)
+	}
+	var res []sample
+	for _, r := range out.Data.Result {
+		s, _ := r.Value[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("query %q: value %v: %v", expr, r.Value[1], err)
+		}
+		res = append(res, sample{r.Metric, v})
+	}
+	return res
+}
+
+func byLabel(res []sample, label string) map[string]float64 {
+	m := map[string]float64{}
+	for _, s := range res {
+		m[s.Metric[label]] = s.Value
+	}
+	return m
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
