@@ -47,7 +47,7 @@ func allocationNode() (*gpu.Snapshot, fixedOwners, []kubelet.Allocation) {
 		{Index: 2, UUID: "GPU-2", ProcessesListed: true},
 		// GPU 3: MIG; infer holds instance 1/0 and also runs on 2/0.
 		{Index: 3, UUID: "GPU-3", MIGMode: "enabled", ProcessesListed: true,
-			MIG: []gpu.MIGInstance{{UUID: "MIG-a", GPUInstance: 1, ComputeInstance: 0}, {UUID: "MIG-b", GPUInstance: 2, ComputeInstance: 0}},
+			MIG:       []gpu.MIGInstance{{UUID: "MIG-a", GPUInstance: 1, ComputeInstance: 0}, {UUID: "MIG-b", GPUInstance: 2, ComputeInstance: 0}},
 			Processes: []gpu.Process{migProc(4, 1, 0), migProc(5, 2, 0)}},
 		// GPU 4: its process list could not be read: allocated, but idleness unknown.
 		{Index: 4, UUID: "GPU-4", ProcessesListed: false},
