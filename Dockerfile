@@ -1,0 +1,41 @@
+# gpu-pod-exporter container image.
+#
+#   docker build -t gpu-pod-exporter .
+#   docker run --rm -p 9402:9402 gpu-pod-exporter --demo
+#
+# Stage 1 builds with cgo: go-nvml loads libnvidia-ml.so.1 with dlopen at run time, which needs a cgo binary
+# against glibc. Stage 2 is a glibc image without a shell or package manager (distroless base): the exporter
+# never runs a shell, and the NVIDIA container toolkit mounts libnvidia-ml.so.1 and nvidia-smi into the container
+# from the host's driver (NVIDIA_DRIVER_CAPABILITIES=utility), so the image carries no driver files.
+#
+# Build arguments:
+#   GO_IMAGE       the builder (Debian 12 based, like the runtime, so the glibc versions match)
+#   RUNTIME_IMAGE  the runtime base: any glibc >= 2.34 image; distroless base has CA certificates and tzdata
+#   BINARY_FROM    the stage or image the binary is copied from: "build" (default) builds it here; the tests set it
+#                  to an image holding a binary built outside (no registry to pull a Go image from there)
+
+ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/base-debian12:nonroot
+ARG BINARY_FROM=build
+
+FROM ${GO_IMAGE} AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+ARG REVISION=
+RUN CGO_ENABLED=1 go build -trimpath \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=${VERSION} -X github.com/prometheus/common/version.Revision=${REVISION}" \
+      -o /out/gpu-pod-exporter ./cmd/gpu-pod-exporter
+
+FROM ${BINARY_FROM} AS binary
+
+FROM ${RUNTIME_IMAGE} AS runtime
+COPY --from=binary /out/gpu-pod-exporter /usr/bin/gpu-pod-exporter
+# Non-root by default: enough for --demo, for NVML (/dev/nvidia* are 0666) and for reading every process's
+# /proc/<pid>/cgroup. The Kubernetes DaemonSet runs it as uid 0 with every capability dropped, only because the
+# CRI and kubelet PodResources sockets are root's (docs/install.md, "Privileges").
+USER 65532:65532
+EXPOSE 9402
+ENTRYPOINT ["/usr/bin/gpu-pod-exporter"]

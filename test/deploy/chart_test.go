@@ -1,0 +1,676 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// rendered is one helm template run, every object decoded strictly into its official Go type.
+type rendered struct {
+	raw             []byte
+	daemonSet       *appsv1.DaemonSet
+	service         *corev1.Service
+	serviceAccount  *corev1.ServiceAccount
+	configMaps      []*corev1.ConfigMap
+	namespaces      []*corev1.Namespace
+	serviceMonitor  *monitoringv1.ServiceMonitor
+	prometheusRule  *monitoringv1.PrometheusRule
+	kinds           []string
+	releaseNS       string
+	releaseFullName string
+}
+
+// nonDefaultValues changes every switch of the chart away from its default.
+const nonDefaultValues = `
+fullnameOverride: gpe
+image:
+  repository: registry.example.com/gpu-pod-exporter
+  tag: v9.9.9
+  pullPolicy: Always
+imagePullSecrets: [{name: regcred}]
+serviceAccount:
+  create: true
+  name: gpe-sa
+  annotations: {example.com/owner: gpu-team}
+nodeSelector:
+  nvidia.com/gpu.present: null # how Helm removes a default key
+  node-role.example.com/gpu: ""
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: nvidia.com/gpu.count, operator: Gt, values: ["0"]}
+tolerations:
+  - {key: dedicated, operator: Equal, value: gpu, effect: NoExecute}
+priorityClassName: system-node-critical
+hostPID: false
+nvidia:
+  runtimeClassName: ""
+  visibleDevices: all
+  driverCapabilities: utility
+cri:
+  socketPath: /var/run/crio/crio.sock
+kubelet:
+  podResources:
+    enabled: true
+    directory: /var/lib/kubelet/pod-resources
+    endpoint: unix:///var/lib/kubelet/pod-resources/kubelet.sock
+podLabelsAsMetricLabels: [app, team]
+collectorProcesses: false
+logLevel: debug
+extraArgs: [--collection.timeout=3s]
+extraEnv:
+  - {name: GODEBUG, value: "madvdontneed=1"}
+port: 9500
+podAnnotations: {example.com/scrape: "false"}
+podLabels: {team: gpu}
+resources:
+  requests: {cpu: 100m, memory: 128Mi}
+  limits: {cpu: "1", memory: 512Mi}
+service:
+  annotations: {example.com/internal: "true"}
+serviceMonitor:
+  labels: {release: kube-prometheus-stack}
+  interval: 15s
+  scrapeTimeout: 5s
+  instanceIsNodeName: false
+  relabelings:
+    - {sourceLabels: [__meta_kubernetes_pod_node_name], targetLabel: node}
+  metricRelabelings:
+    - {sourceLabels: [__name__], regex: "gpu_process_.*", action: drop}
+prometheusRule:
+  labels: {release: kube-prometheus-stack}
+dashboard:
+  labelValue: "yes"
+  annotations: {grafana_folder: GPU}
+  namespace: grafana
+`
+
+// minimalValues turns off every optional object and mount.
+const minimalValues = `
+serviceAccount: {create: false}
+cri: {socketPath: ""}
+kubelet: {podResources: {enabled: false}}
+serviceMonitor: {enabled: false}
+prometheusRule: {enabled: false}
+dashboard: {enabled: false}
+nodeSelector: {}
+tolerations: []
+`
+
+func valuesFile(t *testing.T, values string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(p, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// template runs helm template with the chart and decodes the result.
+func template(t *testing.T, release, namespace string, args ...string) *rendered {
+	t.Helper()
+	out := run(t, helm(t), append([]string{"template", release, chartDir, "--namespace", namespace,
+		"--kube-version", kubeVersion}, args...)...)
+	return decode(t, out, namespace)
+}
+
+var typeByKind = map[string]func(r *rendered) any{
+	"apps/v1/DaemonSet": func(r *rendered) any { r.daemonSet = &appsv1.DaemonSet{}; return r.daemonSet },
+	"v1/Service":        func(r *rendered) any { r.service = &corev1.Service{}; return r.service },
+	"v1/ServiceAccount": func(r *rendered) any { r.serviceAccount = &corev1.ServiceAccount{}; return r.serviceAccount },
+	"v1/ConfigMap": func(r *rendered) any {
+		cm := &corev1.ConfigMap{}
+		r.configMaps = append(r.configMaps, cm)
+		return cm
+	},
+	"v1/Namespace": func(r *rendered) any {
+		ns := &corev1.Namespace{}
+		r.namespaces = append(r.namespaces, ns)
+		return ns
+	},
+	"monitoring.coreos.com/v1/ServiceMonitor": func(r *rendered) any {
+		r.serviceMonitor = &monitoringv1.ServiceMonitor{}
+		return r.serviceMonitor
+	},
+	"monitoring.coreos.com/v1/PrometheusRule": func(r *rendered) any {
+		r.prometheusRule = &monitoringv1.PrometheusRule{}
+		return r.prometheusRule
+	},
+}
+
+// decode decodes every document of a manifest stream strictly into the official type of its kind; an unknown
+// kind, a misspelt field or a wrong type fails the test.
+func decode(t *testing.T, stream []byte, namespace string) *rendered {
+	t.Helper()
+	r := &rendered{raw: stream, releaseNS: namespace}
+	for i, doc := range splitDocs(stream) {
+		var tm v1.TypeMeta
+		if err := strictYAMLLoose(doc, &tm); err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, doc)
+		}
+		key := tm.APIVersion + "/" + tm.Kind
+		newObj, ok := typeByKind[key]
+		if !ok {
+			t.Fatalf("document %d: unexpected kind %s\n%s", i, key, doc)
+		}
+		if err := strictYAML(doc, newObj(r)); err != nil {
+			t.Errorf("document %d (%s): strict decoding into the official type: %v\n%s", i, key, err, doc)
+		}
+		r.kinds = append(r.kinds, tm.Kind)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return r
+}
+
+// strictYAMLLoose reads only the type meta of a document.
+func strictYAMLLoose(doc []byte, tm *v1.TypeMeta) error {
+	var m map[string]any
+	if err := strictYAML(doc, &m); err != nil {
+		return err
+	}
+	tm.APIVersion, _ = m["apiVersion"].(string)
+	tm.Kind, _ = m["kind"].(string)
+	if tm.APIVersion == "" || tm.Kind == "" {
+		return fmt.Errorf("no apiVersion or kind")
+	}
+	return nil
+}
+
+func TestHelmLint(t *testing.T) {
+	for name, values := range map[string]string{"default": "", "non-default": nonDefaultValues, "minimal": minimalValues} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}
+			if values != "" {
+				args = append(args, "--values", valuesFile(t, values))
+			}
+			out := run(t, helm(t), args...)
+			if !bytes.Contains(out, []byte("1 chart(s) linted, 0 chart(s) failed")) {
+				t.Fatalf("helm lint:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestHelmTemplateDefault(t *testing.T) {
+	r := template(t, "gpe", "monitoring")
+	checkCommon(t, r)
+	ds := r.daemonSet
+	pod := ds.Spec.Template.Spec
+	c := exporterContainer(t, ds)
+
+	if !pod.HostPID {
+		t.Error("hostPID is off by default")
+	}
+	if hasArgPrefix(c.Args, "--path.procfs") {
+		t.Errorf("--path.procfs with hostPID: %v", c.Args)
+	}
+	if pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
+		t.Errorf("runtimeClassName = %v, want nvidia", pod.RuntimeClassName)
+	}
+	if got := pod.NodeSelector["nvidia.com/gpu.present"]; got != "true" {
+		t.Errorf("nodeSelector = %v, want nvidia.com/gpu.present=true", pod.NodeSelector)
+	}
+	if !slices.ContainsFunc(pod.Tolerations, func(tol corev1.Toleration) bool {
+		return tol.Key == "nvidia.com/gpu" && tol.Operator == corev1.TolerationOpExists
+	}) {
+		t.Errorf("no toleration of the nvidia.com/gpu taint: %v", pod.Tolerations)
+	}
+	if c.Image != "ghcr.io/gpu-pod-exporter/gpu-pod-exporter:0.1.0" {
+		t.Errorf("image = %s, want the chart's appVersion as the tag", c.Image)
+	}
+	wantMounts := map[string]string{ // mount path → host path
+		"/run/containerd/containerd.sock": "/run/containerd/containerd.sock",
+		"/var/lib/kubelet/pod-resources":  "/var/lib/kubelet/pod-resources",
+	}
+	checkHostMounts(t, pod, c, wantMounts)
+	if !slices.Contains(c.Args, "--runtime.endpoint=unix:///run/containerd/containerd.sock") {
+		t.Errorf("no --runtime.endpoint for the mounted CRI socket: %v", c.Args)
+	}
+	// The exporter's default endpoint is the mounted directory's socket.
+	if hasArgPrefix(c.Args, "--kubelet.pod-resources-endpoint") {
+		t.Errorf("--kubelet.pod-resources-endpoint set although the default endpoint is mounted: %v", c.Args)
+	}
+	if r.serviceMonitor == nil || r.prometheusRule == nil || len(r.configMaps) != 1 || r.serviceAccount == nil {
+		t.Fatalf("default objects: %v", r.kinds)
+	}
+	relabel := r.serviceMonitor.Spec.Endpoints[0].RelabelConfigs
+	if len(relabel) != 1 || relabel[0].TargetLabel != "instance" ||
+		!reflect.DeepEqual(relabel[0].SourceLabels, []monitoringv1.LabelName{"__meta_kubernetes_pod_node_name"}) {
+		t.Errorf("relabelings = %+v, want instance from the node name", relabel)
+	}
+	if r.configMaps[0].Labels["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard labels = %v, want grafana_dashboard=1 for Grafana's sidecar", r.configMaps[0].Labels)
+	}
+	checkArgsAccepted(t, c.Args)
+}
+
+func TestHelmTemplateNonDefault(t *testing.T) {
+	r := template(t, "other", "gpu", "--values", valuesFile(t, nonDefaultValues))
+	checkCommon(t, r)
+	ds := r.daemonSet
+	pod := ds.Spec.Template.Spec
+	c := exporterContainer(t, ds)
+
+	if ds.Name != "gpe" || r.service.Name != "gpe" {
+		t.Errorf("fullnameOverride: DaemonSet %s, Service %s", ds.Name, r.service.Name)
+	}
+	if pod.HostPID {
+		t.Error("hostPID: false still sets hostPID")
+	}
+	if !slices.Contains(c.Args, "--path.procfs=/host/proc") {
+		t.Errorf("no --path.procfs=/host/proc without hostPID: %v", c.Args)
+	}
+	checkHostMounts(t, pod, c, map[string]string{
+		"/host/proc":                     "/proc",
+		"/var/run/crio/crio.sock":        "/var/run/crio/crio.sock",
+		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
+	})
+	if pod.RuntimeClassName != nil {
+		t.Errorf("runtimeClassName = %q with nvidia.runtimeClassName empty", *pod.RuntimeClassName)
+	}
+	for _, want := range []string{
+		"--runtime.endpoint=unix:///var/run/crio/crio.sock",
+		"--kubelet.pod-resources-endpoint=unix:///var/lib/kubelet/pod-resources/kubelet.sock",
+		"--kubernetes.pod-labels=app,team",
+		"--no-collector.processes",
+		"--log.level=debug",
+		"--web.listen-address=:9500",
+		"--collection.timeout=3s",
+	} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("args %v lack %s", c.Args, want)
+		}
+	}
+	if c.Image != "registry.example.com/gpu-pod-exporter:v9.9.9" || c.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("image %s %s", c.Image, c.ImagePullPolicy)
+	}
+	if _, ok := pod.NodeSelector["node-role.example.com/gpu"]; !ok || len(pod.NodeSelector) != 1 {
+		t.Errorf("nodeSelector = %v", pod.NodeSelector)
+	}
+	if pod.Affinity == nil || pod.Affinity.NodeAffinity == nil {
+		t.Error("affinity not rendered")
+	}
+	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" {
+		t.Errorf("tolerations = %v", pod.Tolerations)
+	}
+	if pod.PriorityClassName != "system-node-critical" || pod.ServiceAccountName != "gpe-sa" ||
+		r.serviceAccount.Name != "gpe-sa" || len(pod.ImagePullSecrets) != 1 {
+		t.Errorf("priorityClassName %q, serviceAccountName %q (%s), pull secrets %v",
+			pod.PriorityClassName, pod.ServiceAccountName, r.serviceAccount.Name, pod.ImagePullSecrets)
+	}
+	if ds.Spec.Template.Labels["team"] != "gpu" || ds.Spec.Template.Annotations["example.com/scrape"] != "false" {
+		t.Errorf("pod labels %v, annotations %v", ds.Spec.Template.Labels, ds.Spec.Template.Annotations)
+	}
+	if c.Resources.Limits.Memory().String() != "512Mi" {
+		t.Errorf("memory limit %s", c.Resources.Limits.Memory())
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GODEBUG" }) {
+		t.Error("extraEnv not rendered")
+	}
+	sm := r.serviceMonitor
+	if sm.Labels["release"] != "kube-prometheus-stack" || string(sm.Spec.Endpoints[0].Interval) != "15s" ||
+		len(sm.Spec.Endpoints[0].RelabelConfigs) != 1 || sm.Spec.Endpoints[0].RelabelConfigs[0].TargetLabel != "node" ||
+		len(sm.Spec.Endpoints[0].MetricRelabelConfigs) != 1 {
+		t.Errorf("ServiceMonitor: %+v", sm.Spec.Endpoints[0])
+	}
+	if r.prometheusRule.Labels["release"] != "kube-prometheus-stack" {
+		t.Errorf("PrometheusRule labels %v", r.prometheusRule.Labels)
+	}
+	cm := r.configMaps[0]
+	if cm.Namespace != "grafana" || cm.Labels["grafana_dashboard"] != "yes" || cm.Annotations["grafana_folder"] != "GPU" {
+		t.Errorf("dashboard ConfigMap %s/%s labels %v annotations %v", cm.Namespace, cm.Name, cm.Labels, cm.Annotations)
+	}
+	checkArgsAccepted(t, c.Args)
+}
+
+func TestHelmTemplateMinimal(t *testing.T) {
+	r := template(t, "gpe", "monitoring", "--values", valuesFile(t, minimalValues))
+	checkCommon(t, r)
+	if !reflect.DeepEqual(r.kinds, []string{"Service", "DaemonSet"}) {
+		t.Errorf("objects = %v, want only the Service and the DaemonSet", r.kinds)
+	}
+	pod := r.daemonSet.Spec.Template.Spec
+	c := exporterContainer(t, r.daemonSet)
+	if len(pod.Volumes) != 0 || len(c.VolumeMounts) != 0 {
+		t.Errorf("volumes %v, mounts %v with every mount off", pod.Volumes, c.VolumeMounts)
+	}
+	if hasArgPrefix(c.Args, "--runtime.endpoint") {
+		t.Errorf("--runtime.endpoint without a CRI socket: %v", c.Args)
+	}
+	if pod.ServiceAccountName != "default" {
+		t.Errorf("serviceAccountName = %q without a created ServiceAccount", pod.ServiceAccountName)
+	}
+	checkArgsAccepted(t, c.Args)
+}
+
+// TestHelmTemplateMisspeltFieldFails makes sure the strict decoding catches what it is there for.
+func TestHelmTemplateMisspeltFieldFails(t *testing.T) {
+	r := template(t, "gpe", "monitoring")
+	for _, tc := range []struct{ from, to string }{
+		{"readOnlyRootFilesystem:", "readOnlyRootFileSystem:"}, // only the case differs
+		{"readOnlyRootFilesystem:", "readOnlyRootFS:"},
+		{"honorLabels:", "honourLabels:"},
+		{"hostPID:", "hostPid:"},
+	} {
+		doc := bytes.Replace(r.raw, []byte(tc.from), []byte(tc.to), 1)
+		if bytes.Equal(doc, r.raw) {
+			t.Fatalf("no %s in the rendered chart", tc.from)
+		}
+		found := false
+		for _, d := range splitDocs(doc) {
+			if !bytes.Contains(d, []byte(tc.to)) {
+				continue
+			}
+			found = true
+			var obj any = &appsv1.DaemonSet{}
+			if bytes.Contains(d, []byte("kind: ServiceMonitor")) {
+				obj = &monitoringv1.ServiceMonitor{}
+			}
+			name := strings.TrimSuffix(tc.to, ":")
+			if err := strictYAML(d, obj); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s decoded without an error naming it: %v", name, err)
+			}
+		}
+		if !found {
+			t.Fatalf("document with %s not found", tc.to)
+		}
+	}
+}
+
+func exporterContainer(t *testing.T, ds *appsv1.DaemonSet) *corev1.Container {
+	t.Helper()
+	cs := ds.Spec.Template.Spec.Containers
+	if len(cs) != 1 || cs[0].Name != "exporter" {
+		t.Fatalf("containers = %v, want one named exporter", cs)
+	}
+	return &cs[0]
+}
+
+func hasArgPrefix(args []string, flag string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == flag || strings.HasPrefix(a, flag+"=") })
+}
+
+// checkCommon checks what every rendering must satisfy: least privilege, and objects that refer to each other
+// correctly (selectors, port names, volumes), as the API server and prometheus-operator would need.
+func checkCommon(t *testing.T, r *rendered) {
+	t.Helper()
+	ds, svc := r.daemonSet, r.service
+	if ds == nil || svc == nil {
+		t.Fatalf("no DaemonSet or Service: %v", r.kinds)
+	}
+	pod := ds.Spec.Template.Spec
+	c := exporterContainer(t, ds)
+
+	// Selectors.
+	if !subset(ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
+		t.Errorf("DaemonSet selector %v does not match its pod labels %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
+	}
+	if !subset(svc.Spec.Selector, ds.Spec.Template.Labels) {
+		t.Errorf("Service selector %v does not match the pod labels %v", svc.Spec.Selector, ds.Spec.Template.Labels)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+		t.Errorf("Service ports = %+v, want one named metrics targeting the container port metrics", svc.Spec.Ports)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != c.Ports[0].ContainerPort {
+		t.Errorf("container ports = %+v", c.Ports)
+	}
+	if want := fmt.Sprintf("--web.listen-address=:%d", c.Ports[0].ContainerPort); !slices.Contains(c.Args, want) {
+		t.Errorf("args %v lack %s", c.Args, want)
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.StrVal != "metrics" {
+			t.Errorf("probe %+v, want an HTTP GET on port metrics", p)
+		}
+	}
+
+	// Least privilege.
+	sc := c.SecurityContext
+	if sc == nil {
+		t.Fatal("no container securityContext")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("root filesystem is writable")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("privileged")
+	}
+	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+	}
+	if psc := pod.SecurityContext; psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext %+v, want the RuntimeDefault seccomp profile", psc)
+	}
+	if pod.HostNetwork || pod.HostIPC {
+		t.Error("hostNetwork or hostIPC")
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the API token is mounted; the exporter never calls the API server")
+	}
+	if r.serviceAccount != nil && (r.serviceAccount.AutomountServiceAccountToken == nil || *r.serviceAccount.AutomountServiceAccountToken) {
+		t.Error("the ServiceAccount automounts its token")
+	}
+	for _, m := range c.VolumeMounts {
+		if !m.ReadOnly {
+			t.Errorf("mount %s (%s) is writable", m.Name, m.MountPath)
+		}
+		if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+			t.Errorf("mount %s has no volume", m.Name)
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.HostPath == nil {
+			t.Errorf("volume %s is not a hostPath", v.Name)
+			continue
+		}
+		if v.HostPath.Type == nil || (*v.HostPath.Type != corev1.HostPathSocket && *v.HostPath.Type != corev1.HostPathDirectory) {
+			// An untyped hostPath creates an empty directory on the node where the socket is missing.
+			t.Errorf("hostPath %s has type %v, want Socket or Directory", v.HostPath.Path, v.HostPath.Type)
+		}
+	}
+	if !pod.HostPID && !slices.Contains(c.Args, "--path.procfs=/host/proc") {
+		t.Error("neither hostPID nor --path.procfs=/host/proc")
+	}
+
+	// Node name and NVIDIA device access without taking a GPU from the workloads.
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if e := env["NODE_NAME"]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME = %+v, want the downward API's spec.nodeName", e)
+	}
+	if env["NVIDIA_VISIBLE_DEVICES"].Value != "all" || env["NVIDIA_DRIVER_CAPABILITIES"].Value != "utility" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q NVIDIA_DRIVER_CAPABILITIES=%q, want all and utility",
+			env["NVIDIA_VISIBLE_DEVICES"].Value, env["NVIDIA_DRIVER_CAPABILITIES"].Value)
+	}
+	for name := range c.Resources.Limits {
+		if strings.HasPrefix(string(name), "nvidia.com/") {
+			t.Errorf("the exporter requests %s: it would take a GPU away from the workloads", name)
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources = %+v, want CPU and memory requests and a memory limit", c.Resources)
+	}
+	if ds.Spec.Template.Spec.ServiceAccountName == "" {
+		t.Error("no serviceAccountName")
+	}
+
+	// prometheus-operator objects.
+	if sm := r.serviceMonitor; sm != nil {
+		if !subset(sm.Spec.Selector.MatchLabels, svc.Labels) {
+			t.Errorf("ServiceMonitor selector %v does not match the Service labels %v", sm.Spec.Selector.MatchLabels, svc.Labels)
+		}
+		if !slices.Contains(sm.Spec.NamespaceSelector.MatchNames, svc.Namespace) {
+			t.Errorf("ServiceMonitor namespaces %v lack the Service's %s", sm.Spec.NamespaceSelector.MatchNames, svc.Namespace)
+		}
+		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name {
+			t.Errorf("ServiceMonitor endpoints %+v, want the Service port %s", sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
+		}
+		if !sm.Spec.Endpoints[0].HonorLabels {
+			t.Error("ServiceMonitor without honorLabels: the workload's namespace/pod labels would be the exporter's")
+		}
+		// deploy/prometheus/rules.yml's GPUPodExporterDown expects job="gpu-pod-exporter".
+		if got := svc.Labels[sm.Spec.JobLabel]; got != "gpu-pod-exporter" {
+			t.Errorf("job label from Service label %q = %q, want gpu-pod-exporter", sm.Spec.JobLabel, got)
+		}
+	}
+	if pr := r.prometheusRule; pr != nil {
+		var want monitoringv1.PrometheusRuleSpec
+		if err := strictYAML(readRepoFile(t, "deploy/prometheus/rules.yml"), &want); err != nil {
+			t.Fatalf("deploy/prometheus/rules.yml as a PrometheusRule spec: %v", err)
+		}
+		if len(want.Groups) == 0 || !reflect.DeepEqual(pr.Spec, want) {
+			t.Error("the PrometheusRule's spec differs from deploy/prometheus/rules.yml (run go test ./test/deploy -update)")
+		}
+	}
+	for _, cm := range r.configMaps {
+		body, ok := cm.Data["gpu-pod-exporter.json"]
+		if !ok {
+			t.Errorf("ConfigMap %s has no gpu-pod-exporter.json", cm.Name)
+			continue
+		}
+		if !json.Valid([]byte(body)) {
+			t.Errorf("ConfigMap %s: the dashboard is not valid JSON", cm.Name)
+		}
+		if want := strings.TrimRight(string(readRepoFile(t, "deploy/grafana/gpu-pod-exporter.json")), "\n"); body != want {
+			t.Errorf("ConfigMap %s: the dashboard differs from deploy/grafana/gpu-pod-exporter.json (run go test ./test/deploy -update)", cm.Name)
+		}
+	}
+	for _, o := range []v1.Object{ds, svc} {
+		if o.GetNamespace() != r.releaseNS {
+			t.Errorf("%s is in namespace %q, want %q", o.GetName(), o.GetNamespace(), r.releaseNS)
+		}
+	}
+}
+
+// checkHostMounts checks that exactly the given host paths are mounted, read-only, at the given paths.
+func checkHostMounts(t *testing.T, pod corev1.PodSpec, c *corev1.Container, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.HostPath != nil {
+				got[m.MountPath] = v.HostPath.Path
+				if !m.ReadOnly {
+					t.Errorf("%s is mounted writable", m.MountPath)
+				}
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("host mounts (container path → host path) = %v, want %v", got, want)
+	}
+}
+
+func subset(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// exporterBinary builds the exporter once for the tests that run it.
+func exporterBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpe-deploy-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "gpu-pod-exporter")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gpu-pod-exporter")
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// checkArgsAccepted starts the exporter with the rendered arguments (on the demo node, listening on a free
+// loopback port) and waits until it listens: an unknown flag or a bad value makes it exit instead.
+func checkArgsAccepted(t *testing.T, args []string) {
+	t.Helper()
+	var a []string
+	for _, arg := range args {
+		if !strings.HasPrefix(arg, "--web.listen-address=") {
+			a = append(a, arg)
+		}
+	}
+	a = append(a, "--web.listen-address=127.0.0.1:0", "--demo")
+	cmd := exec.Command(exporterBinary(t), a...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		pr.Close()
+	}()
+	listening := make(chan bool, 1)
+	var log bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "Listening on") {
+				listening <- true
+				return
+			}
+		}
+		listening <- false // the exporter exited
+	}()
+	select {
+	case ok := <-listening:
+		if !ok {
+			cmd.Wait()
+			t.Errorf("the exporter does not accept the chart's arguments %q:\n%s", a, log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the exporter did not listen within 30s with the chart's arguments %q", a)
+	}
+}

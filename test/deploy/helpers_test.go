@@ -1,0 +1,211 @@
+// Package deploy tests the deployment artifacts with the tools that consume them: helm (lint, template), the
+// official Kubernetes and prometheus-operator Go types, systemd-analyze, and, with the e2e build tag, a real dockerd
+// (the container image), a real Prometheus (the Grafana dashboard's queries) and promtool (rules, CloudWatch scrape
+// configuration).
+//
+//	go test ./test/deploy                      the artifacts without root or daemons (builds helm once, cached)
+//	go test ./test/deploy -update              rewrite the generated files: plain manifests, the chart's copies
+//	go test -tags e2e ./test/deploy            also the image under dockerd and the dashboard against Prometheus
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite deploy/kubernetes/*.yaml and the chart's copies of the dashboard and rules")
+
+// helmVersion is the helm the tests build from the Go module proxy (GPE_HELM overrides it with a binary).
+const helmVersion = "v3.22.0"
+
+// kubeVersion is the Kubernetes version helm renders for: a go-installed helm defaults to v1.20, below the chart's
+// kubeVersion constraint.
+const kubeVersion = "1.33.0"
+
+const chartDir = "deploy/helm/gpu-pod-exporter"
+
+var (
+	repoOnce sync.Once
+	repo     string
+	repoErr  error
+)
+
+// repoRoot is the module root: the tests read and render the artifacts from there.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	repoOnce.Do(func() {
+		_, file, _, ok := runtime.Caller(0)
+		if !ok {
+			repoErr = fmt.Errorf("runtime.Caller failed")
+			return
+		}
+		repo = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		if _, err := os.Stat(filepath.Join(repo, "go.mod")); err != nil {
+			repoErr = fmt.Errorf("no go.mod at %s: %v", repo, err)
+		}
+	})
+	if repoErr != nil {
+		t.Fatal(repoErr)
+	}
+	return repo
+}
+
+func readRepoFile(t testing.TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helm returns a helm binary: $GPE_HELM, else helmVersion built once from the Go module proxy into the user's cache
+// directory ($GPE_TOOLS_CACHE overrides it) and reused by later runs.
+func helm(t testing.TB) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		if p := os.Getenv("GPE_HELM"); p != "" {
+			helmPath = p
+			return
+		}
+		cache := os.Getenv("GPE_TOOLS_CACHE")
+		if cache == "" {
+			dir, err := os.UserCacheDir()
+			if err != nil {
+				helmErr = fmt.Errorf("no cache directory for helm (set GPE_HELM or GPE_TOOLS_CACHE): %v", err)
+				return
+			}
+			cache = filepath.Join(dir, "gpu-pod-exporter")
+		}
+		bin := filepath.Join(cache, "helm-"+helmVersion, "helm")
+		if _, err := os.Stat(bin); err == nil {
+			helmPath = bin
+			return
+		}
+		fmt.Fprintf(os.Stderr, "test/deploy: building helm %s from the Go module proxy into %s "+
+			"(once; about 3 minutes on 2 cores; set GPE_HELM to use your own helm)\n", helmVersion, bin)
+		start := time.Now()
+		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+			helmErr = err
+			return
+		}
+		tmp, err := os.MkdirTemp(filepath.Dir(bin), "build-")
+		if err != nil {
+			helmErr = err
+			return
+		}
+		defer os.RemoveAll(tmp)
+		cmd := exec.Command("go", "install", "-trimpath", "-ldflags=-s -w", "helm.sh/helm/v3/cmd/helm@"+helmVersion)
+		// Outside our module: no -mod flag from the caller's GOFLAGS, its own go.sum checked against the sum database.
+		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "GOWORK=off")
+		cmd.Dir = tmp
+		if out, err := cmd.CombinedOutput(); err != nil {
+			helmErr = fmt.Errorf("building helm %s (go install; needs the Go module proxy): %v\n%s", helmVersion, err, out)
+			return
+		}
+		if err := os.Rename(filepath.Join(tmp, "helm"), bin); err != nil {
+			helmErr = err
+			return
+		}
+		fmt.Fprintf(os.Stderr, "test/deploy: built helm %s in %s\n", helmVersion, time.Since(start).Round(time.Second))
+		helmPath = bin
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	return helmPath
+}
+
+// run runs a command in the repository root and returns its stdout; a failure fails the test with its output.
+func run(t testing.TB, name string, args ...string) []byte {
+	t.Helper()
+	out, err := runErr(t, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func runErr(t testing.TB, name string, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = repoRoot(t)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return append(stdout.Bytes(), stderr.Bytes()...), err
+	}
+	return stdout.Bytes(), nil
+}
+
+// splitDocs splits a multi-document YAML stream, dropping documents that hold only comments.
+func splitDocs(stream []byte) [][]byte {
+	var docs [][]byte
+	for _, d := range bytes.Split(append([]byte("\n"), stream...), []byte("\n---")) {
+		empty := true
+		for _, line := range strings.Split(string(d), "\n") {
+			line = strings.TrimSpace(line)
+			if line != "" && !strings.HasPrefix(line, "#") {
+				empty = false
+				break
+			}
+		}
+		if !empty {
+			docs = append(docs, d)
+		}
+	}
+	return docs
+}
+
+// strictYAML decodes YAML into v through JSON, rejecting fields that v's type does not have: the check that a
+// misspelt Kubernetes or agent field fails, like the API server's strict field validation.
+func strictYAML(doc []byte, v any) error {
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return err
+	}
+	return strictJSON(j, v)
+}
+
+// strictJSON decodes JSON into v, rejecting unknown fields. encoding/json alone matches field names without regard
+// to case (readOnlyRootFileSystem would pass for readOnlyRootFilesystem), so the names are also checked case-sensitively,
+// with duplicate keys, by sigs.k8s.io/json: the decoder the Kubernetes API server uses for strict field validation.
+func strictJSON(j []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the JSON value")
+	}
+	strict, err := sigsjson.UnmarshalStrict(j, v)
+	if err != nil {
+		return err
+	}
+	if len(strict) > 0 {
+		return errors.Join(strict...)
+	}
+	return nil
+}
