@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
@@ -25,7 +27,7 @@ type kubeletFlags struct {
 func registerKubelet(app *kingpin.Application) *kubeletFlags {
 	f := &kubeletFlags{}
 	app.Flag("kubelet.pod-resources-endpoint", "kubelet PodResources API socket, for GPU allocations "+
-		"(gpu_allocation_*, gpu_unrequested_use). Empty: off. Off with --demo unless set.").
+		"(gpu_allocation_*, gpu_unrequested_use). Empty: off. Default: "+kubelet.DefaultEndpoint+" when it exists; a simulated node file's allocations: key when not set.").
 		Default(kubelet.DefaultEndpoint).IsSetByUser(&f.endpointSet).StringVar(&f.endpoint)
 	app.Flag("kubelet.refresh-interval", "How often GPU allocations are read from the kubelet.").
 		Default(kubelet.DefaultInterval.String()).DurationVar(&f.interval)
@@ -40,8 +42,18 @@ func registerKubelet(app *kingpin.Application) *kubeletFlags {
 // self-metrics and a function that stops it. A kubelet that is absent or down is not an error (the client retries
 // and says so in gpu_pod_exporter_kubelet_up); a malformed endpoint or resource glob is. The demo node has no
 // kubelet, so the default endpoint is not tried there.
-func (f *kubeletFlags) start(ctx context.Context, logger *slog.Logger, demo bool, opts *collector.Options) ([]prometheus.Collector, func(), error) {
-	if f.endpoint == "" || demo && !f.endpointSet {
+//
+// A simulated node file with allocations stands in for the kubelet unless an endpoint is given; without one, a
+// default socket that does not exist (a node without Kubernetes) turns allocations off rather than failing a call
+// every interval.
+func (f *kubeletFlags) start(ctx context.Context, logger *slog.Logger, source gpu.Source, opts *collector.Options) ([]prometheus.Collector, func(), error) {
+	if sim, ok := source.(*simulated.Source); ok && !f.endpointSet {
+		if sim.HasAllocations() {
+			opts.Allocations = sim
+		}
+		return nil, func() {}, nil
+	}
+	if f.endpoint == "" || !f.endpointSet && !socketExists(f.endpoint) {
 		return nil, func() {}, nil
 	}
 	c, err := kubelet.New(kubelet.Config{

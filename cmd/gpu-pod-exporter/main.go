@@ -46,7 +46,7 @@ func run(args []string) int {
 	compat := registerCompat(app)
 	kf := registerKubelet(app)
 	timeout := app.Flag("collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.").
-		Default("5s").Duration()
+		Default("8s").Duration()
 	processes := app.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
 	logConfig := &promslog.Config{}
 	promslogflag.AddFlags(app, logConfig)
@@ -88,7 +88,7 @@ func run(args []string) int {
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
 		compat.apply(&opts)
-		kubeletSelf, stopKubelet, err := kf.start(ctx, logger, sf.demo, &opts)
+		kubeletSelf, stopKubelet, err := kf.start(ctx, logger, source, &opts)
 		if err != nil {
 			logger.Error("cannot read GPU allocations from the kubelet", "err", err)
 			return 1

@@ -102,7 +102,8 @@ var specFamilies = []string{
 	"gpu_clock_hertz", "gpu_performance_state", "gpu_ecc_errors_total", "gpu_xid_errors_total", "gpu_processes",
 	"gpu_mig_info", "gpu_mig_memory_total_bytes", "gpu_mig_memory_used_bytes",
 	"gpu_process_memory_used_bytes", "gpu_process_sm_utilization_ratio", "gpu_process_memory_utilization_ratio",
-	"gpu_workload_memory_used_bytes", "gpu_workload_sm_utilization_ratio", "gpu_workload_processes",
+	"gpu_workload_memory_used_bytes", "gpu_workload_sm_utilization_ratio", "gpu_workload_processes", "gpu_workloads",
+	"gpu_allocation_info", "gpu_allocation_processes", "gpu_unrequested_use",
 	"gpu_pod_exporter_build_info", "gpu_pod_exporter_collection_duration_seconds", "gpu_pod_exporter_source_up",
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
 // The file format is SPEC's "Simulated node file". Every optional reading is a pointer so that "absent" (the series
@@ -20,6 +21,18 @@ type nodeConfig struct {
 	DriverVersion string      `yaml:"driver_version"`
 	CUDAVersion   string      `yaml:"cuda_version"`
 	GPUs          []gpuConfig `yaml:"gpus"`
+	// Allocations stand in for the kubelet's PodResources answer; nil (the key absent) means "no kubelet",
+	// which differs from an empty list.
+	Allocations *[]allocationConfig `yaml:"allocations"`
+}
+
+// allocationConfig is one container's GPU devices as the kubelet would report them.
+type allocationConfig struct {
+	Namespace string   `yaml:"namespace"`
+	Pod       string   `yaml:"pod"`
+	Container string   `yaml:"container"`
+	Resource  string   `yaml:"resource"`
+	DeviceIDs []string `yaml:"device_ids"`
 }
 
 type gpuConfig struct {
@@ -182,6 +195,13 @@ func validate(cfg *nodeConfig) error {
 	if len(cfg.GPUs) == 0 {
 		return errors.New("gpus: at least one GPU is required")
 	}
+	if cfg.Allocations != nil {
+		for i, a := range *cfg.Allocations {
+			if a.Namespace == "" || a.Pod == "" || a.Container == "" || len(a.DeviceIDs) == 0 {
+				return fmt.Errorf("allocations[%d]: namespace, pod, container and device_ids are required", i)
+			}
+		}
+	}
 	uuids := map[string]bool{}
 	for i, g := range cfg.GPUs {
 		if !uuidPattern.MatchString(g.UUID) {
@@ -330,6 +350,21 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 		snap.Devices = append(snap.Devices, d)
 	}
 	return snap
+}
+
+func (cfg *nodeConfig) allocations() []kubelet.Allocation {
+	var out []kubelet.Allocation
+	for _, a := range *cfg.Allocations {
+		resource := a.Resource
+		if resource == "" {
+			resource = "nvidia.com/gpu"
+		}
+		for _, id := range a.DeviceIDs {
+			out = append(out, kubelet.Allocation{Namespace: a.Namespace, Pod: a.Pod, Container: a.Container,
+				Resource: resource, DeviceID: id, Device: kubelet.ParseDeviceID(id)})
+		}
+	}
+	return out
 }
 
 func (c *identityConfig) identity() *identity.Identity {

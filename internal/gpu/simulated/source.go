@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
 //go:embed demo.yaml
@@ -77,6 +78,24 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: "config", Err: s.lastErr})
 	}
 	return snap, nil
+}
+
+// HasAllocations reports whether the node file lists kubelet allocations.
+func (s *Source) HasAllocations() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Allocations != nil
+}
+
+// Allocations gives the node file's kubelet allocations, so that a simulated node shows the allocation signals
+// without a kubelet. ok is false when the file has no allocations key.
+func (s *Source) Allocations() (kubelet.Allocations, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.Allocations == nil {
+		return kubelet.Allocations{}, false
+	}
+	return kubelet.Allocations{Time: s.now(), Items: s.cfg.allocations()}, true
 }
 
 // reload re-reads the file if it changed. It returns an error only when the file cannot be stat'ed at all.

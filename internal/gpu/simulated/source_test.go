@@ -199,3 +199,29 @@ func TestDemoNode(t *testing.T) {
 		t.Errorf("demo shapes: time-sliced=%d mps=%d mig=%d slurm=%d unit=%d plain=%d idle=%d", shared, mps, mig, slurm, unit, plain, idle)
 	}
 }
+
+func TestAllocations(t *testing.T) {
+	demo := Demo()
+	allocs, ok := demo.Allocations()
+	if !ok || !demo.HasAllocations() || len(allocs.Items) != 9 {
+		t.Fatalf("demo allocations: ok %v, %d items", ok, len(allocs.Items))
+	}
+	mig := allocs.Items[6]
+	if mig.Resource != "nvidia.com/mig-3g.40gb" || mig.Device.UUID != "MIG-66c3976f-b4d6-8b32-2487-28a5bd3f9378" {
+		t.Errorf("MIG allocation = %+v", mig)
+	}
+	if shared := allocs.Items[0]; shared.Resource != "nvidia.com/gpu" || shared.Device.UUID != "GPU-f5217cdd-1115-1734-2ef5-22684bb654d2" {
+		t.Errorf("time-sliced replica allocation = %+v", shared)
+	}
+	s, err := Open("testdata/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Allocations(); ok || s.HasAllocations() {
+		t.Error("a node file without allocations: must say allocations are unknown, not empty")
+	}
+	if _, err := parse([]byte("gpus: [{uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60, memory_total_bytes: 1}]\nallocations: [{pod: p}]\n")); err == nil ||
+		!strings.Contains(err.Error(), "allocations[0]") {
+		t.Errorf("incomplete allocation: %v", err)
+	}
+}
