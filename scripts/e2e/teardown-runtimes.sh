@@ -107,24 +107,39 @@ for i in 1 2 3; do
 	done
 done
 
-# 5. cgroup directories: the e2e test's own (systemd service and Slurm job shapes; their processes are ended first)
-#    and the runtimes' parents, removed only where empty, so that nothing in use is touched.
+# 5. cgroup directories: those the e2e test made for host processes (listed in $W/cgroups as paths relative to each
+#    hierarchy's root; their processes are ended first, their parents removed where empty), and the runtimes' parents
+#    (kubepods, docker, libpod_parent), removed only where empty, so that nothing in use is touched.
 rm_cgroup_tree() { # rm_cgroup_tree DIR KILL: rmdir DIR depth first; KILL=1 ends the processes in it first
-	local d="$1" kill="$2" pid
+	local d="$1" kill="$2" pid i
 	[ -d "$d" ] || return 0
 	if [ "$kill" = 1 ]; then
-		while read -r pid; do
-			[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-		done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
-		sleep 0.2
+		for i in 1 2 3 4 5 6 7 8 9 10; do
+			pids=$(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
+			[ -z "$pids" ] && break
+			for pid in $pids; do kill -KILL "$pid" 2>/dev/null; done
+			sleep 0.2
+		done
 	fi
 	find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
 }
-for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-	[ -d "$h" ] || continue
-	rm_cgroup_tree "$h/system.slice/gpe-test.service" 1
-	rm_cgroup_tree "$h/slurm/uid_0/job_4242" 1
-	for d in "$h/slurm/uid_0" "$h/slurm" "$h/system.slice"; do rmdir "$d" 2>/dev/null; done
+hierarchies=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i+1) == "cgroup" || $(i+1) == "cgroup2") print $5; break } }' \
+	/proc/self/mountinfo)
+if [ -s "$W/cgroups" ]; then
+	sort -u "$W/cgroups" | while read -r rel; do
+		rel="${rel#/}"
+		case "$rel" in "" | *..*) continue ;; esac
+		for h in $hierarchies; do
+			rm_cgroup_tree "$h/$rel" 1
+			p="$rel"
+			while [ "${p%/*}" != "$p" ]; do
+				p="${p%/*}"
+				rmdir "$h/$p" 2>/dev/null || break
+			done
+		done
+	done
+fi
+for h in $hierarchies; do
 	for d in kubepods docker libpod_parent; do rm_cgroup_tree "$h/$d" 0; done
 done
 

@@ -52,11 +52,14 @@ func TestAttribution(t *testing.T) {
 		want:   map[string]string{"container": "gpe-podman", "container_id": pc.id},
 		cgroup: "/libpod-" + pc.id, gpus: []int{1}, mem: 5 << 28}
 
-	const unitPath, slurmPath = "/system.slice/gpe-test.service", "/slurm/uid_0/job_4242/step_0/task_0"
-	service := &workload{desc: "systemd unit gpe-test.service", pid: startInCgroup(t, unitPath),
-		want: map[string]string{"systemd_unit": "gpe-test.service"}, cgroup: unitPath, gpus: []int{0}, mem: 7 << 28}
-	slurm := &workload{desc: "slurm job 4242", pid: startInCgroup(t, slurmPath),
-		want: map[string]string{"slurm_job_id": "4242"}, cgroup: slurmPath, gpus: []int{1}, mem: 9 << 28}
+	// Names unique to this run, so that runs with different E2E_WORK on one host do not meet.
+	unit := fmt.Sprintf("gpe-e2e-%s.service", newUID(t)[:8])
+	jobID := strconv.Itoa(10000 + int(time.Now().UnixNano()%90000))
+	unitPath, slurmPath := "/system.slice/"+unit, "/slurm/uid_0/job_"+jobID+"/step_0/task_0"
+	service := &workload{desc: "systemd unit " + unit, pid: startInCgroup(t, unitPath),
+		want: map[string]string{"systemd_unit": unit}, cgroup: unitPath, gpus: []int{0}, mem: 7 << 28}
+	slurm := &workload{desc: "slurm job " + jobID, pid: startInCgroup(t, slurmPath),
+		want: map[string]string{"slurm_job_id": jobID}, cgroup: slurmPath, gpus: []int{1}, mem: 9 << 28}
 
 	ws := []*workload{trainer, sidecar, jupyter, docker, podman, service, slurm}
 

@@ -85,6 +85,7 @@ func runMain(m *testing.M) int {
 		s := <-sigs
 		fmt.Fprintf(os.Stderr, "e2e: %v: tearing down\n", s)
 		teardown()
+		os.RemoveAll(tmp)
 		os.Exit(2)
 	}()
 	if f := flag.Lookup("test.timeout"); f != nil {

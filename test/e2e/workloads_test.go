@@ -367,6 +367,10 @@ func startInCgroup(t *testing.T, rel string) int {
 		t.Fatalf("starting a host sleep for %s: %v", rel, err)
 	}
 	pid := cmd.Process.Pid
+	// Recorded first, so that teardown-runtimes.sh removes it even if this process dies before its cleanup runs.
+	if err := appendLine(filepath.Join(env.work, "cgroups"), rel); err != nil {
+		t.Fatalf("recording cgroup %s: %v", rel, err)
+	}
 	var made []string // directories this call created, outermost first
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -411,6 +415,18 @@ func startInCgroup(t *testing.T, rel string) int {
 		}
 	}
 	return pid
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func readCgroup(pid int) string {
