@@ -1,0 +1,271 @@
+package deploy
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const dashboardPath = "deploy/grafana/gpu-pod-exporter.json"
+
+// The parts of Grafana's dashboard model (schemaVersion 39) that the dashboard uses; decoding is strict, so a
+// misspelt key fails.
+type dashboard struct {
+	Title         string         `json:"title"`
+	UID           string         `json:"uid"`
+	Description   string         `json:"description"`
+	Tags          []string       `json:"tags"`
+	Editable      bool           `json:"editable"`
+	SchemaVersion int            `json:"schemaVersion"`
+	Version       int            `json:"version"`
+	Time          map[string]any `json:"time"`
+	Refresh       string         `json:"refresh"`
+	Timezone      string         `json:"timezone"`
+	GraphTooltip  int            `json:"graphTooltip"`
+	Annotations   map[string]any `json:"annotations"`
+	Links         []any          `json:"links"`
+	Templating    struct {
+		List []variable `json:"list"`
+	} `json:"templating"`
+	Panels []panel `json:"panels"`
+}
+
+type variable struct {
+	Name       string         `json:"name"`
+	Label      string         `json:"label"`
+	Type       string         `json:"type"`
+	Datasource any            `json:"datasource"`
+	Query      any            `json:"query"`
+	Definition string         `json:"definition"`
+	Refresh    int            `json:"refresh"`
+	IncludeAll bool           `json:"includeAll"`
+	Multi      bool           `json:"multi"`
+	AllValue   string         `json:"allValue"`
+	Current    map[string]any `json:"current"`
+	Sort       int            `json:"sort"`
+	Options    []any          `json:"options"`
+	Hide       int            `json:"hide"`
+	Regex      string         `json:"regex"`
+}
+
+type panel struct {
+	Type            string         `json:"type"`
+	Title           string         `json:"title"`
+	Description     string         `json:"description"`
+	ID              int            `json:"id"`
+	Collapsed       bool           `json:"collapsed"`
+	Panels          []panel        `json:"panels"`
+	Datasource      *datasourceRef `json:"datasource"`
+	GridPos         gridPos        `json:"gridPos"`
+	Targets         []target       `json:"targets"`
+	FieldConfig     map[string]any `json:"fieldConfig"`
+	Options         map[string]any `json:"options"`
+	Transformations []any          `json:"transformations"`
+}
+
+type datasourceRef struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type gridPos struct {
+	H int `json:"h"`
+	W int `json:"w"`
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
+type target struct {
+	Datasource   *datasourceRef `json:"datasource"`
+	Expr         string         `json:"expr"`
+	RefID        string         `json:"refId"`
+	LegendFormat string         `json:"legendFormat"`
+	Instant      bool           `json:"instant"`
+	Range        bool           `json:"range"`
+	Format       string         `json:"format"`
+}
+
+func loadDashboard(t testing.TB) *dashboard {
+	t.Helper()
+	var d dashboard
+	if err := strictJSON(readRepoFile(t, dashboardPath), &d); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	return &d
+}
+
+// allPanels flattens rows (collapsed rows hold their panels).
+func (d *dashboard) allPanels() []panel {
+	var out []panel
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			out = append(out, p)
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	return out
+}
+
+// kubeletPanels need the kubelet's PodResources API: the e2e test feeds them from a fake kubelet.
+var kubeletPanels = []string{"GPU used without a request", "Idle GPU allocations", "Allocated GPUs by pod"}
+
+// substitute replaces Grafana's variables the way Grafana does when every variable is set to "All" (allValue .*).
+func substitute(expr string) string {
+	r := strings.NewReplacer(
+		"${node}", ".*", "$node", ".*",
+		"${gpu}", ".*", "$gpu", ".*",
+		"${namespace}", ".*", "$namespace", ".*",
+		"$__rate_interval", "1m", "$__interval", "15s", "$__range", "5m",
+	)
+	return r.Replace(expr)
+}
+
+var leftoverVariable = regexp.MustCompile(`\$\{?[A-Za-z_]`)
+
+func TestDashboardModel(t *testing.T) {
+	d := loadDashboard(t)
+	if d.UID == "" || d.Title == "" || d.SchemaVersion < 36 {
+		t.Errorf("uid %q, title %q, schemaVersion %d", d.UID, d.Title, d.SchemaVersion)
+	}
+	vars := map[string]variable{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v
+	}
+	if v := vars["datasource"]; v.Type != "datasource" || v.Query != "prometheus" {
+		t.Errorf("datasource variable = %+v, want a Prometheus data source picker", v)
+	}
+	for _, name := range []string{"node", "gpu", "namespace"} {
+		v, ok := vars[name]
+		if !ok {
+			t.Errorf("no %s variable", name)
+			continue
+		}
+		if v.Type != "query" || !v.IncludeAll || !v.Multi || v.AllValue != ".*" {
+			t.Errorf("variable %s = %+v, want a multi-value query variable with All = .*", name, v)
+		}
+		if !strings.HasPrefix(v.Definition, "label_values(") {
+			t.Errorf("variable %s: definition %q", name, v.Definition)
+		}
+	}
+
+	ids := map[int]string{}
+	titles := map[string]bool{}
+	occupied := map[[2]int]string{}
+	for _, p := range d.allPanels() {
+		if prev, dup := ids[p.ID]; dup {
+			t.Errorf("panel id %d used by %q and %q", p.ID, prev, p.Title)
+		}
+		ids[p.ID] = p.Title
+		if titles[p.Title] {
+			t.Errorf("two panels titled %q", p.Title)
+		}
+		titles[p.Title] = true
+		if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q: gridPos %+v", p.Title, p.GridPos)
+		}
+		for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+			for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+				if other, ok := occupied[[2]int{x, y}]; ok {
+					t.Errorf("panels %q and %q overlap at %d,%d", other, p.Title, x, y)
+					y = p.GridPos.Y + p.GridPos.H
+					break
+				}
+				occupied[[2]int{x, y}] = p.Title
+			}
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Description == "" {
+			t.Errorf("panel %q has no description", p.Title)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+			t.Errorf("panel %q: datasource %+v, want the ${datasource} variable", p.Title, p.Datasource)
+		}
+		refs := map[string]bool{}
+		for _, tg := range p.Targets {
+			if tg.Expr == "" || tg.RefID == "" || refs[tg.RefID] {
+				t.Errorf("panel %q: target %+v", p.Title, tg)
+			}
+			refs[tg.RefID] = true
+			if tg.Datasource == nil || tg.Datasource.UID != "${datasource}" {
+				t.Errorf("panel %q: target datasource %+v", p.Title, tg.Datasource)
+			}
+			if s := substitute(tg.Expr); leftoverVariable.MatchString(s) {
+				t.Errorf("panel %q: unknown variable in %q", p.Title, tg.Expr)
+			}
+			if p.Type == "table" && !(tg.Instant && tg.Format == "table") {
+				t.Errorf("panel %q: a table's query should be instant with format table", p.Title)
+			}
+		}
+		if slices.Contains(kubeletPanels, p.Title) != strings.Contains(p.Description, "PodResources") {
+			t.Errorf("panel %q: panels that need the kubelet must say so in their description, and only they", p.Title)
+		}
+	}
+	for _, want := range []string{
+		"GPU memory by pod", "SM utilization by pod", "GPU processes", "GPU used without a request",
+		"Idle GPU allocations", "Temperature", "Power", "XID errors",
+	} {
+		if !titles[want] {
+			t.Errorf("no panel %q", want)
+		}
+	}
+	for _, p := range d.allPanels() {
+		if p.Title == "GPU memory by pod" {
+			stacking := fmt.Sprint(p.FieldConfig["defaults"].(map[string]any)["custom"].(map[string]any)["stacking"])
+			if !strings.Contains(stacking, "normal") {
+				t.Errorf("GPU memory by pod is not stacked: %s", stacking)
+			}
+		}
+		if p.Title == "GPU processes" {
+			exprs := ""
+			for _, tg := range p.Targets {
+				exprs += tg.Expr
+			}
+			for _, l := range []string{"pod", "namespace", "container", "pid"} {
+				if !strings.Contains(exprs, l) {
+					t.Errorf("the process table does not show %s", l)
+				}
+			}
+		}
+	}
+}
+
+// dashboardMetrics lists the metric names the dashboard's queries use.
+func dashboardMetrics(d *dashboard) []string {
+	re := regexp.MustCompile(`\b(gpu_[a-z_]+)\b`)
+	set := map[string]bool{}
+	for _, p := range d.allPanels() {
+		for _, tg := range p.Targets {
+			for _, m := range re.FindAllStringSubmatch(tg.Expr, -1) {
+				set[m[1]] = true
+			}
+		}
+	}
+	var names []string
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestDashboardMetricsDocumented: every metric a panel uses is one the README documents, so that renaming a
+// metric without the dashboard fails here.
+func TestDashboardMetricsDocumented(t *testing.T) {
+	readme := string(readRepoFile(t, "README.md"))
+	for _, m := range dashboardMetrics(loadDashboard(t)) {
+		// The README lists self-metrics without their gpu_pod_exporter_ prefix.
+		if !strings.Contains(readme, m) && !strings.Contains(readme, "`"+strings.TrimPrefix(m, "gpu_pod_exporter_")) {
+			t.Errorf("the dashboard uses %s, which README.md does not document", m)
+		}
+	}
+}
