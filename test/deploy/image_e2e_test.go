@@ -1,0 +1,313 @@
+//go:build e2e
+
+package deploy
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestImage builds the Dockerfile's runtime stage under a real dockerd and runs it. There is no registry here, so
+// the runtime base is a glibc image made from the host's own libc6 files (what distroless base provides: glibc,
+// passwd entries, no shell), and the binary stage is an image holding the exporter built on the host with the
+// Dockerfile's build command; BuildKit then builds only the stages the runtime stage needs.
+func TestImage(t *testing.T) {
+	dockerHost(t)
+	tag := fmt.Sprintf("e2e-%d", os.Getpid())
+	base := "gpe.local/glibc-base:" + tag
+	binImage := "gpe.local/gpe-binary:" + tag
+	image := "gpe.local/gpu-pod-exporter:" + tag
+	t.Cleanup(func() { docker(t, "rmi", "-f", image, binImage, base) })
+
+	start := time.Now()
+	dir := t.TempDir()
+	importImage(t, base, glibcRootfs(t, filepath.Join(dir, "base")))
+	binDir := filepath.Join(dir, "bin")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, "out/gpu-pod-exporter"), "./cmd/gpu-pod-exporter")
+	build.Dir = repoRoot(t)
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	importImage(t, binImage, binDir)
+	out := mustDocker(t, "build", "--progress=plain", "--target", "runtime",
+		"--build-arg", "RUNTIME_IMAGE="+base, "--build-arg", "BINARY_FROM="+binImage, "-t", image, ".")
+	if strings.Contains(out, "golang") {
+		t.Errorf("the build touched the Go builder image although BINARY_FROM was set:\n%s", out)
+	}
+	t.Logf("image built in %s", time.Since(start).Round(100*time.Millisecond))
+
+	// The image's configuration.
+	var cfg []struct {
+		Config struct {
+			User         string
+			Entrypoint   []string
+			ExposedPorts map[string]any
+		}
+	}
+	if err := json.Unmarshal([]byte(mustDocker(t, "image", "inspect", image)), &cfg); err != nil || len(cfg) != 1 {
+		t.Fatalf("docker image inspect: %v", err)
+	}
+	c := cfg[0].Config
+	if c.User != "65532:65532" {
+		t.Errorf("image user %q, want non-root 65532:65532", c.User)
+	}
+	if strings.Join(c.Entrypoint, " ") != "/usr/bin/gpu-pod-exporter" {
+		t.Errorf("entrypoint %q", c.Entrypoint)
+	}
+	if _, ok := c.ExposedPorts["9402/tcp"]; !ok {
+		t.Errorf("exposed ports %v, want 9402/tcp", c.ExposedPorts)
+	}
+	checkNoShell(t, image)
+
+	t.Run("demo", func(t *testing.T) {
+		// The most restricted way to run it: read-only, no capabilities, no privilege gain, non-root (the image's user).
+		port := freePort(t)
+		name := "gpe-deploy-demo-" + tag
+		runContainer(t, name, "--network", "host", "--read-only", "--cap-drop", "ALL",
+			"--security-opt", "no-new-privileges", image, "--demo", fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
+		body := scrapeWithin(t, port, 30*time.Second)
+		for _, want := range []string{`simulated="true"`, `gpu_workload_memory_used_bytes{`, `pod="bert-finetune-7c9d8b6f4-x2kqp"`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("the demo's metrics lack %s", want)
+			}
+		}
+		status := procStatus(t, name)
+		for field, want := range map[string]string{"Uid": "65532", "Gid": "65532", "CapEff": "0000000000000000", "NoNewPrivs": "1"} {
+			if got := status[field]; got != want {
+				t.Errorf("/proc/<pid>/status %s = %q, want %q", field, got, want)
+			}
+		}
+	})
+
+	// The privileges of the Helm chart, proven necessary and sufficient: a workload container's process, attributed
+	// by the containerised exporter through the host's PIDs and the runtime socket mounted read-only, with every
+	// capability dropped.
+	sock := dockerHost(t)
+	workload := "gpe-deploy-workload-" + tag
+	runContainer(t, workload, runtimesEnv["GPE_E2E_IMAGE"], "/bin/sleep", "3600")
+	pid := mustDocker(t, "inspect", "-f", "{{.State.Pid}}", workload)
+	id := mustDocker(t, "inspect", "-f", "{{.Id}}", workload)
+	node := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(node, []byte(fmt.Sprintf(`driver_version: "580.95.05"
+cuda_version: "13.0"
+gpus:
+  - uuid: GPU-00000000-0000-0000-0000-000000000001
+    name: NVIDIA H100 80GB HBM3
+    memory_total_bytes: 85520809984
+    processes:
+      - pid: %s
+        type: compute
+        used_memory_bytes: 1073741824
+`, pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+		"-v", node + ":/etc/gpe/node.yaml:ro", "-v", sock + ":/var/run/docker.sock:ro"}
+	args := []string{"--gpu.simulated-config=/etc/gpe/node.yaml", "--docker.host=unix:///var/run/docker.sock"}
+	series := regexp.MustCompile(`gpu_process_memory_used_bytes\{[^}]*pid="` + pid + `"[^}]*\}`)
+	attributed := func(t *testing.T, port int) string {
+		t.Helper()
+		var line string
+		waitFor(t, 30*time.Second, "the workload's process series", func() bool {
+			body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+			line = series.FindString(body)
+			return err == nil && line != ""
+		})
+		if !strings.Contains(line, `container_id="`+id+`"`) {
+			t.Errorf("the cgroup did not give the container ID: %s", line)
+		}
+		return line
+	}
+
+	for _, tc := range []struct {
+		name  string
+		extra []string // docker run options
+		args  []string // exporter flags
+	}{
+		{"hostPID", []string{"--pid", "host"}, nil},
+		{"host-proc", []string{"-v", "/proc:/host/proc:ro"}, []string{"--path.procfs=/host/proc"}},
+	} {
+		t.Run("root-without-capabilities/"+tc.name, func(t *testing.T) {
+			port := freePort(t)
+			name := fmt.Sprintf("gpe-deploy-%s-%s", strings.ToLower(tc.name), tag)
+			opts := append(append(append([]string{}, common...), tc.extra...), "--user", "0:0", image)
+			runContainer(t, name, append(append(append(opts, args...), tc.args...),
+				fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))...)
+			line := attributed(t, port)
+			if !strings.Contains(line, `container="`+workload+`"`) {
+				t.Errorf("the runtime did not name the container through the read-only socket: %s", line)
+			}
+			if got := procStatus(t, name)["CapEff"]; got != "0000000000000000" {
+				t.Errorf("CapEff = %s, want no capability", got)
+			}
+		})
+	}
+
+	// Why the chart runs as uid 0: without it the runtime's socket (root:docker 0660 here, root:root 0660 for
+	// containerd) cannot be connected to, and containers keep only their cgroup-derived labels.
+	t.Run("non-root-cannot-name", func(t *testing.T) {
+		port := freePort(t)
+		name := "gpe-deploy-nonroot-" + tag
+		runContainer(t, name, append(append(append(append([]string{}, common...), "--pid", "host", image), args...),
+			fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))...)
+		line := attributed(t, port)
+		if !strings.Contains(line, `container=""`) {
+			t.Errorf("a non-root exporter named the container, so root would not be needed: %s", line)
+		}
+		waitFor(t, 30*time.Second, "a failed docker lookup to be counted", func() bool {
+			body, _ := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+			return regexp.MustCompile(`gpu_pod_exporter_resolver_requests_total\{[^}]*result="error"[^}]*\} [1-9]`).MatchString(body)
+		})
+	})
+}
+
+// glibcRootfs writes a root filesystem of the host's glibc (Debian's libc6 package files), passwd and group
+// entries, and /tmp: a stand-in for gcr.io/distroless/base-debian12 with no shell.
+func glibcRootfs(t *testing.T, root string) string {
+	t.Helper()
+	out, err := exec.Command("dpkg-query", "-L", "libc6").Output()
+	if err != nil {
+		t.Fatalf("dpkg-query -L libc6: %v", err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if !regexp.MustCompile(`^/(usr/)?lib(64|/x86_64-linux-gnu)/[^/]+\.so[.0-9]*$`).MatchString(f) {
+			continue
+		}
+		dst := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-a", f, dst).CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v\n%s", f, err, out)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, "lib64/ld-linux-x86-64.so.2")); err != nil {
+		os.MkdirAll(filepath.Join(root, "lib64"), 0o755)
+		if err := os.Symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", filepath.Join(root, "lib64/ld-linux-x86-64.so.2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n" +
+			"nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+		"etc/group": "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(root, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// importImage makes an image of a directory with docker import.
+func importImage(t *testing.T, ref, dir string) {
+	t.Helper()
+	tarball := dir + ".tar"
+	if out, err := exec.Command("tar", "--numeric-owner", "-C", dir, "-cf", tarball, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, out)
+	}
+	mustDocker(t, "import", tarball, ref)
+}
+
+// checkNoShell lists the image's files: no shell or busybox, so nothing in the image can run a command line.
+func checkNoShell(t *testing.T, image string) {
+	t.Helper()
+	id := mustDocker(t, "create", image)
+	defer docker(t, "rm", "-f", id)
+	out := filepath.Join(t.TempDir(), "fs.tar")
+	mustDocker(t, "export", "-o", out, id)
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	files := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files++
+		switch filepath.Base(h.Name) {
+		case "sh", "bash", "dash", "ash", "busybox", "zsh":
+			t.Errorf("the image holds a shell: %s", h.Name)
+		}
+	}
+	if files == 0 {
+		t.Error("the image's filesystem is empty")
+	}
+	if out, err := docker(t, "run", "--rm", "--entrypoint", "/bin/sh", image, "-c", "true"); err == nil {
+		t.Errorf("/bin/sh ran in the image:\n%s", out)
+	}
+}
+
+// runContainer starts a detached container that is removed when the test ends (its logs shown if it failed).
+func runContainer(t *testing.T, name string, args ...string) {
+	t.Helper()
+	docker(t, "rm", "-f", name)
+	mustDocker(t, append([]string{"run", "-d", "--name", name}, args...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := docker(t, "logs", "--tail", "30", name)
+			t.Logf("container %s logs:\n%s", name, logs)
+		}
+		docker(t, "rm", "-f", name)
+	})
+}
+
+func scrapeWithin(t *testing.T, port int, timeout time.Duration) string {
+	t.Helper()
+	var body string
+	waitFor(t, timeout, fmt.Sprintf("the exporter on port %d", port), func() bool {
+		var err error
+		body, err = httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		return err == nil
+	})
+	return body
+}
+
+// procStatus reads /proc/<pid>/status of a container's main process, from the host.
+func procStatus(t *testing.T, container string) map[string]string {
+	t.Helper()
+	pid := mustDocker(t, "inspect", "-f", "{{.State.Pid}}", container)
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		k, v, ok := strings.Cut(string(line), ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) > 0 {
+			m[k] = f[0] // Uid and Gid: the real ID; all four are checked equal below
+		}
+		if (k == "Uid" || k == "Gid") && len(f) == 4 && (f[0] != f[1] || f[1] != f[2] || f[2] != f[3]) {
+			m[k] = strings.Join(f, ",")
+		}
+	}
+	return m
+}
