@@ -1,0 +1,334 @@
+//go:build e2e
+
+package deploy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+)
+
+// Demo GPUs the fake kubelet allocates (internal/gpu/simulated/demo.yaml).
+const (
+	demoGPU0 = "GPU-f5217cdd-1115-1734-2ef5-22684bb654d2" // time-sliced: bert-finetune, llama-eval, notebook-alice
+	demoGPU6 = "GPU-affd221f-d279-17bf-dae8-585d1acebcf2" // idle
+)
+
+// TestDashboardQueries runs every query of the Grafana dashboard, with its variables set to All, against a real
+// Prometheus that scrapes the real exporter on the demo node. The demo has no kubelet, so a fake kubelet
+// (internal/kubelet/fake, the real PodResources gRPC service) allocates GPUs to demo pods: bert-finetune gets GPU 0,
+// idle-trainer-0 gets GPU 6 (no process there: an idle allocation), and the other pods on GPU 0 have no allocation
+// (unrequested use). Every panel must return data; none is exempt.
+func TestDashboardQueries(t *testing.T) {
+	promBin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatal("prometheus not installed (Debian package prometheus; scripts/test.sh installs it)")
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "kubelet.sock")
+	kubelet, err := fake.Start(sock, []fake.Device{
+		{Namespace: "ml-training", Pod: "bert-finetune-7c9d8b6f4-x2kqp", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{demoGPU0}},
+		{Namespace: "ml-training", Pod: "idle-trainer-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{demoGPU6}},
+	}, map[string][]string{"nvidia.com/gpu": {demoGPU0, demoGPU6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+
+	exporterPort := freePort(t)
+	startProcess(t, exporterBinary(t), "--demo", "--kubelet.pod-resources-endpoint=unix://"+sock,
+		"--kubelet.refresh-interval=1s", fmt.Sprintf("--web.listen-address=127.0.0.1:%d", exporterPort))
+	target := fmt.Sprintf("127.0.0.1:%d", exporterPort)
+
+	// Two jobs: the dashboard's, scraped the way the chart's ServiceMonitor does (honor_labels, and the target
+	// labels prometheus-operator adds naming the exporter's own pod), and one without honor_labels, renamed so that
+	// it stays out of the dashboard's queries, to show what honorLabels prevents.
+	promPort := freePort(t)
+	config := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: gpu-pod-exporter
+    honor_labels: true
+    static_configs:
+      - targets: [%[1]q]
+        labels: {namespace: monitoring, pod: gpu-pod-exporter-abcde, container: exporter}
+  - job_name: without-honor-labels
+    static_configs:
+      - targets: [%[1]q]
+        labels: {namespace: monitoring, pod: gpu-pod-exporter-abcde, container: exporter}
+    metric_relabel_configs:
+      - {source_labels: [__name__], regex: gpu_workload_memory_used_bytes, action: keep}
+      - {source_labels: [__name__], target_label: __name__, replacement: no_honor_gpu_workload_memory_used_bytes}
+`, target)
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, promBin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", promPort))
+	api := fmt.Sprintf("http://127.0.0.1:%d", promPort)
+	waitFor(t, 60*time.Second, "Prometheus to be ready", func() bool {
+		_, err := httpGet(api + "/-/ready")
+		return err == nil
+	})
+
+	d := loadDashboard(t)
+	type query struct{ panel, expr string }
+	var queries []query
+	for _, p := range d.allPanels() {
+		for _, tg := range p.Targets {
+			queries = append(queries, query{p.Title, substitute(tg.Expr)})
+		}
+	}
+	// Wait until every query answers (rates need two samples, allocations a kubelet refresh), then check them all.
+	empty := func() []string {
+		var out []string
+		for _, q := range queries {
+			if n, err := instantQuery(api, q.expr); err != nil || n == 0 {
+				out = append(out, fmt.Sprintf("%q: %q: %d series, %v", q.panel, q.expr, n, err))
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		e := empty()
+		if len(e) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("panels without data:\n%s", strings.Join(e, "\n"))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("%d queries of %d panels returned data", len(queries), len(d.allPanels()))
+
+	// The variables' label_values() queries, as Grafana runs them (the series API with match[]).
+	lv := regexp.MustCompile(`^label_values\((.+),\s*([a-z_]+)\)$`)
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		m := lv.FindStringSubmatch(v.Definition)
+		if m == nil {
+			t.Errorf("variable %s: cannot read %q", v.Name, v.Definition)
+			continue
+		}
+		values, err := labelValues(api, m[2], substitute(m[1]))
+		if err != nil || len(values) == 0 {
+			t.Errorf("variable %s: %s gave %v, %v", v.Name, v.Definition, values, err)
+		}
+	}
+
+	// The allocation panels show the right rows.
+	rows := func(expr string) []map[string]string {
+		r, err := querySeries(api, substitute(expr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	panelExpr := func(title string) string {
+		for _, p := range d.allPanels() {
+			if p.Title == title {
+				return p.Targets[0].Expr
+			}
+		}
+		t.Fatalf("no panel %q", title)
+		return ""
+	}
+	has := func(rs []map[string]string, want map[string]string) bool {
+	next:
+		for _, r := range rs {
+			for k, v := range want {
+				if r[k] != v {
+					continue next
+				}
+			}
+			return true
+		}
+		return false
+	}
+	unrequested := rows(panelExpr("GPU used without a request"))
+	if !has(unrequested, map[string]string{"gpu": "0", "pod": "notebook-alice-0", "namespace": "data-science"}) ||
+		has(unrequested, map[string]string{"pod": "bert-finetune-7c9d8b6f4-x2kqp"}) {
+		t.Errorf("GPU used without a request: %v, want notebook-alice-0 on GPU 0 and not the allocated bert-finetune", unrequested)
+	}
+	idle := rows(panelExpr("Idle GPU allocations"))
+	if len(idle) != 1 || !has(idle, map[string]string{"gpu": "6", "pod": "idle-trainer-0"}) {
+		t.Errorf("Idle GPU allocations: %v, want only idle-trainer-0 on GPU 6", idle)
+	}
+
+	// honorLabels: the workload's labels survive, and a series of a Slurm job (no pod) does not get the exporter's
+	// pod; without it, the exporter's pod wins and ours are renamed exported_*.
+	slurm := rows(`gpu_workload_memory_used_bytes{job="gpu-pod-exporter", slurm_job_id="88231"}`)
+	if len(slurm) != 1 || slurm[0]["pod"] != "" || slurm[0]["namespace"] != "" || slurm[0]["container"] != "" {
+		t.Errorf("with honor_labels a Slurm job's series has %v, want no namespace, pod or container", slurm)
+	}
+	bert := rows(`gpu_workload_memory_used_bytes{job="gpu-pod-exporter", pod="bert-finetune-7c9d8b6f4-x2kqp"}`)
+	if len(bert) != 1 || bert[0]["namespace"] != "ml-training" || bert[0]["container"] != "trainer" {
+		t.Errorf("with honor_labels bert-finetune's series is %v", bert)
+	}
+	noHonor := rows(`no_honor_gpu_workload_memory_used_bytes{exported_pod="bert-finetune-7c9d8b6f4-x2kqp"}`)
+	if len(noHonor) != 1 || noHonor[0]["pod"] != "gpu-pod-exporter-abcde" {
+		t.Errorf("without honor_labels: %v, want pod=the exporter's pod and exported_pod=the workload", noHonor)
+	}
+}
+
+func promQuery(api, path string, params url.Values) (json.RawMessage, error) {
+	body, err := httpGet(api + path + "?" + params.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("%v: %s", err, body)
+	}
+	var resp struct {
+		Status string          `json:"status"`
+		Data   json.RawMessage `json:"data"`
+		Error  string          `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		return nil, err
+	}
+	if resp.Status != "success" {
+		return nil, fmt.Errorf("%s", resp.Error)
+	}
+	return resp.Data, nil
+}
+
+// querySeries runs an instant query and returns each result's labels.
+func querySeries(api, expr string) ([]map[string]string, error) {
+	data, err := promQuery(api, "/api/v1/query", url.Values{"query": {expr}})
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		ResultType string `json:"resultType"`
+		Result     []struct {
+			Metric map[string]string `json:"metric"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, err
+	}
+	if r.ResultType != "vector" {
+		return nil, fmt.Errorf("result type %s", r.ResultType)
+	}
+	var out []map[string]string
+	for _, s := range r.Result {
+		out = append(out, s.Metric)
+	}
+	return out, nil
+}
+
+func instantQuery(api, expr string) (int, error) {
+	r, err := querySeries(api, expr)
+	return len(r), err
+}
+
+func labelValues(api, label, match string) ([]string, error) {
+	data, err := promQuery(api, "/api/v1/label/"+label+"/values", url.Values{"match[]": {match}})
+	if err != nil {
+		return nil, err
+	}
+	var values []string
+	err = json.Unmarshal(data, &values)
+	return values, err
+}
+
+// TestCloudWatchScrapeConfigs checks the CloudWatch agent's Prometheus scrape files with promtool. Debian's
+// Prometheus is built without Kubernetes service discovery, so in prometheus-eks.yaml each kubernetes_sd_configs
+// entry is checked against the fields Prometheus documents for it and replaced by a static target before promtool
+// checks the rest (relabelling included).
+func TestCloudWatchScrapeConfigs(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not installed (Debian package prometheus; scripts/test.sh installs it)")
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"prometheus-ec2.yaml", "prometheus-eks.yaml"} {
+		var cfg map[string]any
+		if err := strictYAML(readRepoFile(t, "deploy/cloudwatch/"+name), &cfg); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		jobs, _ := cfg["scrape_configs"].([]any)
+		if len(jobs) == 0 {
+			t.Fatalf("%s: no scrape_configs", name)
+		}
+		for _, j := range jobs {
+			job := j.(map[string]any)
+			if job["honor_labels"] != true {
+				t.Errorf("%s: job %v without honor_labels: the pod dimension would name the exporter", name, job["job_name"])
+			}
+			sds, ok := job["kubernetes_sd_configs"].([]any)
+			if !ok {
+				continue
+			}
+			for _, sd := range sds {
+				b, _ := json.Marshal(sd)
+				var k8s struct {
+					Role       string `json:"role"`
+					APIServer  string `json:"api_server,omitempty"`
+					Namespaces *struct {
+						OwnNamespace bool     `json:"own_namespace,omitempty"`
+						Names        []string `json:"names,omitempty"`
+					} `json:"namespaces,omitempty"`
+					Selectors []map[string]string `json:"selectors,omitempty"`
+				}
+				if err := strictJSON(b, &k8s); err != nil {
+					t.Errorf("%s: kubernetes_sd_configs: %v", name, err)
+				}
+				switch k8s.Role {
+				case "pod", "node", "service", "endpoints", "endpointslice", "ingress":
+				default:
+					t.Errorf("%s: kubernetes_sd_configs role %q", name, k8s.Role)
+				}
+			}
+			delete(job, "kubernetes_sd_configs")
+			job["static_configs"] = []any{map[string]any{"targets": []any{"node-1:9402"}}}
+		}
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil { // JSON is YAML
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(promtool, "check", "config", p).CombinedOutput(); err != nil {
+			t.Errorf("promtool check config %s: %v\n%s", name, err, out)
+		}
+	}
+	// The agent reads the file that cwagent-config.json names; the examples say where to mount it.
+	if p := loadCWAgentConfig(t).Logs.MetricsCollected.Prometheus.PrometheusConfigPath; p != "/etc/prometheusconfig/prometheus.yaml" {
+		t.Errorf("prometheus_config_path %s", p)
+	}
+}
+
+// TestChartPrometheusRuleWithPromtool checks the rules the chart renders into its PrometheusRule with promtool.
+func TestChartPrometheusRuleWithPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not installed (Debian package prometheus; scripts/test.sh installs it)")
+	}
+	r := template(t, "gpe", "monitoring")
+	b, err := json.Marshal(r.prometheusRule.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "rules.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", p).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules on the chart's PrometheusRule: %v\n%s", err, out)
+	}
+}
