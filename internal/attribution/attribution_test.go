@@ -607,10 +607,10 @@ func TestResolverChains(t *testing.T) {
 	p.writeProc(4, "unknown", "0::/somewhere/"+cid(4)+"\n")
 	cri, docker, podman := newResolver("cri"), newResolver("docker"), newResolver("podman")
 	// cri-dockerd: Docker does not know the container under this ID, the CRI does.
-	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c1"})
-	podman.set(cid(2), Container{Name: "web", Pod: "mypod"})
-	cri.set(cid(3), Container{Namespace: "n", Pod: "p3", Name: "c3", PodUID: puid(3)})
-	docker.set(cid(4), Container{Name: "plain"})
+	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c1", Runtime: "docker"})
+	podman.set(cid(2), Container{Name: "web", Pod: "mypod", Runtime: "podman"})
+	cri.set(cid(3), Container{Namespace: "n", Pod: "p3", Name: "c3", PodUID: puid(3), Runtime: "containerd"})
+	docker.set(cid(4), Container{Name: "plain", Runtime: "docker"})
 	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{podman, docker, cri}, LookupBudget: time.Minute})
 
 	owners := a.Attribute(t.Context(), snapshot(1, 2, 3, 4))
@@ -620,8 +620,8 @@ func TestResolverChains(t *testing.T) {
 	if got := owners[2].Identity; got.Container != "web" || got.Pod != "mypod" || got.Namespace != "" {
 		t.Errorf("podman: %+v", got)
 	}
-	if got := owners[3].Identity; got.Pod != "p3" {
-		t.Errorf("cgroupfs pod: %+v", got)
+	if got := owners[3].Identity; got.Pod != "p3" || got.Runtime != "containerd" {
+		t.Errorf("cgroupfs pod (no runtime in the path, named by the runtime that answered): %+v", got)
 	}
 	if got := owners[4].Identity; got.Container != "plain" || got.Runtime != "docker" {
 		t.Errorf("unknown runtime: %+v, want named by Docker", got)

@@ -66,7 +66,6 @@ const staleAfter = 5 * time.Minute
 // named is what the runtimes told about a container, ready to be applied to identities.
 type named struct {
 	Container
-	runtime string // the runtime that the resolver speaks for, when the cgroup path did not tell
 }
 
 func newNames(cfg Config, m *metrics) *names {
@@ -236,7 +235,7 @@ func (n *names) resolve(id string, e *entry, chain []resolverRef) {
 	for _, ref := range chain {
 		c, err := n.call(ref, id)
 		if err == nil {
-			answer = &named{Container: c, runtime: runtimeOfResolver(ref.r.Name())}
+			answer = &named{Container: c}
 			answer.PodLabels = n.allowed(c.PodLabels)
 			return
 		}
@@ -332,20 +331,9 @@ func (c named) applyTo(id *identity.Identity) {
 		id.PodUID = c.PodUID
 	}
 	if id.Runtime == "" {
-		id.Runtime = c.runtime
+		id.Runtime = c.Runtime
 	}
 	id.PodLabels = c.PodLabels
-}
-
-// runtimeOfResolver is the runtime that a resolver's answer proves; the CRI speaks for several.
-func runtimeOfResolver(name string) string {
-	switch name {
-	case "docker":
-		return cgroup.RuntimeDocker
-	case "podman":
-		return cgroup.RuntimePodman
-	}
-	return ""
 }
 
 func isOpen(done chan struct{}) bool {

@@ -19,6 +19,9 @@ type Container struct {
 	Name string
 	// PodLabels are all the pod's labels; attribution keeps only the allowlisted ones.
 	PodLabels map[string]string
+	// Runtime is the runtime that answered (containerd, crio, docker, podman), for cgroup paths that do not say:
+	// the cgroupfs driver writes /kubepods/pod<uid>/<id> with no runtime prefix. Empty when unknown.
+	Runtime string
 }
 
 // Resolver names containers through one container runtime's API.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -77,6 +78,10 @@ type endpoint struct {
 	conn   *grpc.ClientConn
 	client runtimeapi.RuntimeServiceClient
 	pods   *podCache
+
+	mu          sync.Mutex
+	runtime     string // what the runtime calls itself, as SPEC names runtimes; see runtimeName
+	runtimeDone bool
 }
 
 // New returns a Resolver that asks each of endpoints in turn (unix:///path or a bare /path). With no endpoints it
@@ -242,6 +247,7 @@ func (ep *endpoint) resolve(ctx context.Context, id string) (attribution.Contain
 		Pod:       labels[labelPodName],
 		PodUID:    labels[labelPodUID],
 		Name:      labels[labelContainerName],
+		Runtime:   ep.runtimeName(ctx),
 	}
 	if c.Name == "" {
 		// Not created by kubelet (crictl, a test harness): the CRI metadata name is all there is.
@@ -279,7 +285,31 @@ func (ep *endpoint) resolveSandbox(ctx context.Context, id string) (attribution.
 	if p.uid != "" {
 		ep.pods.put(p.uid, p)
 	}
-	return attribution.Container{Namespace: p.namespace, Pod: p.name, PodUID: p.uid, PodLabels: maps.Clone(p.labels)}, nil
+	return attribution.Container{Namespace: p.namespace, Pod: p.name, PodUID: p.uid, PodLabels: maps.Clone(p.labels),
+		Runtime: ep.runtimeName(ctx)}, nil
+}
+
+// runtimeName asks the runtime once what it is: with the cgroupfs driver a pod's cgroup path does not say. A
+// runtime that does not answer is asked again next time; one that answers with a name SPEC does not know, or
+// does not implement Version, is left unnamed.
+func (ep *endpoint) runtimeName(ctx context.Context) string {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.runtimeDone {
+		return ep.runtime
+	}
+	resp, err := ep.client.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil && status.Code(err) != codes.Unimplemented {
+		return ""
+	}
+	ep.runtimeDone = true
+	switch name := resp.GetRuntimeName(); name {
+	case "containerd", "docker":
+		ep.runtime = name
+	case "cri-o":
+		ep.runtime = "crio"
+	}
+	return ep.runtime
 }
 
 // pod returns the pod with this UID, from the cache or the runtime. ok is false when the runtime has no sandbox

@@ -39,6 +39,7 @@ type fakeRuntime struct {
 	sandboxes  []*runtimeapi.PodSandbox
 	statusErr  error         // returned by ContainerStatus when set
 	block      chan struct{} // closed by the handler when it starts blocking
+	name       string        // what Version says the runtime is; empty: Version is unimplemented
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -77,6 +78,14 @@ func (f *fakeRuntime) ContainerStatus(ctx context.Context, req *runtimeapi.Conta
 		return nil, status.Errorf(codes.NotFound, "an error occurred when try to find container %q: not found", req.GetContainerId())
 	}
 	return &runtimeapi.ContainerStatusResponse{Status: st}, nil
+}
+
+func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	f.count("Version")
+	if f.name == "" {
+		return nil, status.Error(codes.Unimplemented, "method Version not implemented")
+	}
+	return &runtimeapi.VersionResponse{RuntimeName: f.name, RuntimeVersion: "1.7.0", RuntimeApiVersion: "v1"}, nil
 }
 
 func (f *fakeRuntime) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
@@ -241,6 +250,27 @@ func TestResolveKubernetesContainer(t *testing.T) {
 	}
 	if again.PodLabels["app"] != "trainer" {
 		t.Errorf("cached pod labels were modified through a returned Container: app=%q", again.PodLabels["app"])
+	}
+}
+
+// With the cgroupfs driver a pod's cgroup path does not name the runtime; the runtime names itself, once.
+func TestRuntimeNamesItself(t *testing.T) {
+	for name, want := range map[string]string{"containerd": "containerd", "cri-o": "crio", "docker": "docker", "": "", "rkt": ""} {
+		f := fixtureRuntime()
+		f.name = name
+		r := newTestResolver(t, serve(t, f))
+		for _, id := range []string{trainerID, sidecarID, sandboxID} {
+			got, err := r.Resolve(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Runtime != want {
+				t.Errorf("runtime %q: Resolve(%s).Runtime = %q, want %q", name, id, got.Runtime, want)
+			}
+		}
+		if n := f.callCount("Version"); n != 1 {
+			t.Errorf("runtime %q: Version called %d times for three lookups, want 1", name, n)
+		}
 	}
 }
 

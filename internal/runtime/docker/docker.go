@@ -126,7 +126,9 @@ func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution
 	if err := r.get(ctx, "/containers/"+containerID+"/json", &ctr); err != nil {
 		return attribution.Container{}, err
 	}
-	return ctr.container(), nil
+	c := ctr.container()
+	c.Runtime = r.name
+	return c, nil
 }
 
 func (r *Resolver) resolvePodman(ctx context.Context, id string) (attribution.Container, error) {
@@ -135,6 +137,7 @@ func (r *Resolver) resolvePodman(ctx context.Context, id string) (attribution.Co
 		return attribution.Container{}, err
 	}
 	c := ctr.container()
+	c.Runtime = r.name
 	if ctr.Pod == "" || c.Pod != "" {
 		return c, nil
 	}

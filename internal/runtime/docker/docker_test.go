@@ -147,14 +147,14 @@ func TestDockerResolve(t *testing.T) {
 		id   string
 		want attribution.Container
 	}{
-		{"plain container", plainID, attribution.Container{Name: "resnet-train"}},
-		{"compose container", composeID, attribution.Container{Name: "inference-triton-1"}},
+		{"plain container", plainID, attribution.Container{Name: "resnet-train", Runtime: "docker"}},
+		{"compose container", composeID, attribution.Container{Name: "inference-triton-1", Runtime: "docker"}},
 		{"cri-dockerd container", criDockerID, attribution.Container{
-			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", Name: "llm",
+			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", Name: "llm", Runtime: "docker",
 		}},
 		// The pause container is the pod, with no container name, as the CRI reports a sandbox.
 		{"cri-dockerd sandbox", criSandbox, attribution.Container{
-			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
+			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", Runtime: "docker",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -305,7 +305,7 @@ func TestPodmanResolvePodContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := attribution.Container{Pod: "gpu-bench", Name: "bench", PodLabels: map[string]string{"team": "perf"}}
+	want := attribution.Container{Pod: "gpu-bench", Name: "bench", PodLabels: map[string]string{"team": "perf"}, Runtime: "podman"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
@@ -325,7 +325,7 @@ func TestPodmanResolvePlainContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Name: "resnet-train"}); !reflect.DeepEqual(got, want) {
+	if want := (attribution.Container{Name: "resnet-train", Runtime: "podman"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 	if got := d.requested(); len(got) != 1 {
@@ -341,7 +341,7 @@ func TestPodmanPodGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Name: "bench"}); !reflect.DeepEqual(got, want) {
+	if want := (attribution.Container{Name: "bench", Runtime: "podman"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 }
