@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -72,6 +74,20 @@ func TestAttribution(t *testing.T) {
 		t.Fatal("the environment is not right: the exporter checks would be meaningless")
 	}
 
+	// --- the kubelet's allocations ---------------------------------------------------------------------------------
+	// trainer-0 was allocated GPU 0 only, but its trainer also runs on GPU 1; notebook-7f9c was allocated GPU 1,
+	// which jupyter uses, and GPU 2, which nothing uses.
+	kubeletSock := filepath.Join(env.tmp, "kubelet.sock")
+	podResources, err := fake.Start(kubeletSock, []fake.Device{
+		{Namespace: "ml", Pod: "trainer-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{gpuUUIDs[0]}},
+		{Namespace: "research", Pod: "notebook-7f9c", Container: "jupyter", Resource: "nvidia.com/gpu",
+			IDs: []string{gpuUUIDs[1], gpuUUIDs[2]}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(podResources.Stop)
+
 	// --- the exporter ---------------------------------------------------------------------------------------------
 	sim := filepath.Join(env.tmp, "gpus.yaml")
 	writeSimConfig(t, sim, ws)
@@ -105,6 +121,19 @@ func TestAttribution(t *testing.T) {
 			for _, d := range checkWorkloadSeries(mfs, w) {
 				t.Error(d)
 			}
+		}
+	})
+
+	t.Run("allocations", func(t *testing.T) {
+		problems := eventually(30*time.Second, func() []string {
+			mfs, err := exp.scrape()
+			if err != nil {
+				return []string{err.Error()}
+			}
+			return checkAllocations(mfs)
+		})
+		for _, p := range problems {
+			t.Error(p)
 		}
 	})
 
@@ -282,6 +311,31 @@ func TestAttribution(t *testing.T) {
 			t.Error(p)
 		}
 	})
+}
+
+// checkAllocations: the one unrequested use is trainer-0 on GPU 1 (plain containers, the service and the Slurm
+// job are not Kubernetes workloads and have no allocations to miss), and GPU 2 is allocated and idle.
+func checkAllocations(mfs map[string]*dto.MetricFamily) []string {
+	var p []string
+	var unrequested []string
+	for _, m := range mfs["gpu_unrequested_use"].GetMetric() {
+		l := labelsOf(m)
+		unrequested = append(unrequested, fmt.Sprintf("%s/%s/%s on GPU %s", l["namespace"], l["pod"], l["container"], l["gpu"]))
+	}
+	if want := "ml/trainer-0/trainer on GPU 1"; len(unrequested) != 1 || unrequested[0] != want {
+		p = append(p, fmt.Sprintf("gpu_unrequested_use: %v, want exactly [%s]", unrequested, want))
+	}
+	processes := map[string]float64{}
+	for _, m := range mfs["gpu_allocation_processes"].GetMetric() {
+		l := labelsOf(m)
+		processes[l["pod"]+" GPU "+l["gpu"]] = value(m)
+	}
+	for key, want := range map[string]float64{"trainer-0 GPU 0": 2, "notebook-7f9c GPU 1": 1, "notebook-7f9c GPU 2": 0} {
+		if got, ok := processes[key]; !ok || got != want {
+			p = append(p, fmt.Sprintf("gpu_allocation_processes for %s = %v (present %v), want %v; all: %v", key, got, ok, want, processes))
+		}
+	}
+	return p
 }
 
 // eventually polls check every 250ms until it reports no problem or the timeout passes; it returns the last

@@ -26,7 +26,9 @@ import (
 
 // --- the simulated GPU config -------------------------------------------------------------------------------------
 
-var gpuUUIDs = []string{"GPU-e2e00000-0000-4000-8000-000000000000", "GPU-e2e00001-0000-4000-8000-000000000001"}
+// GPU 2 runs nothing: it is allocated to a pod that leaves it idle.
+var gpuUUIDs = []string{"GPU-e2e00000-0000-4000-8000-000000000000", "GPU-e2e00001-0000-4000-8000-000000000001",
+	"GPU-e2e00002-0000-4000-8000-000000000002"}
 
 // writeSimConfig writes the simulated node with the workloads' PIDs on their GPUs (SPEC "Simulated node file"),
 // atomically, so that the running exporter never reads half a file.
@@ -82,6 +84,8 @@ func freePort(t *testing.T) int {
 // attributionFlags are the flags the serving exporter and `ps` share.
 func attributionFlags(simConfig string) []string {
 	return []string{
+		"--kubelet.pod-resources-endpoint=unix://" + filepath.Join(env.tmp, "kubelet.sock"),
+		"--kubelet.refresh-interval=200ms",
 		"--gpu.simulated-config=" + simConfig,
 		"--runtime.endpoint=unix://" + env.containerdSock,
 		"--docker.host=unix://" + env.dockerSock,
