@@ -674,3 +674,41 @@ func checkArgsAccepted(t *testing.T, args []string) {
 		t.Errorf("the exporter did not listen within 30s with the chart's arguments %q", a)
 	}
 }
+
+// TestHelmNotes renders the chart's NOTES.txt with helm. helm install --dry-run needs a cluster and helm template
+// does not print notes, so a copy of the chart renders NOTES.txt through tpl into a ConfigMap.
+func TestHelmNotes(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "gpu-pod-exporter")
+	if out, err := exec.Command("cp", "-a", filepath.Join(repoRoot(t), chartDir), chart).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(chart, "files/notes.txt"), readRepoFile(t, chartDir+"/templates/NOTES.txt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	render := `apiVersion: v1
+kind: ConfigMap
+metadata: {name: notes}
+data:
+  notes: {{ tpl (.Files.Get "files/notes.txt") . | toJson }}
+`
+	if err := os.WriteFile(filepath.Join(chart, "templates/zz-notes.yaml"), []byte(render), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notes := func(args ...string) string {
+		out := run(t, helm(t), append([]string{"template", "gpe", chart, "--namespace", "monitoring",
+			"--show-only", "templates/zz-notes.yaml"}, args...)...)
+		var cm corev1.ConfigMap
+		if err := strictYAML(out, &cm); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return cm.Data["notes"]
+	}
+	if n := notes(); !strings.Contains(n, "honorLabels: true") || !strings.Contains(n, "exported_pod") ||
+		!strings.Contains(n, "not the exporter's own pod") || !strings.Contains(n, "port-forward ds/gpe-gpu-pod-exporter 9402") {
+		t.Errorf("the notes do not explain honorLabels:\n%s", n)
+	}
+	if n := notes("--set", "serviceMonitor.enabled=false", "--set", "hostPID=false"); !strings.Contains(n, "honor_labels: true") ||
+		!strings.Contains(n, "/host/proc") {
+		t.Errorf("the notes without a ServiceMonitor or hostPID:\n%s", n)
+	}
+}

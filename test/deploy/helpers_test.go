@@ -29,8 +29,13 @@ import (
 
 var update = flag.Bool("update", false, "rewrite deploy/kubernetes/*.yaml and the chart's copies of the dashboard and rules")
 
-// helmVersion is the helm the tests build from the Go module proxy (GPE_HELM overrides it with a binary).
-const helmVersion = "v3.22.0"
+// helmVersion is the helm the tests build from the Go module proxy (GPE_HELM overrides it with a binary), linked
+// like helm's own release builds with the Kubernetes version of its client-go (1.37 for v3.22.0), which is its
+// default for rendering and for lint's deprecated-API checks.
+const (
+	helmVersion     = "v3.22.0"
+	helmKubeVersion = "1.37"
+)
 
 // kubeVersion is the Kubernetes version helm renders for: a go-installed helm defaults to v1.20, below the chart's
 // kubeVersion constraint.
@@ -97,7 +102,7 @@ func helm(t testing.TB) string {
 			}
 			cache = filepath.Join(dir, "gpu-pod-exporter")
 		}
-		bin := filepath.Join(cache, "helm-"+helmVersion, "helm")
+		bin := filepath.Join(cache, "helm-"+helmVersion+"-k8s"+helmKubeVersion, "helm")
 		if _, err := os.Stat(bin); err == nil {
 			helmPath = bin
 			return
@@ -115,7 +120,12 @@ func helm(t testing.TB) string {
 			return
 		}
 		defer os.RemoveAll(tmp)
-		cmd := exec.Command("go", "install", "-trimpath", "-ldflags=-s -w", "helm.sh/helm/v3/cmd/helm@"+helmVersion)
+		major, minor, _ := strings.Cut(helmKubeVersion, ".")
+		ldflags := "-s -w"
+		for _, pkg := range []string{"helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"} {
+			ldflags += fmt.Sprintf(" -X %s.k8sVersionMajor=%s -X %s.k8sVersionMinor=%s", pkg, major, pkg, minor)
+		}
+		cmd := exec.Command("go", "install", "-trimpath", "-ldflags="+ldflags, "helm.sh/helm/v3/cmd/helm@"+helmVersion)
 		// Outside our module: no -mod flag from the caller's GOFLAGS, its own go.sum checked against the sum database.
 		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "GOWORK=off")
 		cmd.Dir = tmp
