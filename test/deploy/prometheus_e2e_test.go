@@ -332,3 +332,29 @@ func TestChartPrometheusRuleWithPromtool(t *testing.T) {
 		t.Errorf("promtool check rules on the chart's PrometheusRule: %v\n%s", err, out)
 	}
 }
+
+// TestInstallGuidePrometheusConfig checks the Prometheus configuration that docs/install.md has newcomers write for
+// the demo, with promtool (rules file included), as the shell would expand it in the clone's directory.
+func TestInstallGuidePrometheusConfig(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not installed (Debian package prometheus; scripts/test.sh installs it)")
+	}
+	doc := string(readRepoFile(t, "docs/install.md"))
+	m := regexp.MustCompile(`(?s)cat > /tmp/gpe-prometheus.yml <<EOF\n(.*?)\nEOF\n`).FindStringSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/install.md has no Prometheus configuration for the demo")
+	}
+	cfg := strings.ReplaceAll(m[1], "$PWD", repoRoot(t))
+	if strings.Contains(cfg, "$") {
+		t.Fatalf("unexpanded shell variable in the guide's configuration:\n%s", cfg)
+	}
+	p := filepath.Join(t.TempDir(), "prometheus.yml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(promtool, "check", "config", p).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "rules found") {
+		t.Errorf("promtool check config on the guide's configuration: %v\n%s", err, out)
+	}
+}
