@@ -62,8 +62,9 @@ func ParseDeviceID(id string) DeviceRef {
 		ref.Index = index(gpuIdx)
 		if isMIG {
 			ref.MIGIndex = index(mig)
-			if ref.MIGIndex < 0 {
-				ref.Index = -1
+			// Both halves name the device, or neither does.
+			if ref.MIGIndex < 0 || ref.Index < 0 {
+				ref.Index, ref.MIGIndex = -1, -1
 			}
 		}
 	}
