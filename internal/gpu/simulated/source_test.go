@@ -225,3 +225,40 @@ func TestAllocations(t *testing.T) {
 		t.Errorf("incomplete allocation: %v", err)
 	}
 }
+
+// FuzzParse: any file either fails with an error or gives a snapshot whose readings are in range.
+func FuzzParse(f *testing.F) {
+	for _, path := range []string{"testdata/node.yaml", "demo.yaml"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("gpus: [{uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60, memory_total_bytes: 1, processes: [{pid: 1, type: mps}]}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := parse(data)
+		if err != nil {
+			return
+		}
+		snap := cfg.snapshot(1)
+		for _, d := range snap.Devices {
+			for _, v := range []gpu.Value{d.UtilizationRatio, d.MemoryUtilizationRatio, d.FanSpeedRatio} {
+				if v.Valid && !(v.V >= 0 && v.V <= 1) {
+					t.Fatalf("ratio %v out of range", v.V)
+				}
+			}
+			if !d.MemoryFreeBytes.Valid || d.MemoryFreeBytes.V < 0 {
+				t.Fatalf("free memory %+v", d.MemoryFreeBytes)
+			}
+			for _, p := range d.Processes {
+				if p.PID == 0 || p.Type == "" {
+					t.Fatalf("process %+v passed validation", p)
+				}
+			}
+		}
+		if cfg.Allocations != nil {
+			cfg.allocations()
+		}
+	})
+}
