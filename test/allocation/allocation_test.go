@@ -6,44 +6,22 @@
 package allocation
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gpe-alloc-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "gpu-pod-exporter")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpu-pod-exporter")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the binary:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eutil.Main(m, &binary) }
 
 const (
 	gpu0 = "GPU-11111111-1111-1111-1111-111111111111"
@@ -103,8 +81,9 @@ func TestAllocationSignalsAndKubeletOutage(t *testing.T) {
 			srv.Stop()
 		}
 	}()
-	addr, logs := exporter(t, "--gpu.simulated-config="+cfg, "--kubelet.pod-resources-endpoint=unix://"+sock,
+	exp := e2eutil.StartExporter(t, binary, "--gpu.simulated-config="+cfg, "--kubelet.pod-resources-endpoint=unix://"+sock,
 		"--kubelet.refresh-interval=100ms")
+	addr := exp.Addr
 
 	// Allocations arrive with the first refresh.
 	var fams map[string]*dto.MetricFamily
@@ -163,7 +142,7 @@ func TestAllocationSignalsAndKubeletOutage(t *testing.T) {
 	}
 	base := errorsAt()
 	waitFor(t, "several failed refreshes", func() bool { return errorsAt() >= base+5 })
-	log := logs.String()
+	log := exp.Output()
 	if up, down := strings.Count(log, "reading GPU allocations from the kubelet"), strings.Count(log, "kubelet PodResources API unavailable"); up != 1 || down != 1 {
 		t.Errorf("kubelet logged up %d and unavailable %d times, want once each:\n%s", up, down, log)
 	}
@@ -187,7 +166,7 @@ func TestNoKubeletSocket(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(node), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := exporter(t, "--gpu.simulated-config="+cfg, "--kubelet.pod-resources-endpoint="+filepath.Join(dir, "absent.sock"))
+	addr := e2eutil.StartExporter(t, binary, "--gpu.simulated-config="+cfg, "--kubelet.pod-resources-endpoint="+filepath.Join(dir, "absent.sock")).Addr
 	var fams map[string]*dto.MetricFamily
 	waitFor(t, "kubelet_up 0", func() bool {
 		fams = scrape(t, addr)
@@ -212,67 +191,17 @@ func socketDir(t *testing.T) string {
 	return dir
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// exporter starts the binary and waits until it serves /metrics. It is stopped when the test ends.
-func exporter(t *testing.T, args ...string) (string, *syncBuffer) {
-	t.Helper()
-	addr := freeAddr(t)
-	cmd := exec.Command(binary, append([]string{"--web.listen-address=" + addr}, args...)...)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("exporter log:\n%s", logs.String())
-		}
-	})
-	waitFor(t, "exporter to listen on "+addr, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr, logs
-}
-
+// scrape parses the exporter's /metrics.
 func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s\n%s", resp.Status, body)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("parsing the exposition: %v", err)
-	}
+	_, fams := e2eutil.Scrape(t, addr)
 	return fams
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	e2eutil.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // values returns the values of the family's series that carry all of want, space-separated.
@@ -280,7 +209,7 @@ func values(fams map[string]*dto.MetricFamily, name string, want map[string]stri
 	var out []string
 	for _, m := range fams[name].GetMetric() {
 		if matches(m, want) {
-			out = append(out, fmt.Sprint(value(m)))
+			out = append(out, fmt.Sprint(e2eutil.Value(m)))
 		}
 	}
 	return strings.Join(out, " ")
@@ -291,56 +220,16 @@ func series(fams map[string]*dto.MetricFamily, name string) string {
 	var out []string
 	for _, m := range fams[name].GetMetric() {
 		out = append(out, fmt.Sprintf("gpu=%q,namespace=%q,pod=%q,container=%q %v",
-			label(m, "gpu"), label(m, "namespace"), label(m, "pod"), label(m, "container"), value(m)))
+			e2eutil.Label(m, "gpu"), e2eutil.Label(m, "namespace"), e2eutil.Label(m, "pod"), e2eutil.Label(m, "container"), e2eutil.Value(m)))
 	}
 	return strings.Join(out, "\n")
 }
 
 func matches(m *dto.Metric, want map[string]string) bool {
 	for k, v := range want {
-		if label(m, k) != v {
+		if e2eutil.Label(m, k) != v {
 			return false
 		}
 	}
 	return true
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	}
-	return m.GetUntyped().GetValue()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

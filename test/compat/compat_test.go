@@ -8,16 +8,8 @@ package compat
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"math"
-	"net"
-	"net/http"
-	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +17,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 const (
@@ -34,22 +27,7 @@ const (
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gpe-compat-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "gpu-pod-exporter")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpu-pod-exporter")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the binary:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2eutil.Main(m, &binary) }
 
 func TestUnknownCompatNameIsAnError(t *testing.T) {
 	out, err := exec.Command(binary, "--demo", "--compat=nvidiasmi,dcgm-exporter").CombinedOutput()
@@ -62,12 +40,8 @@ func TestUnknownCompatNameIsAnError(t *testing.T) {
 // UUID, Hostname) and an energy counter without _total.
 func TestCompatExpositionPassesPromtool(t *testing.T) {
 	addr := exporter(t, "--demo", "--compat=nvidiasmi,dcgm")
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	text, _ := e2eutil.Scrape(t, addr)
+	body := []byte(text)
 	for _, family := range []string{"nvidiasmi_process_used_memory_bytes", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL"} {
 		if !bytes.Contains(body, []byte("\n"+family+"{")) {
 			t.Errorf("no %s in the exposition", family)
@@ -87,9 +61,9 @@ func TestCompatExpositionPassesPromtool(t *testing.T) {
 
 func TestDashboardQueries(t *testing.T) {
 	addr := exporter(t, "--demo", "--compat=nvidiasmi,dcgm")
-	prom := prometheusServer(t, addr)
-	waitFor(t, 60*time.Second, "Prometheus to have both compatibility outputs", func() bool {
-		return len(query(t, prom, "nvidiasmi_process_used_memory_bytes")) > 0 && len(query(t, prom, "DCGM_FI_DEV_FB_USED")) > 0
+	prom := e2eutil.StartPrometheus(t, e2eutil.ScrapeConfig(addr))
+	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to have both compatibility outputs", func() bool {
+		return len(e2eutil.Query(t, prom, "nvidiasmi_process_used_memory_bytes")) > 0 && len(e2eutil.Query(t, prom, "DCGM_FI_DEV_FB_USED")) > 0
 	})
 	snap, err := simulated.Demo().Snapshot(context.Background())
 	if err != nil {
@@ -105,7 +79,7 @@ func TestDashboardQueries(t *testing.T) {
 			}
 			// Grafana fills $gpu from label_values(uuid) with the GPU- prefix cut off by the variable's regex.
 			expr := strings.ReplaceAll(panel, "$gpu", strings.TrimPrefix(d.UUID, "GPU-"))
-			compare(t, expr, byLabel(query(t, prom, expr), "pod_name"), want)
+			compare(t, expr, e2eutil.ByLabel(e2eutil.Query(t, prom, expr), "pod_name"), want)
 		}
 		// A multi-value variable becomes (a|b).
 		a, b := snap.Devices[0], snap.Devices[1]
@@ -114,21 +88,21 @@ func TestDashboardQueries(t *testing.T) {
 		for _, p := range append(append([]gpu.Process{}, a.Processes...), b.Processes...) {
 			want[p.Identity.Pod] += p.UsedMemoryBytes.V
 		}
-		compare(t, expr, byLabel(query(t, prom, expr), "pod_name"), want)
+		compare(t, expr, e2eutil.ByLabel(e2eutil.Query(t, prom, expr), "pod_name"), want)
 	})
 
 	t.Run("dcgm labels", func(t *testing.T) {
 		expr := `count by (Hostname, DCGM_FI_DRIVER_VERSION, modelName) (DCGM_FI_DEV_GPU_TEMP)`
-		res := query(t, prom, expr)
+		res := e2eutil.Query(t, prom, expr)
 		if len(res) != 1 || res[0].Metric["Hostname"] != nodeName || res[0].Metric["DCGM_FI_DRIVER_VERSION"] != snap.DriverVersion ||
 			res[0].Metric["modelName"] != snap.Devices[0].Name {
 			t.Errorf("%s = %v, want one group with Hostname %s, driver %s", expr, res, nodeName, snap.DriverVersion)
 		}
 		expr = `count by (gpu, device, UUID, pci_bus_id) (DCGM_FI_DEV_GPU_TEMP)`
-		if res := query(t, prom, expr); len(res) != len(snap.Devices) {
+		if res := e2eutil.Query(t, prom, expr); len(res) != len(snap.Devices) {
 			t.Errorf("%s: %d GPUs, want %d", expr, len(res), len(snap.Devices))
 		}
-		for _, r := range query(t, prom, expr) {
+		for _, r := range e2eutil.Query(t, prom, expr) {
 			if r.Metric["device"] != "nvidia"+r.Metric["gpu"] || !strings.HasPrefix(r.Metric["UUID"], "GPU-") {
 				t.Errorf("%s: labels %v", expr, r.Metric)
 			}
@@ -149,9 +123,9 @@ func TestDashboardQueries(t *testing.T) {
 				util[idx] = d.UtilizationRatio.V * 100
 			}
 		}
-		got := byLabel(query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_FB_USED{GPU_I_ID=""})`), "gpu")
+		got := e2eutil.ByLabel(e2eutil.Query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_FB_USED{GPU_I_ID=""})`), "gpu")
 		compare(t, "sum by (gpu) FB_USED", got, used)
-		got = byLabel(query(t, prom, `avg by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL)`), "gpu")
+		got = e2eutil.ByLabel(e2eutil.Query(t, prom, `avg by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL)`), "gpu")
 		for g, want := range util {
 			if math.Abs(got[g]-want) > 1e-6 {
 				t.Errorf("avg by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL) on unshared GPU %s = %v, want %v", g, got[g], want)
@@ -160,7 +134,7 @@ func TestDashboardQueries(t *testing.T) {
 		// GPU 0 is time-sliced between three pods, all with known SM utilization: their shares and the rest add
 		// up to the GPU's utilization.
 		d := snap.Devices[0]
-		got = byLabel(query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL)`), "gpu")
+		got = e2eutil.ByLabel(e2eutil.Query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL)`), "gpu")
 		if math.Abs(got["0"]-d.UtilizationRatio.V*100) > 1e-6 {
 			t.Errorf("sum by (gpu) GPU_UTIL on shared GPU 0 = %v, want %v", got["0"], d.UtilizationRatio.V*100)
 		}
@@ -185,7 +159,7 @@ func TestDashboardQueries(t *testing.T) {
 				}
 			}
 		}
-		res := query(t, prom, `sum by (namespace, pod) (DCGM_FI_DEV_FB_USED)`)
+		res := e2eutil.Query(t, prom, `sum by (namespace, pod) (DCGM_FI_DEV_FB_USED)`)
 		got := map[string]float64{}
 		for _, r := range res {
 			if r.Metric["pod"] != "" {
@@ -253,142 +227,10 @@ func compare(t *testing.T, what string, got, want map[string]float64) {
 	}
 }
 
-// exporter starts the binary on the node NODE_NAME names and waits until it serves /metrics. It is stopped when
-// the test ends.
+// exporter starts the binary on the node NODE_NAME names and waits until it listens. It is stopped when the test
+// ends.
 func exporter(t *testing.T, args ...string) string {
 	t.Helper()
-	addr := freeAddr(t)
-	cmd := exec.Command(binary, append([]string{"--web.listen-address=" + addr}, args...)...)
-	cmd.Env = append(os.Environ(), "NODE_NAME="+nodeName)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("exporter log:\n%s", logs.String())
-		}
-	})
-	waitFor(t, 10*time.Second, "exporter to serve /metrics on "+addr, func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return addr
-}
-
-// prometheusServer starts Prometheus scraping the exporter every second and returns its address.
-func prometheusServer(t *testing.T, target string) string {
-	t.Helper()
-	dir := t.TempDir()
-	config := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: gpu-pod-exporter
-    honor_labels: true
-    static_configs:
-      - targets: [%q]
-`, target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting prometheus: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
-		}
-	})
-	waitFor(t, 30*time.Second, "prometheus to be ready", func() bool {
-		resp, err := http.Get("http://" + addr + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return addr
-}
-
-type sample struct {
-	Metric map[string]string
-	Value  float64
-}
-
-// query runs an instant query.
-func query(t *testing.T, prom, expr string) []sample {
-	t.Helper()
-	resp, err := http.Get("http://" + prom + "/api/v1/query?query=" + url.QueryEscape(expr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Status string
-		Error  string
-		Data   struct {
-			Result []struct {
-				Metric map[string]string
-				Value  [2]any
-			}
-		}
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Status != "success" {
-		t.Fatalf("query %q: %v %s", expr, err, out.Error)
-	}
-	var res []sample
-	for _, r := range out.Data.Result {
-		s, _ := r.Value[1].(string)
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			t.Fatalf("query %q: value %v: %v", expr, r.Value[1], err)
-		}
-		res = append(res, sample{r.Metric, v})
-	}
-	return res
-}
-
-func byLabel(res []sample, label string) map[string]float64 {
-	m := map[string]float64{}
-	for _, s := range res {
-		m[s.Metric[label]] = s.Value
-	}
-	return m
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	t.Setenv("NODE_NAME", nodeName)
+	return e2eutil.StartExporter(t, binary, args...).Addr
 }

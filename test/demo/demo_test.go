@@ -8,11 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,78 +17,15 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gpe-demo-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "gpu-pod-exporter")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/gpu-pod-exporter")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the binary:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// exporter starts the binary and waits until it serves /metrics. It is stopped when the test ends.
-func exporter(t *testing.T, args ...string) string {
-	t.Helper()
-	addr := freeAddr(t)
-	cmd := exec.Command(binary, append([]string{"--web.listen-address=" + addr}, args...)...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("exporter log:\n%s", logs.String())
-		}
-	})
-	waitFor(t, 10*time.Second, "exporter to listen on "+addr, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr
-}
-
-func scrape(t *testing.T, addr string) (string, map[string]*dto.MetricFamily) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET /metrics: %s\n%s", resp.Status, body)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("parsing the exposition: %v", err)
-	}
-	return string(body), families
-}
+func TestMain(m *testing.M) { e2eutil.Main(m, &binary) }
 
 // specFamilies are the families SPEC promises; the demo node has data for every one of them.
 var specFamilies = []string{
@@ -108,23 +41,23 @@ var specFamilies = []string{
 }
 
 func TestDemoServesEveryFamilyAndPassesPromtool(t *testing.T) {
-	addr := exporter(t, "--demo")
-	body, families := scrape(t, addr)
+	addr := e2eutil.StartExporter(t, binary, "--demo").Addr
+	body, families := e2eutil.Scrape(t, addr)
 	for _, name := range specFamilies {
 		if len(families[name].GetMetric()) == 0 {
 			t.Errorf("demo exposition has no %s", name)
 		}
 	}
 	for _, m := range families["gpu_info"].GetMetric() {
-		if label(m, "simulated") != "true" {
+		if e2eutil.Label(m, "simulated") != "true" {
 			t.Errorf("demo gpu_info without simulated=\"true\": %v", m)
 		}
 	}
 	// Identity labels from the demo node, with no container runtime on this machine.
 	found := false
 	for _, m := range families["gpu_process_memory_used_bytes"].GetMetric() {
-		if label(m, "pod") == "triton-llm-0" && label(m, "namespace") == "inference" && label(m, "container") == "triton" &&
-			label(m, "process_type") == "mps" && m.GetGauge().GetValue() == 9663676416 {
+		if e2eutil.Label(m, "pod") == "triton-llm-0" && e2eutil.Label(m, "namespace") == "inference" && e2eutil.Label(m, "container") == "triton" &&
+			e2eutil.Label(m, "process_type") == "mps" && m.GetGauge().GetValue() == 9663676416 {
 			found = true
 		}
 	}
@@ -201,12 +134,12 @@ gpus:
         used_memory_bytes: 1073741824
         sm_utilization_ratio: 0.35
 `)
-	addr := exporter(t, "--gpu.simulated-config="+cfg)
-	_, families := scrape(t, addr)
+	addr := e2eutil.StartExporter(t, binary, "--gpu.simulated-config="+cfg).Addr
+	_, families := e2eutil.Scrape(t, addr)
 	check := func(name string, want float64) {
 		t.Helper()
 		ms := families[name].GetMetric()
-		if len(ms) != 1 || value(ms[0]) != want {
+		if len(ms) != 1 || e2eutil.Value(ms[0]) != want {
 			t.Errorf("%s = %v, want one series with %v", name, ms, want)
 		}
 	}
@@ -224,16 +157,16 @@ gpus:
 	}
 	// PID 4242 does not exist here (or is not ours): the series stays, the identity is empty.
 	m := families["gpu_process_memory_used_bytes"].GetMetric()[0]
-	if label(m, "pid") != "4242" || label(m, "pod") != "" {
+	if e2eutil.Label(m, "pid") != "4242" || e2eutil.Label(m, "pod") != "" {
 		t.Errorf("process series labels = %v", m.GetLabel())
 	}
 
 	// Edit the file: the next scrape shows the change.
 	write(t, cfg, strings.Replace(mustRead(t, cfg), "utilization_ratio: 0.42", "utilization_ratio: 0.5", 1))
-	waitFor(t, 5*time.Second, "the edited node file to be served", func() bool {
-		_, f := scrape(t, addr)
+	e2eutil.WaitFor(t, 5*time.Second, "the edited node file to be served", func() bool {
+		_, f := e2eutil.Scrape(t, addr)
 		ms := f["gpu_utilization_ratio"].GetMetric()
-		return len(ms) == 1 && value(ms[0]) == 0.5
+		return len(ms) == 1 && e2eutil.Value(ms[0]) == 0.5
 	})
 }
 
@@ -253,7 +186,7 @@ func TestBasicAuthThroughWebConfig(t *testing.T) {
 	}
 	webCfg := filepath.Join(t.TempDir(), "web.yml")
 	write(t, webCfg, "basic_auth_users:\n  prometheus: "+string(hash)+"\n")
-	addr := exporter(t, "--demo", "--web.config.file="+webCfg)
+	addr := e2eutil.StartExporter(t, binary, "--demo", "--web.config.file="+webCfg).Addr
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -276,8 +209,8 @@ func TestBasicAuthThroughWebConfig(t *testing.T) {
 
 // A real Prometheus scrapes the demo exporter; the per-GPU sum of process memory is what the demo node implies.
 func TestPrometheusScrapesDemo(t *testing.T) {
-	addr := exporter(t, "--demo")
-	prom := prometheusServer(t, addr)
+	addr := e2eutil.StartExporter(t, binary, "--demo").Addr
+	prom := e2eutil.StartPrometheus(t, e2eutil.ScrapeConfig(addr))
 
 	snap, _ := simulated.Demo().Snapshot(context.Background())
 	want := map[string]float64{}
@@ -287,8 +220,8 @@ func TestPrometheusScrapesDemo(t *testing.T) {
 		}
 	}
 	var got map[string]float64
-	waitFor(t, 60*time.Second, "Prometheus to have the demo's process memory", func() bool {
-		got = query(t, prom, "sum by (gpu) (gpu_process_memory_used_bytes)", "gpu")
+	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to have the demo's process memory", func() bool {
+		got = e2eutil.ByLabel(e2eutil.Query(t, prom, "sum by (gpu) (gpu_process_memory_used_bytes)"), "gpu")
 		return len(got) > 0
 	})
 	if len(got) != len(want) {
@@ -298,111 +231,6 @@ func TestPrometheusScrapesDemo(t *testing.T) {
 		if got[g] != v {
 			t.Errorf("GPU %s: Prometheus sums %v bytes, the demo node has %v", g, got[g], v)
 		}
-	}
-}
-
-// prometheusServer starts Prometheus scraping the exporter every second and returns its address.
-func prometheusServer(t *testing.T, target string) string {
-	t.Helper()
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "prometheus.yml"), fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: gpu-pod-exporter
-    honor_labels: true
-    static_configs:
-      - targets: [%q]
-`, target))
-	addr := freeAddr(t)
-	cmd := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting prometheus: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
-		}
-	})
-	waitFor(t, 30*time.Second, "prometheus to be ready", func() bool {
-		resp, err := http.Get("http://" + addr + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-	return addr
-}
-
-// query runs an instant query and returns the value of each series by the given label.
-func query(t *testing.T, prom, expr, by string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + prom + "/api/v1/query?query=" + url.QueryEscape(expr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Status string
-		Error  string
-		Data   struct {
-			Result []struct {
-				Metric map[string]string
-				Value  [2]any
-			}
-		}
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Status != "success" {
-		t.Fatalf("query %q: %v %s", expr, err, out.Error)
-	}
-	res := map[string]float64{}
-	for _, r := range out.Data.Result {
-		v, _ := strconv.ParseFloat(r.Value[1].(string), 64)
-		res[r.Metric[by]] = v
-	}
-	return res
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func value(m *dto.Metric) float64 {
-	if m.Gauge != nil {
-		return m.GetGauge().GetValue()
-	}
-	return m.GetCounter().GetValue()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

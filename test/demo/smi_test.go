@@ -5,8 +5,6 @@ package demo
 import (
 	"bytes"
 	"flag"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -43,8 +40,8 @@ func smiExporter(t *testing.T, env ...string) string {
 	}
 	// An empty procfs: the fixtures' PIDs may exist on this machine, and their names and owners here are not the
 	// fixture's.
-	return exporter(t, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+fakeSMI(t), "--nvidia-smi.timeout=1s",
-		"--collection.timeout=2s", "--path.procfs="+t.TempDir())
+	return e2eutil.StartExporter(t, binary, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+fakeSMI(t), "--nvidia-smi.timeout=1s",
+		"--collection.timeout=2s", "--path.procfs="+t.TempDir()).Addr
 }
 
 // Every real nvidia-smi output becomes a promtool-clean exposition, reviewed in testdata/nvidia-smi/*.prom.
@@ -58,11 +55,11 @@ func TestNvidiaSMIFixturesToMetrics(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			abs, _ := filepath.Abs(fixture)
 			addr := smiExporter(t, "FAKESMI_MODE=file", "FAKESMI_FILE="+abs)
-			body, families := scrape(t, addr)
+			body, families := e2eutil.Scrape(t, addr)
 			if len(families["gpu_info"].GetMetric()) == 0 {
 				t.Fatalf("no gpu_info from %s", name)
 			}
-			if v := value(families["gpu_pod_exporter_source_up"].GetMetric()[0]); v != 1 {
+			if v := e2eutil.Value(families["gpu_pod_exporter_source_up"].GetMetric()[0]); v != 1 {
 				t.Errorf("source_up = %v", v)
 			}
 			promtool := exec.Command("promtool", "check", "metrics")
@@ -111,32 +108,19 @@ func TestNvidiaSMIFailuresAreBoundedAndCounted(t *testing.T) {
 			addr := smiExporter(t, "FAKESMI_MODE="+mode, "FAKESMI_STDERR=NVIDIA-SMI has failed", "FAKESMI_PIDFILE="+pids)
 			for i := 1; i <= 3; i++ {
 				start := time.Now()
-				resp, err := http.Get("http://" + addr + "/metrics")
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				_, families := e2eutil.Scrape(t, addr)
 				// nvidia-smi's deadline is 1 s and the scrape's 2 s; a bounded answer comes well within 3 s.
 				if took := time.Since(start); took > 3*time.Second {
 					t.Errorf("scrape %d took %s", i, took)
 				}
-				if resp.StatusCode != 200 {
-					t.Fatalf("scrape %d: %s", i, resp.Status)
-				}
-				parser := expfmt.NewTextParser(model.UTF8Validation)
-				families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-				if err != nil {
-					t.Fatalf("scrape %d: %v", i, err)
-				}
 				if len(families["gpu_info"].GetMetric()) != 0 {
 					t.Errorf("scrape %d served GPU series from a broken nvidia-smi", i)
 				}
-				if v := value(families["gpu_pod_exporter_source_up"].GetMetric()[0]); v != 0 {
+				if v := e2eutil.Value(families["gpu_pod_exporter_source_up"].GetMetric()[0]); v != 0 {
 					t.Errorf("scrape %d: source_up = %v, want 0", i, v)
 				}
-				failures := value(families["gpu_pod_exporter_collection_errors_total"].GetMetric()[0]) +
-					value(families["gpu_pod_exporter_collection_timeouts_total"].GetMetric()[0])
+				failures := e2eutil.Value(families["gpu_pod_exporter_collection_errors_total"].GetMetric()[0]) +
+					e2eutil.Value(families["gpu_pod_exporter_collection_timeouts_total"].GetMetric()[0])
 				if failures < float64(i) {
 					t.Errorf("after %d failed scrapes, %v failures counted", i, failures)
 				}

@@ -19,6 +19,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // rendered is one helm template run, every object decoded strictly into its official Go type.
@@ -612,12 +614,7 @@ func exporterBinary(t testing.TB) string {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "gpu-pod-exporter")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gpu-pod-exporter")
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		binPath, binErr = e2eutil.BuildBinary(dir)
 	})
 	if binErr != nil {
 		t.Fatal(binErr)

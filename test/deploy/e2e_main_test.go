@@ -3,14 +3,10 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,84 +121,4 @@ func mustDocker(t *testing.T, args ...string) string {
 		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(out)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// waitFor polls cond until it returns true or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func httpGet(url string) (string, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return string(b), fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return string(b), err
-}
-
-// startProcess starts a command in the background; its output is logged if the test fails.
-func startProcess(t *testing.T, name string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			sc := bufio.NewScanner(strings.NewReader(logs.String()))
-			var tail []string
-			for sc.Scan() {
-				tail = append(tail, sc.Text())
-				if len(tail) > 40 {
-					tail = tail[1:]
-				}
-			}
-			t.Logf("%s output (last lines):\n%s", filepath.Base(name), strings.Join(tail, "\n"))
-		}
-	})
-	return cmd
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

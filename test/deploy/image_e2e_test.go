@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // TestImage builds the Dockerfile's runtime stage under a real dockerd and runs it. There is no registry here, so
@@ -72,11 +74,11 @@ func TestImage(t *testing.T) {
 
 	t.Run("demo", func(t *testing.T) {
 		// The most restricted way to run it: read-only, no capabilities, no privilege gain, non-root (the image's user).
-		port := freePort(t)
+		addr := e2eutil.FreeAddr(t)
 		name := "gpe-deploy-demo-" + tag
 		runContainer(t, name, "--network", "host", "--read-only", "--cap-drop", "ALL",
-			"--security-opt", "no-new-privileges", image, "--demo", fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
-		body := scrapeWithin(t, port, 30*time.Second)
+			"--security-opt", "no-new-privileges", image, "--demo", "--web.listen-address="+addr)
+		body := scrapeWithin(t, addr, 30*time.Second)
 		for _, want := range []string{`simulated="true"`, `gpu_workload_memory_used_bytes{`, `pod="bert-finetune-7c9d8b6f4-x2kqp"`} {
 			if !strings.Contains(body, want) {
 				t.Errorf("the demo's metrics lack %s", want)
@@ -116,11 +118,11 @@ gpus:
 		"-v", node + ":/etc/gpe/node.yaml:ro", "-v", sock + ":/var/run/docker.sock:ro"}
 	args := []string{"--gpu.simulated-config=/etc/gpe/node.yaml", "--docker.host=unix:///var/run/docker.sock"}
 	series := regexp.MustCompile(`gpu_process_memory_used_bytes\{[^}]*pid="` + pid + `"[^}]*\}`)
-	attributed := func(t *testing.T, port int) string {
+	attributed := func(t *testing.T, addr string) string {
 		t.Helper()
 		var line string
-		waitFor(t, 30*time.Second, "the workload's process series", func() bool {
-			body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		e2eutil.WaitFor(t, 30*time.Second, "the workload's process series", func() bool {
+			body, err := e2eutil.Get("http://" + addr + "/metrics")
 			line = series.FindString(body)
 			return err == nil && line != ""
 		})
@@ -139,12 +141,12 @@ gpus:
 		{"host-proc", []string{"-v", "/proc:/host/proc:ro"}, []string{"--path.procfs=/host/proc"}},
 	} {
 		t.Run("root-without-capabilities/"+tc.name, func(t *testing.T) {
-			port := freePort(t)
+			addr := e2eutil.FreeAddr(t)
 			name := fmt.Sprintf("gpe-deploy-%s-%s", strings.ToLower(tc.name), tag)
 			opts := append(append(append([]string{}, common...), tc.extra...), "--user", "0:0", image)
 			runContainer(t, name, append(append(append(opts, args...), tc.args...),
-				fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))...)
-			line := attributed(t, port)
+				"--web.listen-address="+addr)...)
+			line := attributed(t, addr)
 			if !strings.Contains(line, `container="`+workload+`"`) {
 				t.Errorf("the runtime did not name the container through the read-only socket: %s", line)
 			}
@@ -157,16 +159,16 @@ gpus:
 	// Why the chart runs as uid 0: without it the runtime's socket (root:docker 0660 here, root:root 0660 for
 	// containerd) cannot be connected to, and containers keep only their cgroup-derived labels.
 	t.Run("non-root-cannot-name", func(t *testing.T) {
-		port := freePort(t)
+		addr := e2eutil.FreeAddr(t)
 		name := "gpe-deploy-nonroot-" + tag
 		runContainer(t, name, append(append(append(append([]string{}, common...), "--pid", "host", image), args...),
-			fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))...)
-		line := attributed(t, port)
+			"--web.listen-address="+addr)...)
+		line := attributed(t, addr)
 		if !strings.Contains(line, `container=""`) {
 			t.Errorf("a non-root exporter named the container, so root would not be needed: %s", line)
 		}
-		waitFor(t, 30*time.Second, "a failed docker lookup to be counted", func() bool {
-			body, _ := httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		e2eutil.WaitFor(t, 30*time.Second, "a failed docker lookup to be counted", func() bool {
+			body, _ := e2eutil.Get("http://" + addr + "/metrics")
 			return regexp.MustCompile(`gpu_pod_exporter_resolver_requests_total\{[^}]*result="error"[^}]*\} [1-9]`).MatchString(body)
 		})
 	})
@@ -276,12 +278,12 @@ func runContainer(t *testing.T, name string, args ...string) {
 	})
 }
 
-func scrapeWithin(t *testing.T, port int, timeout time.Duration) string {
+func scrapeWithin(t *testing.T, addr string, timeout time.Duration) string {
 	t.Helper()
 	var body string
-	waitFor(t, timeout, fmt.Sprintf("the exporter on port %d", port), func() bool {
+	e2eutil.WaitFor(t, timeout, "the exporter on "+addr, func() bool {
 		var err error
-		body, err = httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		body, err = e2eutil.Get("http://" + addr + "/metrics")
 		return err == nil
 	})
 	return body

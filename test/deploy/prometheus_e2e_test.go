@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // Demo GPUs the fake kubelet allocates (internal/gpu/simulated/demo.yaml).
@@ -29,10 +30,6 @@ const (
 // idle-trainer-0 gets GPU 6 (no process there: an idle allocation), and the other pods on GPU 0 have no allocation
 // (unrequested use). Every panel must return data; none is exempt.
 func TestDashboardQueries(t *testing.T) {
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatal("prometheus not installed (Debian package prometheus; scripts/test.sh installs it)")
-	}
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "kubelet.sock")
 	kubelet, err := fake.Start(sock, []fake.Device{
@@ -44,16 +41,13 @@ func TestDashboardQueries(t *testing.T) {
 	}
 	t.Cleanup(kubelet.Stop)
 
-	exporterPort := freePort(t)
-	startProcess(t, exporterBinary(t), "--demo", "--kubelet.pod-resources-endpoint=unix://"+sock,
-		"--kubelet.refresh-interval=1s", fmt.Sprintf("--web.listen-address=127.0.0.1:%d", exporterPort))
-	target := fmt.Sprintf("127.0.0.1:%d", exporterPort)
+	target := e2eutil.StartExporter(t, exporterBinary(t), "--demo", "--kubelet.pod-resources-endpoint=unix://"+sock,
+		"--kubelet.refresh-interval=1s").Addr
 
 	// Two jobs: the dashboard's, scraped the way the chart's ServiceMonitor does (honor_labels, and the target
 	// labels prometheus-operator adds naming the exporter's own pod), and one without honor_labels, renamed so that
 	// it stays out of the dashboard's queries, to show what honorLabels prevents.
-	promPort := freePort(t)
-	config := fmt.Sprintf(`global:
+	api := e2eutil.StartPrometheus(t, fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
 scrape_configs:
@@ -69,18 +63,7 @@ scrape_configs:
     metric_relabel_configs:
       - {source_labels: [__name__], regex: gpu_workload_memory_used_bytes, action: keep}
       - {source_labels: [__name__], target_label: __name__, replacement: no_honor_gpu_workload_memory_used_bytes}
-`, target)
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	startProcess(t, promBin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", promPort))
-	api := fmt.Sprintf("http://127.0.0.1:%d", promPort)
-	waitFor(t, 60*time.Second, "Prometheus to be ready", func() bool {
-		_, err := httpGet(api + "/-/ready")
-		return err == nil
-	})
+`, target))
 
 	d := loadDashboard(t)
 	type query struct{ panel, expr string }
@@ -185,57 +168,23 @@ scrape_configs:
 	}
 }
 
-func promQuery(api, path string, params url.Values) (json.RawMessage, error) {
-	body, err := httpGet(api + path + "?" + params.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("%v: %s", err, body)
-	}
-	var resp struct {
-		Status string          `json:"status"`
-		Data   json.RawMessage `json:"data"`
-		Error  string          `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(body), &resp); err != nil {
-		return nil, err
-	}
-	if resp.Status != "success" {
-		return nil, fmt.Errorf("%s", resp.Error)
-	}
-	return resp.Data, nil
-}
-
 // querySeries runs an instant query and returns each result's labels.
 func querySeries(api, expr string) ([]map[string]string, error) {
-	data, err := promQuery(api, "/api/v1/query", url.Values{"query": {expr}})
-	if err != nil {
-		return nil, err
-	}
-	var r struct {
-		ResultType string `json:"resultType"`
-		Result     []struct {
-			Metric map[string]string `json:"metric"`
-		} `json:"result"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, err
-	}
-	if r.ResultType != "vector" {
-		return nil, fmt.Errorf("result type %s", r.ResultType)
-	}
+	res, err := e2eutil.TryQuery(api, expr)
 	var out []map[string]string
-	for _, s := range r.Result {
+	for _, s := range res {
 		out = append(out, s.Metric)
 	}
-	return out, nil
+	return out, err
 }
 
 func instantQuery(api, expr string) (int, error) {
-	r, err := querySeries(api, expr)
+	r, err := e2eutil.TryQuery(api, expr)
 	return len(r), err
 }
 
 func labelValues(api, label, match string) ([]string, error) {
-	data, err := promQuery(api, "/api/v1/label/"+label+"/values", url.Values{"match[]": {match}})
+	data, err := e2eutil.PromAPI(api, "/api/v1/label/"+label+"/values", url.Values{"match[]": {match}})
 	if err != nil {
 		return nil, err
 	}
