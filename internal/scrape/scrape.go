@@ -69,7 +69,7 @@ type flight struct {
 
 // New returns a Scraper. timeout bounds how long one scrape waits for a reading.
 func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger *slog.Logger) *Scraper {
-	return &Scraper{
+	s := &Scraper{
 		source:     source,
 		attributor: attributor,
 		timeout:    timeout,
@@ -95,6 +95,9 @@ func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger
 			Help: "Scrapes that gave up waiting for a reading after the collection timeout.",
 		}),
 	}
+	// A counter that exists from the start lets rate() and increase() see the first failure.
+	s.errors.WithLabelValues(source.Name())
+	return s
 }
 
 // Scrape returns a fresh reading, joining the one in flight if there is one. It waits at most the collection
