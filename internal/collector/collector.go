@@ -79,11 +79,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func gauge(ch chan<- prometheus.Metric, desc *prometheus.Desc, v float64, labels ...string) {
-	ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	constMetric(ch, desc, prometheus.GaugeValue, v, labels)
 }
 
 func counter(ch chan<- prometheus.Metric, desc *prometheus.Desc, v float64, labels ...string) {
-	ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+	constMetric(ch, desc, prometheus.CounterValue, v, labels)
+}
+
+// constMetric sends one series. A series that cannot be built (a label value that is not UTF-8) is reported as
+// an invalid metric, which fails that series alone; a panic here would end the whole collection.
+func constMetric(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.ValueType, v float64, labels []string) {
+	m, err := prometheus.NewConstMetric(desc, t, v, labels...)
+	if err != nil {
+		m = prometheus.NewInvalidMetric(desc, err)
+	}
+	ch <- m
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -186,3 +186,34 @@ func TestPodLabelNames(t *testing.T) {
 		t.Errorf("label names = %s", got)
 	}
 }
+
+// A process name cut by the kernel in the middle of a UTF-8 character still gives a series, and every other series
+// of the scrape is served.
+func TestInvalidUTF8ProcessName(t *testing.T) {
+	snap := &gpu.Snapshot{Devices: []gpu.Device{{Index: 0, UUID: "GPU-a", ProcessesListed: true, Processes: []gpu.Process{
+		{PID: 1, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(1)},
+		{PID: 2, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(2)},
+	}}}}
+	owners := fixedOwners{1: {Name: "ab\xe8\xae"}, 2: {Name: "python3"}}
+	reg := registry(t, fixedSource{snap}, owners, Options{Processes: true})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpu_process_memory_used_bytes" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "process_name" {
+					names[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if !names["ab\uFFFD"] || !names["python3"] {
+		t.Errorf("process names = %v, want the invalid one repaired and the other kept", names)
+	}
+}

@@ -59,7 +59,7 @@ func (m *nvidiasmiMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result)
 			if name == "" {
 				name = r.Owner(sp.p).Name
 			}
-			gauge(ch, m.memory, sp.memory.V, d.PCIBusID, d.UUID, d.Name, strconv.FormatUint(uint64(pid), 10), name,
+			gauge(ch, m.memory, sp.memory.V, d.PCIBusID, d.UUID, d.Name, strconv.FormatUint(uint64(pid), 10), processName(name),
 				smiProcessType(sp.p.Type), sp.pod)
 		}
 	}

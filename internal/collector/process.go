@@ -2,6 +2,8 @@ package collector
 
 import (
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -95,7 +97,7 @@ func (m *processMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 			if p.MIG {
 				gi, ci = itoa(p.GPUInstance), itoa(p.ComputeInstance)
 			}
-			values = append(values[:0], idx, d.UUID, strconv.FormatUint(uint64(p.PID), 10), owner.Name, p.Type, gi, ci)
+			values = append(values[:0], idx, d.UUID, strconv.FormatUint(uint64(p.PID), 10), processName(owner.Name), p.Type, gi, ci)
 			values = m.labels.appendIdentity(values, &owner.Identity)
 			for _, s := range []struct {
 				desc *prometheus.Desc
@@ -108,6 +110,15 @@ func (m *processMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 			}
 		}
 	}
+}
+
+// processName makes a process name a valid label value. The kernel cuts comm at 15 bytes, often in the middle of
+// a multi-byte character, and NVML passes names through as bytes.
+func processName(name string) string {
+	if utf8.ValidString(name) {
+		return name
+	}
+	return strings.ToValidUTF8(name, "\uFFFD")
 }
 
 // workloadMetrics sum the processes of one identity on one GPU, so that dashboards and alerts keep their series

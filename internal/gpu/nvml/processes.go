@@ -1,6 +1,8 @@
 package nvml
 
 import (
+	"time"
+
 	"cmp"
 	"slices"
 
@@ -220,8 +222,11 @@ func (r *deviceReader) readProcessUtilization(h gonvml.Device) (samples map[uint
 	if !ok {
 		last = uint64(r.s.now().Add(-r.s.utilizationWindow).UnixMicro())
 	}
+	// A reading right after another (two Prometheus servers, ps during a scrape) would find no new sample and read
+	// every busy process as idle. Looking back at least a second cannot double-count: the newest sample per PID wins.
+	since := min(last, uint64(r.s.now().Add(-minUtilizationLookback).UnixMicro()))
 	list, ret := retrySize(func() ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
-		return h.GetProcessUtilization(last)
+		return h.GetProcessUtilization(since)
 	})
 	if ret == gonvml.ERROR_NOT_FOUND {
 		r.s.lastSeen[r.uuid] = last
@@ -241,6 +246,10 @@ func (r *deviceReader) readProcessUtilization(h gonvml.Device) (samples map[uint
 	r.s.lastSeen[r.uuid] = newest
 	return samples, true
 }
+
+// minUtilizationLookback is the shortest window asked of GetProcessUtilization: longer than the driver's sample
+// period on every GPU generation (1/6 s to 1 s).
+const minUtilizationLookback = time.Second
 
 // processName asks NVML for a process's name, once per PID per snapshot. It fails for processes outside the
 // exporter's PID namespace; the name is then empty and attribution reads /proc instead.

@@ -1,6 +1,7 @@
 package nvml
 
 import (
+	"fmt"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -266,5 +267,29 @@ func TestLastSeenForgetsGoneGPUs(t *testing.T) {
 	snapshot(t, s)
 	if _, ok := s.lastSeen["GPU-1"]; ok || len(s.lastSeen) != 1 {
 		t.Errorf("lastSeen = %v, want only GPU-0", s.lastSeen)
+	}
+}
+
+// A reading right after another must not read a busy process as idle: it looks back at least a second, and the
+// driver answers with the same newest sample again.
+func TestBackToBackReadingsLookBackASecond(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetComputeRunningProcessesFunc = procs(proc(10, gib))
+	recent := uint64(testNow.UnixMicro()) - 100_000
+	var asked []uint64
+	dev.GetProcessUtilizationFunc = func(since uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+		asked = append(asked, since)
+		if since >= recent {
+			return nil, gonvml.ERROR_NOT_FOUND
+		}
+		return []gonvml.ProcessUtilizationSample{{Pid: 10, TimeStamp: recent, SmUtil: 70}}, gonvml.SUCCESS
+	}
+	s := newSource(t, newLibrary(dev))
+	for i := range 2 {
+		d := deviceByUUID(t, snapshot(t, s), "GPU-0")
+		wantValue(t, fmt.Sprintf("reading %d: PID 10 SM", i), processByPID(t, d, 10).SMUtilizationRatio, 0.7)
+	}
+	if want := uint64(testNow.UnixMicro()) - 1_000_000; len(asked) != 2 || asked[1] != want {
+		t.Errorf("GetProcessUtilization asked since %v, want the second reading to look back to %d", asked, want)
 	}
 }
