@@ -31,7 +31,7 @@ func (f *sourceFlags) register(app *kingpin.Application) {
 	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").StringVar(&f.simulatedConfig)
 	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
 	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").StringVar(&f.smiPath)
-	app.Flag("nvidia-smi.timeout", "Deadline of one nvidia-smi run.").Default("6s").DurationVar(&f.smiTimeout)
+	app.Flag("nvidia-smi.timeout", "Deadline of one nvidia-smi run.").Default(nvidiasmi.DefaultTimeout.String()).DurationVar(&f.smiTimeout)
 }
 
 func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source, error) {

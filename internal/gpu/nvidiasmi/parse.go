@@ -285,10 +285,43 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 				errs = append(errs, gpu.DeviceError{Index: index, UUID: uuid, Operation: "processes", Err: err})
 				continue
 			}
-			d.Processes = append(d.Processes, proc)
+			d.Processes = addProcess(d.Processes, proc)
 		}
 	}
 	return d, errs
+}
+
+// addProcess adds a process, merging it with an entry for the same PID on the same GPU or MIG instance: nvidia-smi
+// lists a process once per kind of context it has (a C and a G entry), as NVML's separate compute and graphics
+// lists do. Like the NVML source, the merged entry takes the combined type and the larger memory reading.
+func addProcess(procs []gpu.Process, p gpu.Process) []gpu.Process {
+	for i := range procs {
+		q := &procs[i]
+		if q.PID != p.PID || q.MIG != p.MIG || q.GPUInstance != p.GPUInstance || q.ComputeInstance != p.ComputeInstance {
+			continue
+		}
+		q.Type = mergeTypes(q.Type, p.Type)
+		if p.UsedMemoryBytes.Valid && (!q.UsedMemoryBytes.Valid || p.UsedMemoryBytes.V > q.UsedMemoryBytes.V) {
+			q.UsedMemoryBytes = p.UsedMemoryBytes
+		}
+		if q.Name == "" {
+			q.Name = p.Name
+		}
+		return procs
+	}
+	return append(procs, p)
+}
+
+func mergeTypes(a, b string) string {
+	switch {
+	case a == b || b == "":
+		return a
+	case a == "":
+		return b
+	case a == gpu.ProcessMPS || b == gpu.ProcessMPS:
+		return gpu.ProcessMPS
+	}
+	return gpu.ProcessComputeAndGraphics
 }
 
 func convertProcess(x xmlProcess) (gpu.Process, error) {

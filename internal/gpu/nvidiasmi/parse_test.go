@@ -263,3 +263,35 @@ func FuzzParse(f *testing.F) {
 		checkInvariants(t, snap)
 	})
 }
+
+// The same PID listed twice on one GPU (once per context type, or repeated) is one process; on two MIG instances
+// it stays two.
+func TestSamePIDOnOneGPUIsMerged(t *testing.T) {
+	proc := func(pid, typ, mem, gi string) string {
+		return "<process_info><gpu_instance_id>" + gi + "</gpu_instance_id><compute_instance_id>" +
+			map[bool]string{true: "N/A", false: "0"}[gi == "N/A"] + "</compute_instance_id><pid>" + pid +
+			"</pid><type>" + typ + "</type><process_name>p</process_name><used_memory>" + mem + "</used_memory></process_info>"
+	}
+	xml := `<?xml version="1.0" ?><nvidia_smi_log><attached_gpus>1</attached_gpus><gpu id="00000000:01:00.0">` +
+		`<uuid>GPU-11111111-2222-3333-4444-555555555555</uuid><processes>` +
+		proc("7", "C", "10 MiB", "N/A") + proc("7", "G", "20 MiB", "N/A") + proc("8", "C", "5 MiB", "N/A") +
+		proc("8", "C", "5 MiB", "N/A") + proc("9", "C", "1 MiB", "1") + proc("9", "C", "2 MiB", "2") +
+		`</processes></gpu></nvidia_smi_log>`
+	snap, err := Parse(strings.NewReader(xml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, p := range snap.Devices[0].Processes {
+		got[fmt.Sprintf("%d/%v/%d", p.PID, p.MIG, p.GPUInstance)] = fmt.Sprintf("%s %v", p.Type, p.UsedMemoryBytes.V)
+	}
+	want := map[string]string{
+		"7/false/0": "compute+graphics 2.097152e+07",
+		"8/false/0": "compute 5.24288e+06",
+		"9/true/1":  "compute 1.048576e+06",
+		"9/true/2":  "compute 2.097152e+06",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("processes = %v, want %v", got, want)
+	}
+}

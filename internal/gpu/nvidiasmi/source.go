@@ -18,7 +18,7 @@ import (
 // Defaults for Config fields left zero.
 const (
 	DefaultPath           = "nvidia-smi"
-	DefaultTimeout        = 10 * time.Second
+	DefaultTimeout        = 6 * time.Second
 	DefaultMaxOutputBytes = 64 << 20
 	// waitDelay bounds how long a run waits for stdout and stderr to close after nvidia-smi exited or was killed:
 	// a helper that escaped the process group and holds the pipe must not hold the scrape.
@@ -295,8 +295,8 @@ func firstLine(b []byte) string {
 	return ""
 }
 
-// clone deep-copies a snapshot so that callers sharing one run cannot see each other's changes (attribution fills
-// in Process fields).
+// clone deep-copies a snapshot so that callers sharing one run own what they get: a Snapshot is a plain value
+// that any caller may change.
 func clone(s *gpu.Snapshot) *gpu.Snapshot {
 	out := *s
 	out.Errors = append([]gpu.DeviceError(nil), s.Errors...)
