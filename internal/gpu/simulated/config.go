@@ -230,8 +230,13 @@ func validate(cfg *nodeConfig) error {
 			}
 		}
 		instances := map[[2]int]bool{}
-		for _, m := range g.MIGInstances {
-			instances[[2]int{m.GPUInstance, m.ComputeInstance}] = true
+		for j, m := range g.MIGInstances {
+			key := [2]int{m.GPUInstance, m.ComputeInstance}
+			if instances[key] {
+				return fmt.Errorf("gpus[%d].mig_instances[%d]: gpu_instance %d, compute_instance %d appears twice",
+					i, j, m.GPUInstance, m.ComputeInstance)
+			}
+			instances[key] = true
 		}
 		pids := map[uint32]bool{}
 		for j, p := range g.Processes {

@@ -34,7 +34,8 @@ type Source struct {
 	lastErr  error
 }
 
-// Demo returns the built-in demo node: eight H100s shared by pods, MPS, MIG, a Slurm job and a service.
+// Demo returns the built-in demo node: seven H100s and a workstation card, shared by pods, MPS, MIG, a Slurm job,
+// a service and a plain container.
 func Demo() *Source {
 	cfg, err := parse(demoYAML)
 	if err != nil {

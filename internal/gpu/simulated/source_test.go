@@ -61,6 +61,8 @@ func TestParseRejectsWithKeyAndLine(t *testing.T) {
 		{"no GPUs", "driver_version: x\n", "at least one GPU"},
 		{"empty", "", "empty"},
 		{"MIG process on unknown instance", proc + "        type: compute\n        gpu_instance: 1\n        compute_instance: 0\n", "no mig_instances entry"},
+		{"repeated MIG instance", base + "    mig_mode: enabled\n    mig_instances:\n      - {gpu_instance: 1, compute_instance: 0}\n" +
+			"      - {gpu_instance: 1, compute_instance: 0}\n", "mig_instances[1]: gpu_instance 1, compute_instance 0 appears twice"},
 		{"bad pstate", base + "    performance_state: 16\n", "line 4: performance_state"},
 		{"unknown clock", base + "    clocks_hertz: {shader: 1}\n", `unknown clock "shader"`},
 	} {
@@ -203,7 +205,7 @@ func TestDemoNode(t *testing.T) {
 func TestAllocations(t *testing.T) {
 	demo := Demo()
 	allocs, ok := demo.Allocations()
-	if !ok || !demo.HasAllocations() || len(allocs.Items) != 9 {
+	if !ok || !demo.HasAllocations() || len(allocs.Items) != 10 {
 		t.Fatalf("demo allocations: ok %v, %d items", ok, len(allocs.Items))
 	}
 	mig := allocs.Items[6]
