@@ -4,8 +4,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/alecthomas/kingpin/v2"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 )
 
@@ -13,7 +11,7 @@ import (
 // stops the exporter with a message naming it.
 type compatFlag []string
 
-func registerCompat(app *kingpin.Application) *compatFlag {
+func registerCompat(app flagGroup) *compatFlag {
 	f := new(compatFlag)
 	app.Flag("compat", "Also write other exporters' metrics, so that their dashboards keep working: a comma-separated "+
 		"list of nvidiasmi (nvidia-smi exporter: nvidiasmi_process_used_memory_bytes) and dcgm (dcgm-exporter's "+

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
@@ -24,7 +23,7 @@ type kubeletFlags struct {
 	resources   []string
 }
 
-func registerKubelet(app *kingpin.Application) *kubeletFlags {
+func registerKubelet(app flagGroup) *kubeletFlags {
 	f := &kubeletFlags{}
 	app.Flag("kubelet.pod-resources-endpoint", "kubelet PodResources API socket, for GPU allocations "+
 		"(gpu_allocation_*, gpu_unrequested_use). Empty: off. Default: "+kubelet.DefaultEndpoint+" when it exists; a simulated node file's allocations: key when not set.").

@@ -35,25 +35,28 @@ func main() {
 }
 
 func run(args []string) int {
-	app := kingpin.New("gpu-pod-exporter", "Tells which pod, container, Slurm job or service uses each GPU, and how much of it.")
+	app := kingpin.New("gpu-pod-exporter", "Tells which pod, container, Slurm job or service uses each GPU, and how much "+
+		"of it. The server's own flags (listen address, TLS, allocations, compatibility output) are listed by "+
+		"`gpu-pod-exporter help serve`.")
 	app.Version(version.Print(program))
 	app.HelpFlag.Short('h')
 
+	// Flags of both commands: where GPU data comes from and how processes are attributed.
 	var sf sourceFlags
 	sf.register(app)
 	var af attributionFlags
 	af.register(app)
-	compat := registerCompat(app)
-	kf := registerKubelet(app)
 	timeout := app.Flag("collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.").
 		Default("8s").Duration()
-	processes := app.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
 	logConfig := &promslog.Config{}
 	promslogflag.AddFlags(app, logConfig)
 
 	serve := app.Command("serve", "Serve Prometheus metrics (the default).").Default()
 	metricsPath := serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
 	webConfig := webflag.AddFlags(serve, ":9402")
+	processes := serve.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
+	compat := registerCompat(serve)
+	kf := registerKubelet(serve)
 
 	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
 	output := psCmd.Flag("output", "Output format: table or json.").Short('o').Default("table").Enum("table", "json")
@@ -97,6 +100,11 @@ func run(args []string) int {
 		self := append([]prometheus.Collector{attributor}, kubeletSelf...)
 		return runServer(ctx, logger, collector.New(scraper, opts, self...), *metricsPath, webConfig)
 	}
+}
+
+// flagGroup is a command or the application: where flags are registered.
+type flagGroup interface {
+	Flag(name, help string) *kingpin.FlagClause
 }
 
 func runPS(ctx context.Context, scraper *scrape.Scraper, output string) int {
