@@ -84,8 +84,6 @@ func freePort(t *testing.T) int {
 // attributionFlags are the flags the serving exporter and `ps` share.
 func attributionFlags(simConfig string) []string {
 	return []string{
-		"--kubelet.pod-resources-endpoint=unix://" + filepath.Join(env.tmp, "kubelet.sock"),
-		"--kubelet.refresh-interval=200ms",
 		"--gpu.simulated-config=" + simConfig,
 		"--runtime.endpoint=unix://" + env.containerdSock,
 		"--docker.host=unix://" + env.dockerSock,
@@ -110,7 +108,10 @@ func startExporter(t *testing.T, simConfig string) *exporter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port)}, e.flags...)
+	// The kubelet's allocations are the server's, not ps's.
+	args := append([]string{fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
+		"--kubelet.pod-resources-endpoint=unix://" + filepath.Join(env.tmp, "kubelet.sock"),
+		"--kubelet.refresh-interval=200ms"}, e.flags...)
 	e.cmd = exec.Command(env.binary, args...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	if err := e.cmd.Start(); err != nil {
