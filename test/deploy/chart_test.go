@@ -67,8 +67,9 @@ nvidia:
   runtimeClassName: ""
   visibleDevices: all
   driverCapabilities: utility
-cri:
-  socketPath: /var/run/crio/crio.sock
+runtime:
+  socketDirectory: /var/run/crio/ # a trailing slash is dropped
+  socket: crio.sock
 kubelet:
   podResources:
     enabled: true
@@ -108,7 +109,7 @@ dashboard:
 // minimalValues turns off every optional object and mount.
 const minimalValues = `
 serviceAccount: {create: false}
-cri: {socketPath: ""}
+runtime: {socketDirectory: ""}
 kubelet: {podResources: {enabled: false}}
 serviceMonitor: {enabled: false}
 prometheusRule: {enabled: false}
@@ -241,10 +242,11 @@ func TestHelmTemplateDefault(t *testing.T) {
 		t.Errorf("image = %s, want the chart's appVersion as the tag", c.Image)
 	}
 	wantMounts := map[string]string{ // mount path → host path
-		"/run/containerd/containerd.sock": "/run/containerd/containerd.sock",
-		"/var/lib/kubelet/pod-resources":  "/var/lib/kubelet/pod-resources",
+		"/run/containerd":                "/run/containerd",
+		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
 	}
 	checkHostMounts(t, pod, c, wantMounts)
+	checkRuntimeSocketDir(t, pod, c, "/run/containerd")
 	if !slices.Contains(c.Args, "--runtime.endpoint=unix:///run/containerd/containerd.sock") {
 		t.Errorf("no --runtime.endpoint for the mounted CRI socket: %v", c.Args)
 	}
@@ -284,9 +286,10 @@ func TestHelmTemplateNonDefault(t *testing.T) {
 	}
 	checkHostMounts(t, pod, c, map[string]string{
 		"/host/proc":                     "/proc",
-		"/var/run/crio/crio.sock":        "/var/run/crio/crio.sock",
+		"/var/run/crio":                  "/var/run/crio",
 		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
 	})
+	checkRuntimeSocketDir(t, pod, c, "/var/run/crio")
 	if pod.RuntimeClassName != nil {
 		t.Errorf("runtimeClassName = %q with nvidia.runtimeClassName empty", *pod.RuntimeClassName)
 	}
@@ -487,9 +490,11 @@ func checkCommon(t *testing.T, r *rendered) {
 			t.Errorf("volume %s is not a hostPath", v.Name)
 			continue
 		}
-		if v.HostPath.Type == nil || (*v.HostPath.Type != corev1.HostPathSocket && *v.HostPath.Type != corev1.HostPathDirectory) {
-			// An untyped hostPath creates an empty directory on the node where the socket is missing.
-			t.Errorf("hostPath %s has type %v, want Socket or Directory", v.HostPath.Path, v.HostPath.Type)
+		// Directories only. An untyped hostPath creates an empty directory on the node where the path is missing; a
+		// socket (or any file) mounted by itself keeps pointing at the old inode once the runtime or the kubelet
+		// deletes and recreates it on restart, so the exporter would lose it until its pod restarts.
+		if v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+			t.Errorf("hostPath %s has type %v, want Directory", v.HostPath.Path, v.HostPath.Type)
 		}
 	}
 	if !pod.HostPID && !slices.Contains(c.Args, "--path.procfs=/host/proc") {
@@ -569,6 +574,57 @@ func checkCommon(t *testing.T, r *rendered) {
 }
 
 // checkHostMounts checks that exactly the given host paths are mounted, read-only, at the given paths.
+// checkRuntimeSocketDir: the runtime's socket directory is mounted read-only from a hostPath of type Directory at the
+// same path, and --runtime.endpoint names a socket directly inside it.
+func checkRuntimeSocketDir(t *testing.T, pod corev1.PodSpec, c *corev1.Container, dir string) {
+	t.Helper()
+	var mount *corev1.VolumeMount
+	for i := range c.VolumeMounts {
+		if c.VolumeMounts[i].MountPath == dir {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	if mount == nil {
+		t.Fatalf("no mount at %s: %+v", dir, c.VolumeMounts)
+	}
+	if !mount.ReadOnly || mount.SubPath != "" || mount.SubPathExpr != "" {
+		t.Errorf("runtime socket directory mount %+v, want read-only and no subPath", mount)
+	}
+	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
+	if i < 0 || pod.Volumes[i].HostPath == nil {
+		t.Fatalf("mount %s has no hostPath volume", mount.Name)
+	}
+	hp := pod.Volumes[i].HostPath
+	if hp.Path != dir || hp.Type == nil || *hp.Type != corev1.HostPathDirectory {
+		t.Errorf("runtime socket volume %s (type %v), want the directory %s (type Directory)", hp.Path, hp.Type, dir)
+	}
+	var endpoint string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--runtime.endpoint=unix://"); ok {
+			endpoint = v
+		}
+	}
+	if filepath.Dir(endpoint) != dir || filepath.Base(endpoint) == "" {
+		t.Errorf("--runtime.endpoint socket %q is not directly inside the mounted directory %s: %v", endpoint, dir, c.Args)
+	}
+}
+
+// TestHelmRuntimeSocketValues: the removed cri.socketPath and a path as runtime.socket fail the install instead of
+// silently mounting nothing (or the socket file).
+func TestHelmRuntimeSocketValues(t *testing.T) {
+	for _, values := range []string{
+		"cri: {socketPath: /run/containerd/containerd.sock}\n",
+		"runtime: {socketDirectory: /run, socket: containerd/containerd.sock}\n",
+		"runtime: {socketDirectory: /run/containerd, socket: \"\"}\n",
+	} {
+		out, err := runErr(t, helm(t), "template", "gpe", chartDir, "--kube-version", kubeVersion,
+			"--values", valuesFile(t, values))
+		if err == nil || !strings.Contains(string(out), "runtime.socket") {
+			t.Errorf("values %q: err %v, want a failure naming runtime.socket*\n%s", values, err, out)
+		}
+	}
+}
+
 func checkHostMounts(t *testing.T, pod corev1.PodSpec, c *corev1.Container, want map[string]string) {
 	t.Helper()
 	got := map[string]string{}

@@ -94,7 +94,8 @@ func TestImage(t *testing.T) {
 
 	// The privileges of the Helm chart, proven necessary and sufficient: a workload container's process, attributed
 	// by the containerised exporter through the host's PIDs and the runtime socket mounted read-only, with every
-	// capability dropped.
+	// capability dropped. As in the chart and docs/install.md, the socket's directory is mounted (not recursively:
+	// it also holds the private dockerd's data root), not the socket file, which a restarted runtime replaces.
 	sock := dockerHost(t)
 	workload := "gpe-deploy-workload-" + tag
 	runContainer(t, workload, runtimesEnv["GPE_E2E_IMAGE"], "/bin/sleep", "3600")
@@ -115,8 +116,9 @@ gpus:
 		t.Fatal(err)
 	}
 	common := []string{"--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-		"-v", node + ":/etc/gpe/node.yaml:ro", "-v", sock + ":/var/run/docker.sock:ro"}
-	args := []string{"--gpu.simulated-config=/etc/gpe/node.yaml", "--docker.host=unix:///var/run/docker.sock"}
+		"-v", node + ":/etc/gpe/node.yaml:ro",
+		"--mount", "type=bind,source=" + filepath.Dir(sock) + ",target=/host/run,readonly,bind-nonrecursive"}
+	args := []string{"--gpu.simulated-config=/etc/gpe/node.yaml", "--docker.host=unix:///host/run/" + filepath.Base(sock)}
 	series := regexp.MustCompile(`gpu_process_memory_used_bytes\{[^}]*pid="` + pid + `"[^}]*\}`)
 	attributed := func(t *testing.T, addr string) string {
 		t.Helper()
