@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -27,17 +26,19 @@ func (f *attributionFlags) register(app *kingpin.Application) {
 	app.Flag("path.procfs", "The host's proc filesystem; /host/proc when running in a container without hostPID.").
 		Default("/proc").StringVar(&f.procfs)
 	app.Flag("runtime.endpoint", "CRI socket, e.g. unix:///run/containerd/containerd.sock (repeatable). Default: those of "+
-		"containerd's, CRI-O's and cri-dockerd's usual sockets that exist.").StringsVar(&f.runtimeEndpoints)
+		"containerd's, CRI-O's and cri-dockerd's usual sockets that exist, looked for again while none does.").
+		StringsVar(&f.runtimeEndpoints)
 	app.Flag("docker.host", "Docker API socket, for containers outside Kubernetes. Default: "+docker.DefaultDockerHost+
-		" when it exists.").PlaceHolder("URL").StringVar(&f.dockerHost)
+		" when it exists (looked for again while it does not).").PlaceHolder("URL").StringVar(&f.dockerHost)
 	app.Flag("podman.host", "Podman API socket, for containers outside Kubernetes. Default: "+docker.DefaultPodmanHost+
-		" when it exists.").PlaceHolder("URL").StringVar(&f.podmanHost)
+		" when it exists (looked for again while it does not).").PlaceHolder("URL").StringVar(&f.podmanHost)
 	app.Flag("kubernetes.pod-labels", "Pod labels to add as label_<key> to process and workload series "+
 		"(comma-separated, repeatable). None by default.").PlaceHolder("KEY,...").StringsVar(&f.podLabels)
 }
 
-// open builds the attributor with a resolver for each runtime found. A runtime that is absent is not an error:
-// its containers keep the labels their cgroup paths give.
+// open builds the attributor with a resolver for each runtime: the configured sockets, else the default ones,
+// which need not exist yet. A runtime whose default socket is absent is asked nothing and counts no error (its
+// containers keep the labels their cgroup paths give) until the socket appears.
 // The demo node's owners are preset, so it asks no runtime. `ps` runs once, so it waits for names as long as one
 // runtime call may take instead of leaving them to a next scrape that never comes.
 func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, demo, once bool) (*attribution.Attributor, error) {
@@ -48,37 +49,20 @@ func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, demo, 
 	if demo {
 		return attribution.New(cfg), nil
 	}
-	var resolvers []attribution.Resolver
+	attribution.WarnIfHidepid(f.procfs, logger)
 	c, err := cri.New(ctx, f.runtimeEndpoints, logger)
-	switch {
-	case err == nil:
-		resolvers = append(resolvers, c)
-	case errors.Is(err, cri.ErrNoEndpoint):
-		logger.Info("no CRI socket found: Kubernetes pods get pod_uid and container_id but no names", "err", err)
-	default:
+	if err != nil {
 		return nil, err
 	}
-	for _, rt := range []struct {
-		host, fallback string
-		open           func(string) (*docker.Resolver, error)
-	}{
-		{f.dockerHost, docker.DefaultDockerHost, docker.New},
-		{f.podmanHost, docker.DefaultPodmanHost, docker.NewPodman},
-	} {
-		host := rt.host
-		if host == "" {
-			if !socketExists(rt.fallback) {
-				continue
-			}
-			host = rt.fallback
-		}
-		r, err := rt.open(host)
-		if err != nil {
-			return nil, err
-		}
-		resolvers = append(resolvers, r)
+	d, err := docker.New(f.dockerHost)
+	if err != nil {
+		return nil, err
 	}
-	cfg.Resolvers = resolvers
+	p, err := docker.NewPodman(f.podmanHost)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Resolvers = []attribution.Resolver{c, d, p}
 	return attribution.New(cfg), nil
 }
 

@@ -109,6 +109,9 @@ func (a *Attributor) Close() error {
 type pending struct {
 	pid   uint32
 	owner Owner
+	// outer is the pod's container that holds the process's container (Docker-in-Docker in a pod), named in its
+	// stead when the runtimes cannot name the inner one.
+	outer string
 }
 
 // Attribute returns the owner of every process in the snapshot, keyed by PID. It never fails: what cannot be
@@ -117,6 +120,7 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	owners := make(map[uint32]Owner)
 	var procs []pending
 	var r *procReader
+	var health procfsScrape
 	for _, d := range snap.Devices {
 		for _, p := range d.Processes {
 			if _, done := owners[p.PID]; done {
@@ -129,11 +133,12 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 			if r == nil {
 				r = newProcReader(a.procfs)
 			}
-			o := a.fromProcFS(r, p)
+			o, outer := a.fromProcFS(r, p, &health)
 			owners[p.PID] = o
-			procs = append(procs, pending{pid: p.PID, owner: o})
+			procs = append(procs, pending{pid: p.PID, owner: o, outer: outer})
 		}
 	}
+	a.procfsHealth.update(a, health)
 
 	// One lookup per container, however many of its processes use GPUs.
 	want := make(map[string]lookupHint)
@@ -141,36 +146,46 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 		if id := p.owner.Identity; id.ContainerID != "" {
 			want[id.ContainerID] = lookupHint{runtime: id.Runtime, inPod: id.PodUID != ""}
 		}
+		if p.outer != "" {
+			// Looked up alongside the inner container, not after it, so that both fit in one budget.
+			if _, ok := want[p.outer]; !ok {
+				want[p.outer] = lookupHint{inPod: true}
+			}
+		}
 	}
-	named := a.names.lookup(ctx, want, snapshotComplete(snap))
+	named, unnamed := a.names.lookup(ctx, want, snapshotComplete(snap))
 	for _, p := range procs {
-		if n, ok := named[p.owner.Identity.ContainerID]; ok {
-			o := p.owner
+		o := p.owner
+		if n, ok := named[o.Identity.ContainerID]; ok {
 			n.applyTo(&o.Identity)
+			owners[p.pid] = o
+		} else if n, ok := named[p.outer]; ok && unnamed[o.Identity.ContainerID] {
+			n.applyOuterTo(&o.Identity)
 			owners[p.pid] = o
 		}
 	}
 	return owners
 }
 
-// fromProcFS reads what procfs tells about one process. A process that has exited keeps the source's name and
-// an empty identity.
-func (a *Attributor) fromProcFS(r *procReader, p gpu.Process) Owner {
+// fromProcFS reads what procfs tells about one process, and returns it with the ID of the pod's container that
+// holds the process's container, if any (cgroup.Info.OuterContainerID). A process that has exited keeps the
+// source's name and an empty identity.
+func (a *Attributor) fromProcFS(r *procReader, p gpu.Process, health *procfsScrape) (Owner, string) {
 	o := Owner{Name: p.Name}
 	comm, err := r.comm(p.PID)
 	if err != nil {
-		a.procfsFailed(p.PID, err)
-		return o
+		a.procfsFailed(p.PID, err, health)
+		return o, ""
 	}
 	if comm != "" {
 		o.Name = comm
 	}
 	content, err := r.cgroup(p.PID)
 	if err != nil {
-		a.procfsFailed(p.PID, err)
-		return o
+		a.procfsFailed(p.PID, err, health)
+		return o, ""
 	}
-	a.procfsOK()
+	health.read++
 	info := cgroup.Parse(content)
 	o.Identity = identity.Identity{
 		PodUID:      info.PodUID,
@@ -180,7 +195,7 @@ func (a *Attributor) fromProcFS(r *procReader, p gpu.Process) Owner {
 		SlurmJobID:  info.SlurmJobID,
 		SystemdUnit: info.SystemdUnit,
 	}
-	return o
+	return o, info.OuterContainerID
 }
 
 // snapshotComplete reports whether the snapshot lists every GPU process on the node. Only then does a container

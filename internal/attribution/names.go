@@ -56,7 +56,9 @@ type lookupHint struct {
 type entry struct {
 	done    chan struct{} // closed when the lookup has ended
 	named   *named        // the answer; nil while pending or when no runtime could name the container
-	expires time.Time     // when an unanswered lookup may be retried
+	partial bool          // named is incomplete (ErrIncomplete): it is used, and looked up again at expires
+	prev    *named        // a partial answer of the entry this one replaces, served while this lookup runs
+	expires time.Time     // when an unanswered or partial lookup may be retried
 	seen    time.Time     // when a snapshot last listed the container
 }
 
@@ -137,9 +139,9 @@ func (n *names) chainFor(h lookupHint) []resolverRef {
 }
 
 // lookup names the containers in want. It starts lookups for those not cached, waits for them within the budget,
-// and returns the names known by then. When complete is true (the snapshot lists every GPU process), entries of
-// containers not in want are dropped.
-func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete bool) map[string]named {
+// and returns the names known by then, and the containers whose lookup has ended without a name. When complete is
+// true (the snapshot lists every GPU process), entries of containers not in want are dropped.
+func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete bool) (map[string]named, map[string]bool) {
 	now := n.now()
 	var waits []chan struct{}
 	n.mu.Lock()
@@ -148,7 +150,7 @@ func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete
 		if e != nil {
 			e.seen = now
 		}
-		if e != nil && (e.named != nil || isOpen(e.done) || now.Before(e.expires)) {
+		if e != nil && (isOpen(e.done) || now.Before(e.expires) || e.named != nil && !e.partial) {
 			if isOpen(e.done) {
 				waits = append(waits, e.done)
 			}
@@ -161,7 +163,11 @@ func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete
 		if len(chain) == 0 || n.ctx.Err() != nil {
 			continue // no runtime to ask: the cgroup labels are all there is
 		}
-		e = &entry{done: make(chan struct{}), seen: now}
+		var prev *named
+		if e != nil && e.partial {
+			prev = e.named
+		}
+		e = &entry{done: make(chan struct{}), seen: now, prev: prev}
 		n.entries[id] = e
 		waits = append(waits, e.done)
 		n.wg.Add(1)
@@ -186,14 +192,25 @@ func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete
 	}
 
 	out := make(map[string]named, len(want))
+	var unnamed map[string]bool
 	n.mu.Lock()
 	for id := range want {
-		if e := n.entries[id]; e != nil && e.named != nil {
+		e := n.entries[id]
+		switch {
+		case e == nil:
+		case e.named != nil:
 			out[id] = *e.named
+		case e.prev != nil:
+			out[id] = *e.prev // a partial answer being refreshed
+		case !isOpen(e.done):
+			if unnamed == nil {
+				unnamed = make(map[string]bool)
+			}
+			unnamed[id] = true
 		}
 	}
 	n.mu.Unlock()
-	return out
+	return out, unnamed
 }
 
 // wait blocks until every lookup in waits has ended, the budget is spent or ctx ends.
@@ -216,10 +233,15 @@ func (n *names) wait(ctx context.Context, waits []chan struct{}) {
 func (n *names) resolve(id string, e *entry, chain []resolverRef) {
 	defer n.wg.Done()
 	var answer *named
+	partial := false
 	defer func() {
 		n.mu.Lock()
-		e.named = answer
-		if answer == nil {
+		if answer == nil && e.prev != nil {
+			// The refresh of a partial answer failed: keep what was known and try again later.
+			answer, partial = e.prev, true
+		}
+		e.named, e.partial, e.prev = answer, partial, nil
+		if answer == nil || partial {
 			e.expires = n.now().Add(n.negativeTTL)
 		}
 		n.mu.Unlock()
@@ -234,9 +256,12 @@ func (n *names) resolve(id string, e *entry, chain []resolverRef) {
 	}
 	for _, ref := range chain {
 		c, err := n.call(ref, id)
-		if err == nil {
+		if err == nil || errors.Is(err, ErrIncomplete) {
+			// An incomplete answer (names without pod labels) beats none; it is looked up again after the
+			// negative TTL rather than kept for the container's life.
 			answer = &named{Container: c}
 			answer.PodLabels = n.allowed(c.PodLabels)
+			partial = err != nil
 			return
 		}
 		if n.ctx.Err() != nil {
@@ -260,6 +285,11 @@ func (n *names) call(ref resolverRef, id string) (Container, error) {
 	case err == nil:
 	case errors.Is(err, ErrNotFound):
 		result = "not_found"
+	case errors.Is(err, ErrUnavailable):
+		// No socket: a runtime that is not installed (or not started yet) is not failing. No call was made.
+		n.metrics.requests.WithLabelValues(name, "unavailable").Inc()
+		n.logger.Debug("container runtime not present", "resolver", name, "container_id", id, "err", err)
+		return c, err
 	default:
 		result = "error"
 	}
@@ -320,6 +350,18 @@ func (n *names) counts() (resolved, unresolved, pending int) {
 func (n *names) close() {
 	n.cancel()
 	n.wg.Wait()
+}
+
+// applyOuterTo names a container nested in a pod's container (Docker-in-Docker in a pod) by the pod's container,
+// which the CRI knows: namespace, pod and container name. The identity keeps its own container ID and runtime.
+func (c named) applyOuterTo(id *identity.Identity) {
+	id.Namespace = c.Namespace
+	id.Pod = c.Pod
+	id.Container = c.Name
+	if id.PodUID == "" {
+		id.PodUID = c.PodUID
+	}
+	id.PodLabels = c.PodLabels
 }
 
 // applyTo puts the runtime's names into an identity whose cgroup-derived fields are already set.

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,37 +90,119 @@ func exited(err error) bool {
 }
 
 // procfsHealth logs procfs failures other than exited processes once per change of state, not on every scrape:
-// a procfs that is not readable (hidepid, a missing --path.procfs mount) fails for every PID of every scrape.
+// a procfs that is not readable (hidepid, a missing --path.procfs mount) fails for every PID of every scrape. The
+// state is decided per Attribute call: failing when any of its reads failed for a reason other than an exit, so
+// that a scrape with both readable and unreadable processes does not make it flap.
 type procfsHealth struct {
 	mu      sync.Mutex
 	failing bool
 }
 
-func (a *Attributor) procfsFailed(pid uint32, err error) {
+// procfsScrape is what one Attribute call's procfs reads came to.
+type procfsScrape struct {
+	read     int    // processes whose files were read
+	failures int    // reads that failed for a reason other than an exit
+	pid      uint32 // the first such failure, for the log
+	err      error
+}
+
+func (a *Attributor) procfsFailed(pid uint32, err error, s *procfsScrape) {
 	if exited(err) {
 		a.metrics.procfsErrors.WithLabelValues("exited").Inc()
 		a.logger.Debug("GPU process exited before it could be attributed", "pid", pid, "err", err)
 		return
 	}
 	a.metrics.procfsErrors.WithLabelValues("other").Inc()
-	a.procfsHealth.mu.Lock()
-	changed := !a.procfsHealth.failing
-	a.procfsHealth.failing = true
-	a.procfsHealth.mu.Unlock()
-	if changed {
-		a.logger.Warn("cannot read procfs: processes are left without identity (is --path.procfs the host's /proc?)",
-			"procfs", a.procfs, "pid", pid, "err", err)
-		return
+	if s.failures == 0 {
+		s.pid, s.err = pid, err
 	}
+	s.failures++
 	a.logger.Debug("cannot read procfs", "pid", pid, "err", err)
 }
 
-func (a *Attributor) procfsOK() {
-	a.procfsHealth.mu.Lock()
-	changed := a.procfsHealth.failing
-	a.procfsHealth.failing = false
-	a.procfsHealth.mu.Unlock()
-	if changed {
+// update sets the health from one Attribute call and logs when it changes. A call that read nothing and failed
+// for no reason but exits (or had no process to read) says nothing, and leaves it as it was.
+func (h *procfsHealth) update(a *Attributor, s procfsScrape) {
+	if s.read == 0 && s.failures == 0 {
+		return
+	}
+	failing := s.failures > 0
+	h.mu.Lock()
+	changed := h.failing != failing
+	h.failing = failing
+	h.mu.Unlock()
+	switch {
+	case changed && failing:
+		a.logger.Warn("cannot read procfs: processes are left without identity (is --path.procfs the host's /proc?)",
+			"procfs", a.procfs, "pid", s.pid, "err", s.err, "unreadable", s.failures, "readable", s.read)
+	case changed:
 		a.logger.Info("procfs readable again", "procfs", a.procfs)
 	}
+}
+
+// WarnIfHidepid logs a warning when the proc filesystem at procfs is mounted with hidepid: then the processes of
+// other users cannot be read, unless the exporter runs with CAP_SYS_PTRACE or in the mount's gid= group, and
+// they look like processes that exited (no identity, procfs_errors_total{reason="exited"}). It reads
+// <procfs>/self/mountinfo once; what it cannot read it leaves unsaid.
+func WarnIfHidepid(procfs string, logger *slog.Logger) {
+	b, err := os.ReadFile(filepath.Join(procfs, "self", "mountinfo"))
+	if err != nil {
+		return
+	}
+	if opt := hidepid(string(b), procfs); opt != "" {
+		logger.Warn("procfs is mounted with "+opt+": GPU processes of other users look exited and get no identity "+
+			"unless the exporter runs as root with CAP_SYS_PTRACE or in the mount's gid= group",
+			"procfs", procfs)
+	}
+}
+
+// hidepid returns the hidepid option ("hidepid=2", "hidepid=invisible") of the proc mount at mountPoint in a
+// mountinfo file, or "" when it has none or is not listed. The last mount at that point is the visible one.
+func hidepid(mountinfo, mountPoint string) string {
+	mountPoint = filepath.Clean(mountPoint)
+	if real, err := filepath.EvalSymlinks(mountPoint); err == nil {
+		mountPoint = real
+	}
+	found := ""
+	for _, line := range strings.Split(mountinfo, "\n") {
+		// ID parent major:minor root mount-point mount-options [optional...] - fstype source super-options
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if len(fields) < 6 || len(tail) < 1 || tail[0] != "proc" || unescapeMountinfo(fields[4]) != mountPoint {
+			continue
+		}
+		found = ""
+		opts := fields[5]
+		if len(tail) >= 3 {
+			opts += "," + tail[2]
+		}
+		for _, o := range strings.Split(opts, ",") {
+			if v, ok := strings.CutPrefix(o, "hidepid="); ok && v != "0" && v != "off" {
+				found = o
+			}
+		}
+	}
+	return found
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes of space, tab, newline and backslash.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

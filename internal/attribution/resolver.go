@@ -8,6 +8,16 @@ import (
 // ErrNotFound is returned by a Resolver when its runtime does not know the container.
 var ErrNotFound = errors.New("container not found")
 
+// ErrUnavailable is returned by a Resolver whose runtime is not there at all: it has no socket (a node without
+// Docker, a runtime that has not started yet). Like ErrNotFound it is a definite, cheap answer: it is counted as
+// result="unavailable", not as an error, and is not logged.
+var ErrUnavailable = errors.New("container runtime not present")
+
+// ErrIncomplete is wrapped by the error of a Resolver that named the container but could not learn all of it
+// (the pod's labels when the pod lookup failed). The Container returned with it is used, counted as an error, and
+// looked up again after the negative TTL.
+var ErrIncomplete = errors.New("incomplete answer")
+
 // Container is what a container runtime knows about one container.
 type Container struct {
 	// Namespace, Pod and PodUID are set for Kubernetes containers (from the CRI, or from the io.kubernetes.* labels
@@ -29,7 +39,8 @@ type Resolver interface {
 	// Name is the resolver's name in self-metrics and logs: "cri", "docker" or "podman".
 	Name() string
 	// Resolve looks up one container by its full 64-hex ID. It returns ErrNotFound when the runtime does not know
-	// the container (a definite answer, cached briefly), any other error when the runtime could not be asked,
-	// and it honours ctx's deadline.
+	// the container (a definite answer, cached briefly), ErrUnavailable when the runtime is not present, an error
+	// wrapping ErrIncomplete with a usable Container when only part of the lookup succeeded, any other error when
+	// the runtime could not be asked, and it honours ctx's deadline.
 	Resolve(ctx context.Context, containerID string) (Container, error)
 }

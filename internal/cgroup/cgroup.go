@@ -36,6 +36,9 @@ type Info struct {
 	Runtime string
 	// ContainerID is the innermost 64-hex container ID (lowercase).
 	ContainerID string
+	// OuterContainerID is set when the innermost container is nested in a pod's container (Docker-in-Docker in a
+	// pod): it is the pod's container, which the CRI can name when it cannot name the inner one. Empty otherwise.
+	OuterContainerID string
 	// PodUID is the Kubernetes pod's UID in its API form: a dashed UUID, or 32 hex digits for a static pod.
 	PodUID string
 	// QoS is the pod's QoS class (QoSGuaranteed, …).
@@ -117,7 +120,8 @@ func parsePath(path string) Info {
 		if strings.HasSuffix(seg, ".service") || strings.HasSuffix(seg, ".scope") {
 			unit = seg
 		}
-		if isSlurmSegment(seg) {
+		if isSlurmSegment(seg) || isSlurmUID(prev) && strings.HasPrefix(seg, "job_") {
+			// Slurm's own segment, or cgroup/v1's uid_<uid>/job_<id> shape below a slurmd root of another name.
 			inSlurm = true
 		}
 		// runc's systemd driver on cgroup v1 writes "kubepods-…-pod<uid>.slice:cri-containerd:<id>" as one
@@ -136,6 +140,9 @@ func parsePath(path string) Info {
 	if info.ContainerID == "" && info.PodUID == "" && info.SlurmJobID == "" {
 		info.SystemdUnit = unit
 	}
+	if info.OuterContainerID == info.ContainerID {
+		info.OuterContainerID = "" // the pod's container nested in itself further down: nothing outer to name
+	}
 	return info
 }
 
@@ -143,13 +150,16 @@ func parsePath(path string) Info {
 // token before it.
 func parseToken(info *Info, base, prev string, inSlurm bool) {
 	if id, runtime, ok := containerToken(base, prev); ok {
+		if info.PodUID != "" && info.ContainerID != "" && info.OuterContainerID == "" && info.ContainerID != id {
+			info.OuterContainerID = info.ContainerID // the pod's container, holding this one
+		}
 		info.ContainerID, info.Runtime = id, runtime
 		return
 	}
 	if uid, qos, ok := podToken(base, prev); ok {
 		// A container above the pod is the node that runs it (kind), not the pod's container.
 		info.PodUID, info.QoS = uid, qos
-		info.ContainerID, info.Runtime = "", ""
+		info.ContainerID, info.Runtime, info.OuterContainerID = "", "", ""
 		return
 	}
 	if job, ok := slurmJobToken(base, inSlurm); ok {
@@ -263,11 +273,13 @@ func normalizeUID(s string) (string, bool) {
 	return "", false
 }
 
-// slurmJobToken recognizes Slurm's job cgroup, "job_<id>" with a decimal ID or a SLUID. Below a Slurm segment a
-// bare SLUID is taken too, for hierarchies named by SLUID alone.
+// slurmJobToken recognizes Slurm's job cgroup, "job_<id>" with a decimal ID or a SLUID. A decimal ID is taken only
+// below a Slurm segment (a CI runner's /system.slice/runner.service/job_42 is not a Slurm job); a SLUID is
+// distinctive enough anywhere. Below a Slurm segment a bare SLUID is taken too, for hierarchies named by SLUID
+// alone.
 func slurmJobToken(base string, inSlurm bool) (string, bool) {
 	if id, ok := strings.CutPrefix(base, "job_"); ok {
-		if isDecimal(id) || isSLUID(id) {
+		if inSlurm && isDecimal(id) || isSLUID(id) {
 			return id, true
 		}
 		return "", false
@@ -282,6 +294,12 @@ func slurmJobToken(base string, inSlurm bool) (string, bool) {
 // "slurm_<node>" (several slurmd per host), "slurmstepd.scope" (cgroup/v2).
 func isSlurmSegment(seg string) bool {
 	return seg == "slurm" || strings.HasPrefix(seg, "slurm_") || strings.HasPrefix(seg, "slurmstepd")
+}
+
+// isSlurmUID reports whether a segment is Slurm cgroup/v1's per-user one, "uid_<uid>", found above "job_<id>".
+func isSlurmUID(seg string) bool {
+	uid, ok := strings.CutPrefix(seg, "uid_")
+	return ok && isDecimal(uid)
 }
 
 // isSLUID reports whether s is a Slurm 26 SLUID: "s" and 13 Crockford base32 digits (SchedMD's sluid2str writes

@@ -304,6 +304,36 @@ func TestParseShapes(t *testing.T) {
 			input: "0::/system.slice/job_runner.service\n",
 			want:  Info{SystemdUnit: "job_runner.service"},
 		},
+		{
+			name:  "decimal job_ outside any Slurm segment is not a Slurm job",
+			input: "0::/system.slice/jobs-runner.service/job_42\n",
+			want:  Info{SystemdUnit: "jobs-runner.service"},
+		},
+		{
+			name:  "decimal job_ under a user's slice is not a Slurm job",
+			input: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_7\n",
+			want:  Info{SystemdUnit: "user@1000.service"},
+		},
+		{
+			name:  "slurm v1 uid_/job_ shape under a root of another name",
+			input: v1("/hpc/uid_1000/job_42/step_0/task_0"),
+			want:  Info{SlurmJobID: "42"},
+		},
+		{
+			name:  "slurm SLUID in a job_ segment needs no Slurm segment",
+			input: "0::/job_sBR1JB8J1YM400/step_0\n",
+			want:  Info{SlurmJobID: "sBR1JB8J1YM400"},
+		},
+		{
+			name:  "docker-in-docker in a pod: the innermost ID, and the pod's container as the outer one",
+			input: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uidU + ".slice/cri-containerd-" + id1 + ".scope/docker/" + id2 + "\n",
+			want:  Info{Runtime: "docker", ContainerID: id2, OuterContainerID: id1, PodUID: uid, QoS: "burstable"},
+		},
+		{
+			name:  "docker-in-docker outside a pod has no outer container",
+			input: "0::/system.slice/docker-" + id1 + ".scope/docker/" + id2 + "\n",
+			want:  Info{Runtime: "docker", ContainerID: id2},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,6 +377,10 @@ func FuzzParse(f *testing.F) {
 		}
 		if info.QoS != "" && info.PodUID == "" {
 			t.Errorf("QoS %q without a pod: %+v", info.QoS, info)
+		}
+		if info.OuterContainerID != "" && (info.ContainerID == "" || info.PodUID == "" ||
+			info.OuterContainerID == info.ContainerID || !reContainerID.MatchString(info.OuterContainerID)) {
+			t.Errorf("outer container %q without a distinct inner container in a pod: %+v", info.OuterContainerID, info)
 		}
 		if info.Runtime != "" && info.ContainerID == "" {
 			t.Errorf("runtime %q without a container: %+v", info.Runtime, info)

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/socket"
 )
 
 // The labels kubelet puts on every container and pod sandbox it creates.
@@ -48,9 +50,6 @@ const (
 	podCacheSize = 4096
 )
 
-// ErrNoEndpoint is returned by New when no endpoint was given and none of the usual CRI sockets exists.
-var ErrNoEndpoint = errors.New("no CRI socket found")
-
 // DefaultEndpoints are the sockets New probes, in order, when it is given none: containerd, CRI-O, cri-dockerd
 // and k3s's bundled containerd.
 func DefaultEndpoints() []string {
@@ -66,8 +65,17 @@ func DefaultEndpoints() []string {
 
 // Resolver names containers through one or more CRI endpoints. It is safe for concurrent use.
 type Resolver struct {
-	logger    *slog.Logger
-	endpoints []*endpoint
+	logger *slog.Logger
+	// candidates are the sockets probed when no endpoint was given; nil when endpoints were given, and then
+	// endpoints never change.
+	candidates []string
+	every      time.Duration
+	now        func() time.Time
+
+	mu        sync.Mutex
+	endpoints []*endpoint          // those asked, in order
+	dialed    map[string]*endpoint // every candidate endpoint ever found, by name; closed by Close
+	probed    time.Time            // when candidates were last probed
 }
 
 var _ attribution.Resolver = (*Resolver)(nil)
@@ -85,25 +93,31 @@ type endpoint struct {
 }
 
 // New returns a Resolver that asks each of endpoints in turn (unix:///path or a bare /path). With no endpoints it
-// uses those of DefaultEndpoints whose socket exists, and returns ErrNoEndpoint if there is none. New does not
-// connect: the first Resolve does, so a runtime that starts after the exporter is still found. ctx is accepted
-// for symmetry with other constructors; nothing in New blocks.
+// uses those of DefaultEndpoints whose socket exists, and probes them again (one stat each) at most every
+// socket.RecheckInterval when a lookup comes, so that a runtime which starts after the exporter is found; while
+// there is none, Resolve answers attribution.ErrUnavailable. New does not connect: the first Resolve does. ctx is
+// accepted for symmetry with other constructors; nothing in New blocks.
 func New(ctx context.Context, endpoints []string, logger *slog.Logger) (*Resolver, error) {
-	return newResolver(endpoints, DefaultEndpoints(), logger)
+	return newResolver(endpoints, DefaultEndpoints(), logger, socket.RecheckInterval, time.Now)
 }
 
-func newResolver(endpoints, candidates []string, logger *slog.Logger) (*Resolver, error) {
+func newResolver(endpoints, candidates []string, logger *slog.Logger, every time.Duration, now func() time.Time) (*Resolver, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if len(endpoints) == 0 {
-		endpoints = probe(candidates)
-		if len(endpoints) == 0 {
-			return nil, fmt.Errorf("%w among %s", ErrNoEndpoint, strings.Join(candidates, ", "))
-		}
-		logger.Info("Found CRI sockets", "endpoints", strings.Join(endpoints, ","))
-	}
 	r := &Resolver{logger: logger}
+	if len(endpoints) == 0 {
+		r.candidates, r.every, r.now = slices.Clone(candidates), every, now
+		r.dialed = make(map[string]*endpoint)
+		r.mu.Lock()
+		eps := r.reprobe()
+		r.mu.Unlock()
+		if len(eps) == 0 {
+			logger.Info("No CRI socket found yet: Kubernetes pods get pod_uid and container_id but no names "+
+				"until one appears", "probed", strings.Join(candidates, ","))
+		}
+		return r, nil
+	}
 	for _, e := range endpoints {
 		ep, err := dial(e)
 		if err != nil {
@@ -185,10 +199,59 @@ func probe(candidates []string) []string {
 // Name implements attribution.Resolver.
 func (r *Resolver) Name() string { return "cri" }
 
-// Endpoints returns the endpoints the resolver asks, in order.
+// Endpoints returns the endpoints the resolver asks now, in order (probing the candidates again if due).
 func (r *Resolver) Endpoints() []string {
-	names := make([]string, len(r.endpoints))
-	for i, ep := range r.endpoints {
+	eps := r.active()
+	names := make([]string, len(eps))
+	for i, ep := range eps {
+		names[i] = ep.name
+	}
+	return names
+}
+
+// active returns the endpoints to ask. Without configured endpoints it probes the candidates again when the last
+// probe is socket.RecheckInterval old: one stat per candidate, and only when a lookup comes.
+func (r *Resolver) active() []*endpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.candidates == nil {
+		return r.endpoints
+	}
+	if now := r.now(); now.Sub(r.probed) >= r.every || now.Before(r.probed) {
+		return r.reprobe()
+	}
+	return r.endpoints
+}
+
+// reprobe looks for the candidates' sockets and logs when the set found changes. r.mu is held.
+func (r *Resolver) reprobe() []*endpoint {
+	r.probed = r.now()
+	found := probe(r.candidates)
+	eps := make([]*endpoint, 0, len(found))
+	for _, name := range found {
+		ep := r.dialed[name]
+		if ep == nil {
+			var err error
+			if ep, err = dial(name); err != nil {
+				r.logger.Warn("Cannot create CRI client", "endpoint", name, "err", err)
+				continue
+			}
+			r.dialed[name] = ep
+		}
+		eps = append(eps, ep)
+	}
+	if !slices.Equal(found, endpointNames(r.endpoints)) && len(found) > 0 {
+		r.logger.Info("Found CRI sockets", "endpoints", strings.Join(found, ","))
+	} else if len(found) == 0 && len(r.endpoints) > 0 {
+		r.logger.Info("CRI sockets gone", "endpoints", strings.Join(endpointNames(r.endpoints), ","))
+	}
+	r.endpoints = eps
+	return eps
+}
+
+func endpointNames(eps []*endpoint) []string {
+	names := make([]string, len(eps))
+	for i, ep := range eps {
 		names[i] = ep.name
 	}
 	return names
@@ -196,8 +259,17 @@ func (r *Resolver) Endpoints() []string {
 
 // Close releases the gRPC connections.
 func (r *Resolver) Close() error {
+	r.mu.Lock()
+	all := r.endpoints
+	if r.candidates != nil {
+		all = nil
+		for _, ep := range r.dialed {
+			all = append(all, ep)
+		}
+	}
+	r.mu.Unlock()
 	var errs []error
-	for _, ep := range r.endpoints {
+	for _, ep := range all {
 		if err := ep.conn.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("closing CRI client for %s: %w", ep.name, err))
 		}
@@ -207,13 +279,19 @@ func (r *Resolver) Close() error {
 
 // Resolve implements attribution.Resolver. Each endpoint is asked in turn until one knows the container;
 // ErrNotFound means every endpoint answered that it does not, and any endpoint that failed to answer makes
-// the result an error instead, since that runtime may well own the container.
+// the result an error instead, since that runtime may well own the container. With no socket to ask, the answer
+// is attribution.ErrUnavailable.
 func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution.Container, error) {
+	eps := r.active()
+	if len(eps) == 0 {
+		return attribution.Container{}, fmt.Errorf("no CRI socket among %s: %w",
+			strings.Join(r.candidates, ", "), attribution.ErrUnavailable)
+	}
 	var errs []error
-	for _, ep := range r.endpoints {
+	for _, ep := range eps {
 		c, err := ep.resolve(ctx, containerID)
-		if err == nil {
-			return c, nil
+		if err == nil || errors.Is(err, attribution.ErrIncomplete) {
+			return c, err
 		}
 		if !errors.Is(err, attribution.ErrNotFound) {
 			errs = append(errs, err)
@@ -258,7 +336,8 @@ func (ep *endpoint) resolve(ctx context.Context, id string) (attribution.Contain
 	}
 	p, ok, err := ep.pod(ctx, c.PodUID)
 	if err != nil {
-		return attribution.Container{}, err
+		// The container's names are known: keep them, without the pod's labels, for now.
+		return c, fmt.Errorf("%w: %w", attribution.ErrIncomplete, err)
 	}
 	if ok {
 		c.PodLabels = maps.Clone(p.labels)
@@ -291,25 +370,29 @@ func (ep *endpoint) resolveSandbox(ctx context.Context, id string) (attribution.
 
 // runtimeName asks the runtime once what it is: with the cgroupfs driver a pod's cgroup path does not say. A
 // runtime that does not answer is asked again next time; one that answers with a name SPEC does not know, or
-// does not implement Version, is left unnamed.
+// does not implement Version, is left unnamed. The call is made outside ep.mu, so that lookups do not queue
+// behind it; concurrent first lookups may each ask, and agree.
 func (ep *endpoint) runtimeName(ctx context.Context) string {
 	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if ep.runtimeDone {
-		return ep.runtime
+	done, runtime := ep.runtimeDone, ep.runtime
+	ep.mu.Unlock()
+	if done {
+		return runtime
 	}
 	resp, err := ep.client.Version(ctx, &runtimeapi.VersionRequest{})
 	if err != nil && status.Code(err) != codes.Unimplemented {
 		return ""
 	}
-	ep.runtimeDone = true
 	switch name := resp.GetRuntimeName(); name {
 	case "containerd", "docker":
-		ep.runtime = name
+		runtime = name
 	case "cri-o":
-		ep.runtime = "crio"
+		runtime = "crio"
 	}
-	return ep.runtime
+	ep.mu.Lock()
+	ep.runtimeDone, ep.runtime = true, runtime
+	ep.mu.Unlock()
+	return runtime
 }
 
 // pod returns the pod with this UID, from the cache or the runtime. ok is false when the runtime has no sandbox

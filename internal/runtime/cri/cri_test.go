@@ -40,6 +40,10 @@ type fakeRuntime struct {
 	statusErr  error         // returned by ContainerStatus when set
 	block      chan struct{} // closed by the handler when it starts blocking
 	name       string        // what Version says the runtime is; empty: Version is unimplemented
+	listErr    error         // returned by ListPodSandbox when set
+	// versionGate, when set, makes Version report on versionIn and wait for versionGate to close.
+	versionGate chan struct{}
+	versionIn   chan struct{}
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -82,6 +86,10 @@ func (f *fakeRuntime) ContainerStatus(ctx context.Context, req *runtimeapi.Conta
 
 func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
 	f.count("Version")
+	if f.versionGate != nil {
+		f.versionIn <- struct{}{}
+		<-f.versionGate
+	}
 	if f.name == "" {
 		return nil, status.Error(codes.Unimplemented, "method Version not implemented")
 	}
@@ -102,6 +110,9 @@ func (f *fakeRuntime) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodS
 
 func (f *fakeRuntime) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	f.count("ListPodSandbox")
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
 	var items []*runtimeapi.PodSandbox
 	for _, s := range f.sandboxes {
 		match := true
@@ -465,7 +476,7 @@ func TestProbePicksExistingSockets(t *testing.T) {
 		t.Errorf("probe = %v, want %v", got, want)
 	}
 
-	r, err := newResolver(nil, candidates, nil)
+	r, err := newResolver(nil, candidates, nil, time.Minute, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,11 +486,114 @@ func TestProbePicksExistingSockets(t *testing.T) {
 	}
 }
 
-func TestNewWithoutSockets(t *testing.T) {
-	dir := socketDir(t)
-	_, err := newResolver(nil, []string{"unix://" + filepath.Join(dir, "containerd.sock")}, nil)
-	if !errors.Is(err, ErrNoEndpoint) {
-		t.Errorf("newResolver error = %v, want ErrNoEndpoint", err)
+// A runtime that starts after the exporter: with no socket, lookups are a cheap definite "unavailable", and the
+// socket is looked for again once the interval has passed, not on every lookup.
+func TestRuntimeStartsLater(t *testing.T) {
+	path := filepath.Join(socketDir(t), "containerd.sock")
+	clock := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r, err := newResolver(nil, []string{"unix://" + path}, nil, 10*time.Second, clock.now)
+	if err != nil {
+		t.Fatalf("newResolver without sockets: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+		t.Fatalf("Resolve without a socket: error = %v, want ErrUnavailable", err)
+	}
+
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, fixtureRuntime())
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+
+	clock.t = clock.t.Add(9 * time.Second)
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+		t.Errorf("Resolve within the probe interval: error = %v, want ErrUnavailable (no new probe yet)", err)
+	}
+	clock.t = clock.t.Add(time.Second)
+	got, err := r.Resolve(context.Background(), trainerID)
+	if err != nil {
+		t.Fatalf("Resolve after the socket appeared and the interval passed: %v", err)
+	}
+	if got.Name != "trainer" {
+		t.Errorf("Resolve = %+v, want the trainer container", got)
+	}
+	if eps := r.Endpoints(); !reflect.DeepEqual(eps, []string{"unix://" + path}) {
+		t.Errorf("Endpoints = %v", eps)
+	}
+
+	// The socket goes away: the next probe finds none and lookups are unavailable again, not errors.
+	srv.Stop()
+	if _, err := os.Stat(path); err == nil {
+		os.Remove(path)
+	}
+	clock.t = clock.t.Add(10 * time.Second)
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+		t.Errorf("Resolve after the socket was removed: error = %v, want ErrUnavailable", err)
+	}
+}
+
+// A failed ListPodSandbox after a good ContainerStatus keeps the container's names, without pod labels, and says
+// that the answer is incomplete so that it is asked again later.
+func TestResolvePodListFails(t *testing.T) {
+	f := fixtureRuntime()
+	f.listErr = status.Error(codes.Internal, "boom")
+	r := newTestResolver(t, serve(t, f))
+	got, err := r.Resolve(context.Background(), trainerID)
+	if !errors.Is(err, attribution.ErrIncomplete) {
+		t.Fatalf("Resolve error = %v, want ErrIncomplete", err)
+	}
+	if !strings.Contains(err.Error(), "ListPodSandbox") {
+		t.Errorf("Resolve error = %v, want the ListPodSandbox failure in it", err)
+	}
+	if want := (attribution.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
+		t.Errorf("Resolve = %+v, want %+v", got, want)
+	}
+
+	f.listErr = nil
+	got, err = r.Resolve(context.Background(), trainerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PodLabels["app"] != "trainer" {
+		t.Errorf("Resolve once ListPodSandbox works = %+v, want the pod labels", got)
+	}
+}
+
+// Version is asked outside the endpoint's lock: a slow Version must not hold up other lookups.
+func TestVersionDoesNotSerializeLookups(t *testing.T) {
+	f := fixtureRuntime()
+	f.name = "containerd"
+	f.versionGate = make(chan struct{})
+	f.versionIn = make(chan struct{})
+	r := newTestResolver(t, serve(t, f))
+	errs := make(chan error, 2)
+	for _, id := range []string{trainerID, sidecarID} {
+		go func() {
+			c, err := r.Resolve(context.Background(), id)
+			if err == nil && c.Runtime != "containerd" {
+				err = errors.New("runtime " + c.Runtime + ", want containerd")
+			}
+			errs <- err
+		}()
+	}
+	// Both lookups reach Version while neither has returned; under a lock held across the call, the second
+	// would wait for the first and this would time out.
+	for range 2 {
+		select {
+		case <-f.versionIn:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second lookup did not reach Version while the first was in it")
+		}
+	}
+	close(f.versionGate)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
 

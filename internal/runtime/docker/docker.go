@@ -14,9 +14,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/socket"
 )
 
 const (
@@ -48,26 +50,37 @@ type Resolver struct {
 	host   string // as configured, for errors
 	client *http.Client
 	podman bool
+	// watch is set for the default socket, which need not exist: while it does not, Resolve answers
+	// attribution.ErrUnavailable without dialling. A host that was given must exist; its absence is an error.
+	watch *socket.Watch
 }
 
 var _ attribution.Resolver = (*Resolver)(nil)
 
-// New returns a Resolver for the Docker daemon at host (unix:///path or a bare /path; empty means
-// DefaultDockerHost). It does not connect: each Resolve does, so a daemon that starts later is still found.
+// New returns a Resolver for the Docker daemon at host (unix:///path or a bare /path). It does not connect: each
+// Resolve does, so a daemon that starts later is still found. An empty host means DefaultDockerHost, which need
+// not exist: until it does, Resolve answers attribution.ErrUnavailable after one stat per
+// socket.RecheckInterval, so a node without Docker costs nothing and counts no error.
 func New(host string) (*Resolver, error) {
-	return newResolver("docker", cmp.Or(host, DefaultDockerHost), false)
+	return newResolver("docker", host, DefaultDockerHost, false)
 }
 
-// NewPodman returns a Resolver for the Podman service at host (empty means DefaultPodmanHost). It uses the libpod
-// API, which unlike Podman's Docker-compatible one says which pod a container is in.
+// NewPodman returns a Resolver for the Podman service at host (empty means DefaultPodmanHost, which need not exist,
+// as for New). It uses the libpod API, which unlike Podman's Docker-compatible one says which pod a container is in.
 func NewPodman(host string) (*Resolver, error) {
-	return newResolver("podman", cmp.Or(host, DefaultPodmanHost), true)
+	return newResolver("podman", host, DefaultPodmanHost, true)
 }
 
-func newResolver(name, host string, podman bool) (*Resolver, error) {
+func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {
+	optional := host == ""
+	host = cmp.Or(host, fallback)
 	path, err := socketPath(host)
 	if err != nil {
 		return nil, fmt.Errorf("%s host: %w", name, err)
+	}
+	var watch *socket.Watch
+	if optional {
+		watch = socket.NewWatch(path, 0, nil)
 	}
 	transport := &http.Transport{
 		// Every request goes to the socket whatever the URL says; the URL's host is only a name.
@@ -86,7 +99,7 @@ func newResolver(name, host string, podman bool) (*Resolver, error) {
 		// A daemon never redirects an inspect; following one would leave the socket.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Resolver{name: name, host: host, client: client, podman: podman}, nil
+	return &Resolver{name: name, host: host, client: client, podman: podman, watch: watch}, nil
 }
 
 // socketPath returns the filesystem path of a unix host. TCP hosts are refused: the daemon's TCP API needs TLS
@@ -119,6 +132,19 @@ func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution
 	if !isHex(containerID) {
 		return attribution.Container{}, fmt.Errorf("%s: invalid container ID %q", r.name, containerID)
 	}
+	if r.watch != nil && !r.watch.Present() {
+		return attribution.Container{}, fmt.Errorf("%s: no socket at %s: %w", r.name, r.host, attribution.ErrUnavailable)
+	}
+	c, err := r.resolve(ctx, containerID)
+	if r.watch != nil && errors.Is(err, syscall.ENOENT) {
+		// The daemon went away and took its socket with it: not an error, as if it had never been there.
+		r.watch.Gone()
+		return attribution.Container{}, fmt.Errorf("%w: %w", attribution.ErrUnavailable, err)
+	}
+	return c, err
+}
+
+func (r *Resolver) resolve(ctx context.Context, containerID string) (attribution.Container, error) {
 	if r.podman {
 		return r.resolvePodman(ctx, containerID)
 	}
@@ -151,7 +177,8 @@ func (r *Resolver) resolvePodman(ctx context.Context, id string) (attribution.Co
 		return c, nil
 	}
 	if err != nil {
-		return attribution.Container{}, err
+		// The container's own name is known: keep it, without the pod's name and labels, for now.
+		return c, fmt.Errorf("%w: %w", attribution.ErrIncomplete, err)
 	}
 	c.Pod = p.Name
 	if len(p.Labels) > 0 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/socket"
 )
 
 const (
@@ -196,8 +197,8 @@ func TestDockerDaemonDown(t *testing.T) {
 	host := "unix://" + filepath.Join(socketDir(t), "docker.sock")
 	r := newDocker(t, host)
 	_, err := r.Resolve(context.Background(), plainID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
-		t.Fatalf("Resolve error = %v, want a connection error", err)
+	if err == nil || errors.Is(err, attribution.ErrNotFound) || errors.Is(err, attribution.ErrUnavailable) {
+		t.Fatalf("Resolve error = %v, want a connection error (a host that was given must exist)", err)
 	}
 	if !strings.Contains(err.Error(), host) {
 		t.Errorf("error %q does not name %s", err, host)
@@ -350,9 +351,64 @@ func TestPodmanPodError(t *testing.T) {
 	d := podmanDaemon(t)
 	d.errors = map[string]int{"/v4.0.0/libpod/pods/" + podmanPodID + "/json": http.StatusInternalServerError}
 	r := newPodman(t, serve(t, d))
-	_, err := r.Resolve(context.Background(), podmanID)
+	got, err := r.Resolve(context.Background(), podmanID)
 	if err == nil || !strings.Contains(err.Error(), "podman GET /v4.0.0/libpod/pods/"+podmanPodID+"/json") {
 		t.Errorf("Resolve error = %v, want the pod lookup's error", err)
+	}
+	// The container's own name is kept, flagged as incomplete so that it is looked up again later.
+	if !errors.Is(err, attribution.ErrIncomplete) {
+		t.Errorf("Resolve error = %v, want ErrIncomplete", err)
+	}
+	if got.Name == "" || got.Pod != "" || got.Runtime != "podman" {
+		t.Errorf("Resolve = %+v, want the container's name and no pod", got)
+	}
+}
+
+// The default socket need not exist: until it does, lookups are a cheap "unavailable" (no dial, no error), it is
+// looked for again once per interval, and a daemon that goes away taking its socket is unavailable again.
+func TestDefaultSocketAppearsLater(t *testing.T) {
+	path := filepath.Join(socketDir(t), "docker.sock")
+	r, err := newResolver("docker", "", "unix://"+path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r.watch = socket.NewWatch(path, 10*time.Second, func() time.Time { return now })
+
+	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
+		t.Fatalf("Resolve without the socket: error = %v, want ErrUnavailable", err)
+	}
+
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(dockerDaemon(t))
+	srv.Listener.Close()
+	srv.Listener = lis
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	now = now.Add(9 * time.Second)
+	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
+		t.Errorf("Resolve within the recheck interval: error = %v, want ErrUnavailable", err)
+	}
+	now = now.Add(time.Second)
+	got, err := r.Resolve(context.Background(), plainID)
+	if err != nil {
+		t.Fatalf("Resolve once the socket exists: %v", err)
+	}
+	if got.Name == "" || got.Runtime != "docker" {
+		t.Errorf("Resolve = %+v", got)
+	}
+
+	srv.Close() // closing the listener removes the socket, as dockerd's shutdown does
+	if _, err := os.Stat(path); err == nil {
+		t.Fatalf("socket %s still there after the daemon stopped", path)
+	}
+	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
+		t.Errorf("Resolve after the socket went away: error = %v, want ErrUnavailable", err)
 	}
 }
 

@@ -1,0 +1,237 @@
+package attribution
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A runtime without a socket (a node without Docker) answers ErrUnavailable: counted as such, never as an error,
+// and never logged above debug, however often it is asked.
+func TestUnavailableRuntimeIsNotAnError(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(7, "x", "0::/system.slice/docker-"+cid(7)+".scope\n")
+	docker := newResolver("docker")
+	docker.setErr(fmt.Errorf("docker: no socket at unix:///var/run/docker.sock: %w", ErrUnavailable))
+	clk := newClock()
+	logs := &logRecorder{}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{docker}, Now: clk.Now, LookupBudget: time.Minute,
+		Logger: slog.New(logs)})
+	for range 3 {
+		owners := a.Attribute(t.Context(), snapshot(7))
+		if got := owners[7].Identity; got.ContainerID != cid(7) || got.Runtime != "docker" {
+			t.Errorf("cgroup labels lost: %+v", got)
+		}
+		clk.Advance(DefaultNegativeTTL)
+	}
+	if n := docker.calls.Load(); n != 3 {
+		t.Errorf("%d calls over three negative TTLs, want 3", n)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "docker", "result": "unavailable"}); v != 3 {
+		t.Errorf("requests_total{docker,unavailable} = %v, want 3", v)
+	}
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "docker", "result": "error"}); v != 0 {
+		t.Errorf("requests_total{docker,error} = %v, want 0", v)
+	}
+	if n := logs.count(slog.LevelWarn) + logs.count(slog.LevelInfo); n != 0 {
+		t.Errorf("%d log records at info or above for an absent runtime, want 0", n)
+	}
+}
+
+// incompleteResolver names one container and, while incomplete is set, answers without its pod labels and with
+// ErrIncomplete. With gate set, a call waits for it.
+type incompleteResolver struct {
+	mu         sync.Mutex
+	incomplete bool
+	gate       chan struct{}
+	calls      int
+	c          Container
+}
+
+func (r *incompleteResolver) Name() string { return "cri" }
+
+func (r *incompleteResolver) Resolve(ctx context.Context, id string) (Container, error) {
+	r.mu.Lock()
+	r.calls++
+	gate, incomplete, c := r.gate, r.incomplete, r.c
+	r.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return Container{}, ctx.Err()
+		}
+	}
+	if incomplete {
+		c.PodLabels = nil
+		return c, fmt.Errorf("%w: CRI ListPodSandbox: unavailable", ErrIncomplete)
+	}
+	return c, nil
+}
+
+func (r *incompleteResolver) set(f func(r *incompleteResolver)) {
+	r.mu.Lock()
+	f(r)
+	r.mu.Unlock()
+}
+
+func (r *incompleteResolver) callCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls
+}
+
+// An incomplete answer (names without pod labels) is used, counted as an error, and looked up again after the
+// negative TTL until a complete one comes; meanwhile, and while the refresh is in flight, the names stay.
+func TestIncompleteAnswerIsUsedThenRefreshed(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "train", crioCgroup(puid(1), cid(1)))
+	cri := &incompleteResolver{incomplete: true, c: Container{Namespace: "ml", Pod: "trainer-0", PodUID: puid(1),
+		Name: "trainer", PodLabels: map[string]string{"app": "trainer"}}}
+	clk := newClock()
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, Now: clk.Now, PodLabels: []string{"app"},
+		LookupBudget: time.Minute})
+
+	check := func(step string, wantCalls int, wantLabels bool) {
+		t.Helper()
+		got := a.Attribute(t.Context(), snapshot(1))[1].Identity
+		if got.Pod != "trainer-0" || got.Container != "trainer" || got.Namespace != "ml" {
+			t.Errorf("%s: names lost: %+v", step, got)
+		}
+		if (got.PodLabels["app"] == "trainer") != wantLabels {
+			t.Errorf("%s: pod labels = %v, want them: %v", step, got.PodLabels, wantLabels)
+		}
+		if n := cri.callCount(); n != wantCalls {
+			t.Errorf("%s: %d calls, want %d", step, n, wantCalls)
+		}
+	}
+	check("first scrape", 1, false)
+	clk.Advance(DefaultNegativeTTL - time.Second)
+	check("within the TTL", 1, false)
+	clk.Advance(time.Second)
+	check("after the TTL, still incomplete", 2, false)
+	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": "error"}); v != 2 {
+		t.Errorf("requests_total{cri,error} = %v, want 2", v)
+	}
+
+	// A refresh slower than the budget: the scrape keeps the incomplete names rather than none.
+	gate := make(chan struct{})
+	cri.set(func(r *incompleteResolver) { r.gate, r.incomplete = gate, false })
+	a.names.budget = 10 * time.Millisecond
+	clk.Advance(DefaultNegativeTTL)
+	check("refresh in flight", 3, false)
+	close(gate)
+	a.names.budget = time.Minute
+	// The refresh ends in the background; the next scrape waits for it, if still running, and has it.
+	check("refreshed", 3, true)
+	clk.Advance(10 * DefaultNegativeTTL)
+	check("a complete answer is kept", 3, true)
+}
+
+// Docker-in-Docker in a pod: the CRI cannot name the inner container, so its process is named by the pod's
+// container, keeping the inner container's ID and runtime.
+func TestDockerInDockerInPodTakesTheOuterNames(t *testing.T) {
+	pod := puid(5)
+	outer, inner, known := cid(50), cid(51), cid(52)
+	u := []byte(pod)
+	for i, c := range u {
+		if c == '-' {
+			u[i] = '_'
+		}
+	}
+	podPath := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + string(u) + ".slice/cri-containerd-" + outer + ".scope"
+	p := newProcFS(t)
+	p.writeProc(1, "train", podPath+"/docker/"+inner+"\n")
+	p.writeProc(2, "other", podPath+"/docker/"+known+"\n")
+	cri := newResolver("cri")
+	cri.set(outer, Container{Namespace: "ci", Pod: "runner-0", PodUID: pod, Name: "dind", Runtime: "containerd"})
+	docker := newResolver("docker")
+	docker.set(known, Container{Name: "named-by-docker", Runtime: "docker"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri, docker}, LookupBudget: time.Minute})
+
+	owners := a.Attribute(t.Context(), snapshot(1, 2))
+	got := owners[1].Identity
+	if got.ContainerID != inner || got.Runtime != "docker" || got.PodUID != pod {
+		t.Errorf("cgroup labels of the inner container changed: %+v", got)
+	}
+	if got.Namespace != "ci" || got.Pod != "runner-0" || got.Container != "dind" {
+		t.Errorf("inner container not named by the pod's container: %+v", got)
+	}
+	if got := owners[2].Identity; got.Container != "named-by-docker" || got.ContainerID != known {
+		t.Errorf("an inner container that a runtime names keeps its own names: %+v", got)
+	}
+}
+
+// A scrape with both unreadable and readable processes is one failing state, logged once, not a warning and a
+// "readable again" in turn.
+func TestProcFSMixedScrapeDoesNotFlap(t *testing.T) {
+	p := newProcFS(t)
+	if err := os.MkdirAll(filepath.Join(p.root, "3", "comm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.writeProc(4, "ok", "0::/system.slice/ollama.service\n")
+	logs := &logRecorder{}
+	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
+	for range 3 {
+		a.Attribute(t.Context(), snapshot(3, 4))
+		a.Attribute(t.Context(), snapshot(4, 3))
+	}
+	if n := logs.count(slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings over six mixed scrapes, want 1", n)
+	}
+	if n := logs.count(slog.LevelInfo); n != 0 {
+		t.Errorf("%d info records over six mixed scrapes, want 0", n)
+	}
+	a.Attribute(t.Context(), snapshot(4))
+	if n := logs.count(slog.LevelInfo); n != 1 {
+		t.Errorf("%d info records once every process is readable, want 1", n)
+	}
+}
+
+func TestHidepid(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, mountinfo, want string
+	}{
+		{"plain", "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n", ""},
+		{"hidepid=2 in super options", "22 1 0:21 / /proc rw,nosuid shared:12 - proc proc rw,hidepid=2\n", "hidepid=2"},
+		{"hidepid=invisible per mount", "22 1 0:21 / /proc rw,nosuid,hidepid=invisible - proc proc rw\n", "hidepid=invisible"},
+		{"hidepid=0", "22 1 0:21 / /proc rw - proc proc rw,hidepid=0\n", ""},
+		{"another mount point", "22 1 0:21 / /host/proc rw - proc proc rw,hidepid=2\n", ""},
+		{"not proc", "22 1 0:21 / /proc rw - tmpfs tmpfs rw,hidepid=2\n", ""},
+		{"the last mount wins", "22 1 0:21 / /proc rw - proc proc rw,hidepid=2\n40 22 0:30 / /proc rw - proc proc rw\n", ""},
+		{"escaped path", "22 1 0:21 / /my\\040proc rw - proc proc rw,hidepid=1\n", "hidepid=1"},
+	} {
+		mp := "/proc"
+		if tc.name == "escaped path" {
+			mp = "/my proc"
+		}
+		if got := hidepid(tc.mountinfo, mp); got != tc.want {
+			t.Errorf("%s: hidepid = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+
+	// WarnIfHidepid reads <procfs>/self/mountinfo and warns once when the mount at procfs hides processes.
+	if err := os.MkdirAll(filepath.Join(dir, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := "22 1 0:21 / " + dir + " rw,nosuid - proc proc rw,hidepid=2\n"
+	if err := os.WriteFile(filepath.Join(dir, "self", "mountinfo"), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logRecorder{}
+	WarnIfHidepid(dir, slog.New(logs))
+	if n := logs.count(slog.LevelWarn); n != 1 {
+		t.Errorf("%d warnings for a hidepid procfs, want 1", n)
+	}
+	logs = &logRecorder{}
+	WarnIfHidepid(t.TempDir(), slog.New(logs))
+	if n := logs.count(slog.LevelWarn); n != 0 {
+		t.Errorf("%d warnings without a mountinfo, want 0", n)
+	}
+}
