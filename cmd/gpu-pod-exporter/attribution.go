@@ -26,7 +26,7 @@ func (f *attributionFlags) register(app *kingpin.Application) {
 	app.Flag("path.procfs", "The host's proc filesystem; /host/proc when running in a container without hostPID.").
 		Default("/proc").StringVar(&f.procfs)
 	app.Flag("runtime.endpoint", "CRI socket, e.g. unix:///run/containerd/containerd.sock (repeatable). Default: those of "+
-		"containerd's, CRI-O's and cri-dockerd's usual sockets that exist, looked for again while none does.").
+		"containerd's, CRI-O's, cri-dockerd's and k3s' usual sockets that exist, looked for again while none does.").
 		StringsVar(&f.runtimeEndpoints)
 	app.Flag("docker.host", "Docker API socket, for containers outside Kubernetes. Default: "+docker.DefaultDockerHost+
 		" when it exists (looked for again while it does not).").PlaceHolder("URL").StringVar(&f.dockerHost)
