@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -64,11 +63,6 @@ func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, demo, 
 	}
 	cfg.Resolvers = []attribution.Resolver{c, d, p}
 	return attribution.New(cfg), nil
-}
-
-func socketExists(host string) bool {
-	fi, err := os.Stat(strings.TrimPrefix(host, "unix://"))
-	return err == nil && fi.Mode()&os.ModeSocket != 0
 }
 
 // splitList accepts both --flag=a,b and --flag=a --flag=b.

@@ -12,6 +12,8 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
 // kubeletFlags configure where GPU allocations come from.
@@ -52,7 +54,7 @@ func (f *kubeletFlags) start(ctx context.Context, logger *slog.Logger, source gp
 		}
 		return nil, func() {}, nil
 	}
-	if f.endpoint == "" || !f.endpointSet && !socketExists(f.endpoint) {
+	if f.endpoint == "" || !f.endpointSet && !defaultSocketExists(f.endpoint) {
 		return nil, func() {}, nil
 	}
 	c, err := kubelet.New(kubelet.Config{
@@ -70,4 +72,9 @@ func (f *kubeletFlags) start(ctx context.Context, logger *slog.Logger, source gp
 		wg.Wait()
 		c.Close()
 	}, nil
+}
+
+func defaultSocketExists(endpoint string) bool {
+	path, err := socket.Path(endpoint)
+	return err == nil && socket.Exists(path)
 }

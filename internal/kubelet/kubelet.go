@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
 // DefaultEndpoint is where the kubelet serves the PodResources API.
@@ -105,9 +105,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	sock, err := socketPath(cfg.Endpoint)
+	sock, err := socket.Path(cfg.Endpoint)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kubelet PodResources endpoint %w", err)
 	}
 	conn, err := grpc.NewClient("unix://"+sock,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -147,19 +147,6 @@ func New(cfg Config) (*Client, error) {
 		c.errors.WithLabelValues(call)
 	}
 	return c, nil
-}
-
-// socketPath returns the filesystem path of a unix endpoint. The PodResources API is only served on a unix socket;
-// refusing other schemes keeps a typo from reaching the network.
-func socketPath(endpoint string) (string, error) {
-	p, ok := strings.CutPrefix(endpoint, "unix://")
-	if !ok {
-		p = endpoint
-	}
-	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("kubelet PodResources endpoint %q: want unix:///path/to/kubelet.sock", endpoint)
-	}
-	return filepath.Clean(p), nil
 }
 
 // Run refreshes the allocations now and then every interval until ctx ends.

@@ -280,14 +280,14 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			PCIBusID:                g.PCIBusID,
 			MIGMode:                 string(g.MIGMode),
 			MemoryTotalBytes:        gpu.Known(float64(*g.MemoryTotalBytes)),
-			UtilizationRatio:        optRatio(g.UtilizationRatio),
-			MemoryUtilizationRatio:  optRatio(g.MemoryUtilizationRatio),
-			EncoderUtilizationRatio: optRatio(g.EncoderUtilizationRatio),
-			DecoderUtilizationRatio: optRatio(g.DecoderUtilizationRatio),
-			TemperatureCelsius:      optFloat(g.TemperatureCelsius),
-			PowerUsageWatts:         optNonNegative(g.PowerUsageWatts),
-			PowerLimitWatts:         optNonNegative(g.PowerLimitWatts),
-			FanSpeedRatio:           optRatio(g.FanSpeedRatio),
+			UtilizationRatio:        opt(g.UtilizationRatio),
+			MemoryUtilizationRatio:  opt(g.MemoryUtilizationRatio),
+			EncoderUtilizationRatio: opt(g.EncoderUtilizationRatio),
+			DecoderUtilizationRatio: opt(g.DecoderUtilizationRatio),
+			TemperatureCelsius:      opt(g.TemperatureCelsius),
+			PowerUsageWatts:         opt(g.PowerUsageWatts),
+			PowerLimitWatts:         opt(g.PowerLimitWatts),
+			FanSpeedRatio:           opt(g.FanSpeedRatio),
 			ProcessesListed:         true,
 		}
 		if d.PCIBusID == "" {
@@ -321,8 +321,8 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 				GPUInstance:      m.GPUInstance,
 				ComputeInstance:  m.ComputeInstance,
 				Profile:          m.Profile,
-				MemoryTotalBytes: optBytes(m.MemoryTotalBytes),
-				MemoryUsedBytes:  optBytes(m.MemoryUsedBytes),
+				MemoryTotalBytes: opt(m.MemoryTotalBytes),
+				MemoryUsedBytes:  opt(m.MemoryUsedBytes),
 			})
 		}
 		var processMemory float64
@@ -331,11 +331,11 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 				PID:                     p.PID,
 				Name:                    p.Name,
 				Type:                    string(p.Type),
-				UsedMemoryBytes:         optBytes(p.UsedMemoryBytes),
-				SMUtilizationRatio:      optRatio(p.SMUtilizationRatio),
-				MemoryUtilizationRatio:  optRatio(p.MemoryUtilizationRatio),
-				EncoderUtilizationRatio: optRatio(p.EncoderUtilizationRatio),
-				DecoderUtilizationRatio: optRatio(p.DecoderUtilizationRatio),
+				UsedMemoryBytes:         opt(p.UsedMemoryBytes),
+				SMUtilizationRatio:      opt(p.SMUtilizationRatio),
+				MemoryUtilizationRatio:  opt(p.MemoryUtilizationRatio),
+				EncoderUtilizationRatio: opt(p.EncoderUtilizationRatio),
+				DecoderUtilizationRatio: opt(p.DecoderUtilizationRatio),
 			}
 			if p.GPUInstance != nil {
 				proc.MIG, proc.GPUInstance, proc.ComputeInstance = true, *p.GPUInstance, *p.ComputeInstance
@@ -380,30 +380,10 @@ func (c *identityConfig) identity() *identity.Identity {
 	}
 }
 
-func optRatio(r *ratio) gpu.Value {
-	if r == nil {
+// opt turns an optional file value into a reading: absent in the file, absent in the metrics.
+func opt[T ~float64 | ~uint64](p *T) gpu.Value {
+	if p == nil {
 		return gpu.Value{}
 	}
-	return gpu.Known(float64(*r))
-}
-
-func optNonNegative(v *nonNegative) gpu.Value {
-	if v == nil {
-		return gpu.Value{}
-	}
-	return gpu.Known(float64(*v))
-}
-
-func optBytes(b *bytesValue) gpu.Value {
-	if b == nil {
-		return gpu.Value{}
-	}
-	return gpu.Known(float64(*b))
-}
-
-func optFloat(f *float64) gpu.Value {
-	if f == nil {
-		return gpu.Value{}
-	}
-	return gpu.Known(*f)
+	return gpu.Known(float64(*p))
 }

@@ -24,7 +24,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/socket"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
 // The labels kubelet puts on every container and pod sandbox it creates.
@@ -129,27 +129,11 @@ func newResolver(endpoints, candidates []string, logger *slog.Logger, every time
 	return r, nil
 }
 
-// socketPath returns the filesystem path of a unix endpoint. Only unix sockets are accepted: the CRI is never
-// exposed over TCP on Linux nodes, and refusing other schemes keeps a typo from reaching the network.
-func socketPath(endpoint string) (string, error) {
-	path, ok := strings.CutPrefix(endpoint, "unix://")
-	if !ok && !strings.HasPrefix(endpoint, "/") {
-		return "", fmt.Errorf("CRI endpoint %q: want unix:///path/to/socket", endpoint)
-	}
-	if !ok {
-		path = endpoint
-	}
-	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("CRI endpoint %q: socket path must be absolute", endpoint)
-	}
-	return filepath.Clean(path), nil
-}
-
 // dial creates a client for one endpoint without connecting.
 func dial(name string) (*endpoint, error) {
-	path, err := socketPath(name)
+	path, err := socket.Path(name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("CRI endpoint %w", err)
 	}
 	conn, err := grpc.NewClient("unix://"+path,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -176,7 +160,7 @@ func probe(candidates []string) []string {
 	var found []string
 	seen := make(map[string]bool)
 	for _, c := range candidates {
-		path, err := socketPath(c)
+		path, err := socket.Path(c)
 		if err != nil {
 			continue
 		}

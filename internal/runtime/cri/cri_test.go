@@ -18,6 +18,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
 const (
@@ -616,7 +618,7 @@ func TestNewEndpointSyntax(t *testing.T) {
 
 func TestDefaultEndpointsAreUnixSockets(t *testing.T) {
 	for _, ep := range DefaultEndpoints() {
-		if _, err := socketPath(ep); err != nil {
+		if _, err := socket.Path(ep); err != nil {
 			t.Error(err)
 		}
 	}

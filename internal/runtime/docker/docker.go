@@ -12,13 +12,12 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/socket"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
 const (
@@ -74,7 +73,7 @@ func NewPodman(host string) (*Resolver, error) {
 func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {
 	optional := host == ""
 	host = cmp.Or(host, fallback)
-	path, err := socketPath(host)
+	path, err := socket.Path(host)
 	if err != nil {
 		return nil, fmt.Errorf("%s host: %w", name, err)
 	}
@@ -100,22 +99,6 @@ func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return &Resolver{name: name, host: host, client: client, podman: podman, watch: watch}, nil
-}
-
-// socketPath returns the filesystem path of a unix host. TCP hosts are refused: the daemon's TCP API needs TLS
-// to be safe, and nothing here needs it.
-func socketPath(host string) (string, error) {
-	path, ok := strings.CutPrefix(host, "unix://")
-	if !ok && !strings.HasPrefix(host, "/") {
-		return "", fmt.Errorf("%q: want unix:///path/to/socket", host)
-	}
-	if !ok {
-		path = host
-	}
-	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("%q: socket path must be absolute", host)
-	}
-	return filepath.Clean(path), nil
 }
 
 // Name implements attribution.Resolver.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/socket"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
 const (

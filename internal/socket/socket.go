@@ -1,13 +1,33 @@
-// Package socket tells whether a container runtime's unix socket exists, cheaply enough to ask before every
-// runtime call: a runtime that is not installed, or has not started yet, is then a definite answer instead of a
-// failed dial, and one that starts after the exporter is found within an interval.
+// Package socket handles the unix sockets of the local daemons the exporter asks (container runtimes, the
+// kubelet): it reads their unix:// endpoints, and tells whether a socket exists cheaply enough to ask before every
+// call, so that a daemon that is not installed, or has not started yet, is a definite answer instead of a failed
+// dial, and one that starts after the exporter is found within an interval.
 package socket
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
+
+// Path returns the filesystem path of a unix:///path endpoint (or a bare absolute path). Other schemes are refused:
+// these APIs are never served over TCP on a node, and refusing keeps a typo from reaching the network.
+func Path(endpoint string) (string, error) {
+	path, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok && !strings.HasPrefix(endpoint, "/") {
+		return "", fmt.Errorf("%q: want unix:///path/to/socket", endpoint)
+	}
+	if !ok {
+		path = endpoint
+	}
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("%q: socket path must be absolute", endpoint)
+	}
+	return filepath.Clean(path), nil
+}
 
 // RecheckInterval is how long a Watch trusts its last look at the socket.
 const RecheckInterval = 10 * time.Second
