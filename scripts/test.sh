@@ -12,8 +12,8 @@ export GOFLAGS="${GOFLAGS:-} -mod=mod"
 
 step() { printf '\n=== %s\n' "$*"; }
 
-# Debian packages the tests use: promtool and the Prometheus server, systemd-analyze for the unit file. The container runtimes are installed by
-# scripts/e2e/setup-runtimes.sh, which the end-to-end tests run.
+# Debian packages the tests use: promtool and the Prometheus server, systemd-analyze for the unit file. The
+# container runtimes are installed by scripts/e2e/setup-runtimes.sh, which the end-to-end tests run.
 need=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || need+=(prometheus)
 command -v systemd-analyze >/dev/null || need+=(systemd)
