@@ -120,7 +120,11 @@ func runPS(ctx context.Context, scraper *scrape.Scraper, output string) int {
 		err = ps.WriteTable(os.Stdout, r.Snapshot, rows)
 	}
 	for _, e := range r.Snapshot.Errors {
-		fmt.Fprintf(os.Stderr, "warning: GPU %d: %v\n", e.Index, e)
+		if e.Index < 0 {
+			fmt.Fprintf(os.Stderr, "warning: %v\n", e)
+		} else {
+			fmt.Fprintf(os.Stderr, "warning: GPU %d: %v\n", e.Index, e)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: writing output: %v\n", err)
