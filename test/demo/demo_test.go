@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -55,6 +56,20 @@ func TestDemoServesEveryFamilyAndPassesPromtool(t *testing.T) {
 		}
 	}
 	// Identity labels from the demo node, with no container runtime on this machine.
+	// The demo's simulated kubelet allocations: one pod uses a GPU it never requested, one holds a GPU idle.
+	var unrequested, idle []string
+	for _, m := range families["gpu_unrequested_use"].GetMetric() {
+		unrequested = append(unrequested, e2eutil.Label(m, "namespace")+"/"+e2eutil.Label(m, "pod")+" GPU "+e2eutil.Label(m, "gpu"))
+	}
+	for _, m := range families["gpu_allocation_processes"].GetMetric() {
+		if e2eutil.Value(m) == 0 {
+			idle = append(idle, e2eutil.Label(m, "namespace")+"/"+e2eutil.Label(m, "pod")+" GPU "+e2eutil.Label(m, "gpu"))
+		}
+	}
+	if fmt.Sprint(unrequested) != "[data-science/jupyter-bob-0 GPU 3]" || fmt.Sprint(idle) != "[ml-research/hparam-sweep-3 GPU 6]" {
+		t.Errorf("demo allocation signals: unrequested %v, idle %v", unrequested, idle)
+	}
+
 	found := false
 	for _, m := range families["gpu_process_memory_used_bytes"].GetMetric() {
 		if e2eutil.Label(m, "pod") == "triton-llm-0" && e2eutil.Label(m, "namespace") == "inference" && e2eutil.Label(m, "container") == "triton" &&
