@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,7 +33,28 @@ import (
 const program = "gpu_pod_exporter"
 
 func main() {
+	stampVersion()
 	os.Exit(run(os.Args[1:]))
+}
+
+// stampVersion fills in what `make build` did not stamp (go run, go install) from the Go build information, so that
+// gpu_pod_exporter_build_info never says version="".
+func stampVersion() {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return
+	}
+	if version.Version == "" {
+		version.Version = strings.TrimPrefix(info.Main.Version, "v")
+		if version.Version == "" || version.Version == "(devel)" {
+			version.Version = "dev"
+		}
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && (version.Revision == "" || version.Revision == "unknown") {
+			version.Revision = s.Value
+		}
+	}
 }
 
 func run(args []string) int {
