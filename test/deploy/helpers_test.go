@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +24,8 @@ import (
 
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/kubernetes/*.yaml and the chart's copies of the dashboard and rules")
@@ -43,31 +44,8 @@ const kubeVersion = "1.33.0"
 
 const chartDir = "deploy/helm/gpu-pod-exporter"
 
-var (
-	repoOnce sync.Once
-	repo     string
-	repoErr  error
-)
-
 // repoRoot is the module root: the tests read and render the artifacts from there.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	repoOnce.Do(func() {
-		_, file, _, ok := runtime.Caller(0)
-		if !ok {
-			repoErr = fmt.Errorf("runtime.Caller failed")
-			return
-		}
-		repo = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-		if _, err := os.Stat(filepath.Join(repo, "go.mod")); err != nil {
-			repoErr = fmt.Errorf("no go.mod at %s: %v", repo, err)
-		}
-	})
-	if repoErr != nil {
-		t.Fatal(repoErr)
-	}
-	return repo
-}
+func repoRoot(testing.TB) string { return e2eutil.RepoRoot() }
 
 func readRepoFile(t testing.TB, rel string) []byte {
 	t.Helper()
