@@ -10,15 +10,24 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 )
 
-// Source reads the state of all GPUs on the node.
+// Source reads the state of all GPUs on the node. A Source is called one Snapshot at a time: the caller serializes
+// (scrape.Scraper makes concurrent scrapes share one reading), so a source needs no locking or sharing of its own,
+// and the Snapshot it returns belongs to the caller.
 type Source interface {
 	// Name is the source's name in flags and self-metrics: "nvml", "nvidia-smi" or "simulated".
 	Name() string
-	// Snapshot reads every device once. A failure of one device is reported in Snapshot.Errors and the other
-	// devices are still returned; an error return means nothing could be read at all.
+	// Snapshot reads every device once, and returns by ctx's deadline as far as the driver lets it. A failure of
+	// one device is reported in Snapshot.Errors and the other devices are still returned; an error return means
+	// nothing could be read at all.
 	Snapshot(ctx context.Context) (*Snapshot, error)
 	// Close releases the library, goroutines and files the source holds.
 	Close() error
+}
+
+// Timeouter is implemented by a source that bounds each Snapshot itself (nvidia-smi's run timeout), so that the
+// caller's deadline for the whole reading can leave it that long.
+type Timeouter interface {
+	Timeout() time.Duration
 }
 
 // Value is a reading that the driver may not have: Valid is false when it reported N/A, "not supported" or an error,

@@ -1,6 +1,6 @@
 // Package scrape takes one attributed reading of the node: a GPU snapshot, then the owner of every GPU process.
-// One reading is in flight at a time; concurrent scrapes share it, and a scrape waits for it no longer than the
-// collection timeout.
+// One reading is in flight at a time, the only place that serializes calls to the GPU source; concurrent scrapes
+// share it, and a scrape waits for it no longer than the collection timeout.
 package scrape
 
 import (
@@ -47,7 +47,10 @@ type Scraper struct {
 	source     gpu.Source
 	attributor Attributor
 	timeout    time.Duration
-	logger     *slog.Logger
+	// readTimeout is the deadline of one reading: the source's own timeout (the collection timeout when it has
+	// none), then the collection timeout again for attribution.
+	readTimeout time.Duration
+	logger      *slog.Logger
 
 	mu       sync.Mutex
 	inflight *flight
@@ -61,19 +64,23 @@ type Scraper struct {
 }
 
 type flight struct {
-	scrapes int // how many scrapes share this reading
-	done    chan struct{}
-	res     *Result
-	err     error
+	done chan struct{}
+	res  *Result
+	err  error
 }
 
 // New returns a Scraper. timeout bounds how long one scrape waits for a reading.
 func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger *slog.Logger) *Scraper {
+	sourceTimeout := timeout
+	if t, ok := source.(gpu.Timeouter); ok {
+		sourceTimeout = t.Timeout()
+	}
 	s := &Scraper{
-		source:     source,
-		attributor: attributor,
-		timeout:    timeout,
-		logger:     logger,
+		source:      source,
+		attributor:  attributor,
+		timeout:     timeout,
+		readTimeout: sourceTimeout + timeout,
+		logger:      logger,
 		duration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpu_pod_exporter_collection_duration_seconds",
 			Help: "How long the last reading of the GPU source and attribution took.",
@@ -113,7 +120,6 @@ func (s *Scraper) Scrape(ctx context.Context) (*Result, error) {
 		s.inflight = f
 		go s.read(f)
 	}
-	f.scrapes++
 	s.mu.Unlock()
 
 	select {
@@ -135,7 +141,7 @@ func (s *Scraper) read(f *flight) {
 		s.mu.Unlock()
 		close(f.done)
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.readTimeout)
 	defer cancel()
 
 	name := s.source.Name()

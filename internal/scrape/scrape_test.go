@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -45,38 +46,62 @@ func newBlocking() *blockingSource {
 }
 
 func TestConcurrentScrapesShareOneReading(t *testing.T) {
-	src := newBlocking()
-	s := New(src, noAttribution{}, time.Minute, slog.New(slog.DiscardHandler))
-	var wg sync.WaitGroup
-	results := make([]*Result, 5)
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := s.Scrape(context.Background())
-			if err != nil {
-				t.Error(err)
-			}
-			results[i] = r
-		}()
-	}
-	<-src.started
-	// Every scrape must have joined the flight before it lands; wait until they are all blocked on it.
-	waitFor(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.inflight != nil && s.inflight.scrapes == len(results)
-	})
-	close(src.release)
-	wg.Wait()
-	if n := src.calls.Load(); n != 1 {
-		t.Fatalf("5 concurrent scrapes read the source %d times, want 1", n)
-	}
-	for _, r := range results[1:] {
-		if r != results[0] {
-			t.Fatal("concurrent scrapes got different results")
+	synctest.Test(t, func(t *testing.T) {
+		src := newBlocking()
+		s := New(src, noAttribution{}, time.Minute, slog.New(slog.DiscardHandler))
+		var wg sync.WaitGroup
+		results := make([]*Result, 5)
+		for i := range results {
+			wg.Go(func() {
+				r, err := s.Scrape(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				results[i] = r
+			})
 		}
-	}
+		// Every scrape must have joined the reading before it lands: wait until they all block on it.
+		synctest.Wait()
+		close(src.release)
+		wg.Wait()
+		if n := src.calls.Load(); n != 1 {
+			t.Fatalf("5 concurrent scrapes read the source %d times, want 1", n)
+		}
+		for _, r := range results[1:] {
+			if r != results[0] {
+				t.Fatal("concurrent scrapes got different results")
+			}
+		}
+	})
+}
+
+// timedSource has a timeout of its own and records the deadline of the reading it is called with.
+type timedSource struct {
+	blockingSource
+	timeout  time.Duration
+	deadline time.Time
+}
+
+func (s *timedSource) Timeout() time.Duration { return s.timeout }
+func (s *timedSource) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
+	s.deadline, _ = ctx.Deadline()
+	return &gpu.Snapshot{}, nil
+}
+
+// The reading leaves a source with a timeout of its own that long, then the collection timeout for attribution,
+// so that a source slower than the scrape's wait is not cut short by the reading's deadline.
+func TestReadingDeadlineFollowsTheSourceTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := &timedSource{timeout: 30 * time.Second}
+		s := New(src, noAttribution{}, 8*time.Second, slog.New(slog.DiscardHandler))
+		start := time.Now()
+		if _, err := s.Scrape(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := src.deadline.Sub(start), 38*time.Second; got != want {
+			t.Errorf("reading deadline %v after the scrape, want %v", got, want)
+		}
+	})
 }
 
 // inflightWaiters reports whether a reading is in flight; scrapes started before it lands all share it.

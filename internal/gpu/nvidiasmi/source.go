@@ -32,7 +32,7 @@ type Config struct {
 	// Path is the nvidia-smi program: a name looked up in $PATH, or a path. Default "nvidia-smi".
 	Path string
 	// Timeout bounds one run of nvidia-smi, which can hang for minutes on a GPU that fell off the bus.
-	// Default 10s.
+	// Default 6s.
 	Timeout time.Duration
 	// MaxOutputBytes bounds what is read from nvidia-smi's stdout; a run that prints more fails. Default 64 MiB
 	// (one GPU takes about 45 KiB, most of it the supported clocks table).
@@ -50,8 +50,8 @@ type Error struct {
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
-// Source runs `nvidia-smi -q -x` for each snapshot. Concurrent Snapshot calls share the run in flight, so scrapes
-// that pile up on a slow nvidia-smi start no second copy.
+// Source runs `nvidia-smi -q -x` for each snapshot. Like every gpu.Source it is called one snapshot at a time;
+// scrape.Scraper makes concurrent scrapes share one run.
 type Source struct {
 	path      string
 	timeout   time.Duration
@@ -63,18 +63,12 @@ type Source struct {
 	stop    context.CancelFunc
 	running sync.WaitGroup
 
-	mu       sync.Mutex
-	inflight *call
-	closed   bool
+	mu     sync.Mutex
+	closed bool
 }
 
-// call is one run of nvidia-smi and everyone waiting for it.
-type call struct {
-	waiters int // callers that share the run, for the log and tests
-	done    chan struct{}
-	snap    *gpu.Snapshot
-	err     error
-}
+// errRunTimeout is the cause of a run that took longer than Config.Timeout.
+var errRunTimeout = errors.New("nvidia-smi run timed out")
 
 // New checks that nvidia-smi can be found and returns the source. The error wraps exec.ErrNotFound (or the file
 // system error for an explicit path), so that --gpu.source=auto can tell "not installed" from other failures.
@@ -110,37 +104,21 @@ func New(cfg Config) (*Source, error) {
 // Name implements gpu.Source.
 func (s *Source) Name() string { return "nvidia-smi" }
 
-// Path is the nvidia-smi program the source runs.
-func (s *Source) Path() string { return s.path }
+// Timeout implements gpu.Timeouter: a snapshot takes at most one run's timeout.
+func (s *Source) Timeout() time.Duration { return s.timeout }
 
-// Snapshot implements gpu.Source. It joins the run in flight or starts one; ctx bounds only this caller's wait,
-// so that one impatient scrape does not kill the run that others wait for. Each caller gets its own copy of the
-// result and may change it.
+// Snapshot implements gpu.Source: one run of nvidia-smi, which ends when ctx does, at the run's timeout, or at
+// Close, whichever comes first.
 func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, errors.New("nvidia-smi source is closed")
 	}
-	c := s.inflight
-	if c == nil {
-		c = &call{done: make(chan struct{})}
-		s.inflight = c
-		s.running.Add(1)
-		go s.do(c)
-	}
-	c.waiters++
+	s.running.Add(1)
 	s.mu.Unlock()
-
-	select {
-	case <-c.done:
-		if c.err != nil {
-			return nil, c.err
-		}
-		return clone(c.snap), nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for nvidia-smi: %w", ctx.Err())
-	}
+	defer s.running.Done()
+	return s.run(ctx)
 }
 
 // Close stops a run in flight, waits for it to be reaped, and makes later Snapshot calls fail.
@@ -153,25 +131,14 @@ func (s *Source) Close() error {
 	return nil
 }
 
-func (s *Source) do(c *call) {
-	defer s.running.Done()
-	c.snap, c.err = s.run()
-	s.mu.Lock()
-	s.inflight = nil
-	if c.waiters > 1 {
-		s.log.Debug("nvidia-smi run shared by concurrent callers", "callers", c.waiters)
-	}
-	s.mu.Unlock()
-	close(c.done)
-}
-
 // run executes nvidia-smi once. nvidia-smi runs in a process group of its own, and on timeout the whole group is
 // killed, so that helpers it forked die with it; WaitDelay then bounds the wait for pipes that something outside
 // the group still holds.
-func (s *Source) run() (*gpu.Snapshot, error) {
+func (s *Source) run(ctx context.Context) (*gpu.Snapshot, error) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(s.base, s.timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, errRunTimeout)
 	defer cancel()
+	defer context.AfterFunc(s.base, cancel)()
 
 	stdout := &limitedBuffer{limit: s.maxOutput, onOverflow: cancel}
 	stderr := &limitedBuffer{limit: stderrLimit}
@@ -226,10 +193,12 @@ func (s *Source) run() (*gpu.Snapshot, error) {
 // runError says why a run failed.
 func (s *Source) runError(ctx context.Context, waitErr error, stdout, stderr *limitedBuffer) error {
 	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(context.Cause(ctx), errRunTimeout):
 		return &Error{Kind: "timeout", Err: fmt.Errorf("nvidia-smi timed out after %s", s.timeout)}
 	case s.base.Err() != nil:
 		return &Error{Kind: "closed", Err: errors.New("nvidia-smi stopped: source closed")}
+	case ctx.Err() != nil:
+		return &Error{Kind: "timeout", Err: fmt.Errorf("nvidia-smi stopped: %w", ctx.Err())}
 	}
 	var exitErr *exec.ExitError
 	if !errors.As(waitErr, &exitErr) {
@@ -293,21 +262,4 @@ func firstLine(b []byte) string {
 		}
 	}
 	return ""
-}
-
-// clone deep-copies a snapshot so that callers sharing one run own what they get: a Snapshot is a plain value
-// that any caller may change.
-func clone(s *gpu.Snapshot) *gpu.Snapshot {
-	out := *s
-	out.Errors = append([]gpu.DeviceError(nil), s.Errors...)
-	out.Devices = make([]gpu.Device, len(s.Devices))
-	for i, d := range s.Devices {
-		d.Clocks = append([]gpu.Clock(nil), d.Clocks...)
-		d.ECCErrors = append([]gpu.ECCCount(nil), d.ECCErrors...)
-		d.XIDErrors = append([]gpu.XIDCount(nil), d.XIDErrors...)
-		d.MIG = append([]gpu.MIGInstance(nil), d.MIG...)
-		d.Processes = append([]gpu.Process(nil), d.Processes...)
-		out.Devices[i] = d
-	}
-	return &out
 }
