@@ -38,10 +38,11 @@ func (f *attributionFlags) register(app *kingpin.Application) {
 // open builds the attributor with a resolver for each runtime: the configured sockets, else the default ones,
 // which need not exist yet. A runtime whose default socket is absent is asked nothing and counts no error (its
 // containers keep the labels their cgroup paths give) until the socket appears.
-// The demo node's owners are preset, so it asks no runtime. `ps` runs once, so it waits for names as long as one
+// Owners that the source presets (the simulated node's) are kept as they are; the demo node's are all preset, so it
+// asks no runtime. `ps` runs once, so it waits for names as long as one
 // runtime call may take instead of leaving them to a next scrape that never comes.
-func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, demo, once bool) (*attribution.Attributor, error) {
-	cfg := attribution.Config{ProcFS: f.procfs, PodLabels: splitList(f.podLabels), Logger: logger}
+func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, preset attribution.Preset, demo, once bool) (*attribution.Attributor, error) {
+	cfg := attribution.Config{ProcFS: f.procfs, Preset: preset, PodLabels: splitList(f.podLabels), Logger: logger}
 	if once {
 		cfg.LookupBudget = attribution.DefaultLookupTimeout
 	}

@@ -9,8 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
@@ -39,39 +37,51 @@ func registerKubelet(app flagGroup) *kubeletFlags {
 	return f
 }
 
-// start begins refreshing allocations in the background and sets opts.Allocations. It returns the client's
-// self-metrics and a function that stops it. A kubelet that is absent or down is not an error (the client retries
-// and says so in gpu_pod_exporter_kubelet_up); a malformed endpoint or resource glob is. The demo node has no
-// kubelet, so the default endpoint is not tried there.
+// allocationOffer is a GPU source that can stand in for the kubelet: a simulated node file with allocations.
+type allocationOffer interface {
+	collector.AllocationSource
+	HasAllocations() bool
+}
+
+// allocations is what kubeletFlags.start built.
+type allocations struct {
+	source collector.AllocationSource // nil: allocations are not exported
+	self   []prometheus.Collector     // the kubelet client's self-metrics
+	stop   func()                     // stops the client; never nil
+}
+
+// start begins refreshing allocations in the background. A kubelet that is absent or down is not an error (the
+// client retries and says so in gpu_pod_exporter_kubelet_up); a malformed endpoint or resource glob is. The demo
+// node has no kubelet, so the default endpoint is not tried there.
 //
-// A simulated node file with allocations stands in for the kubelet unless an endpoint is given; without one, a
-// default socket that does not exist (a node without Kubernetes) turns allocations off rather than failing a call
-// every interval.
-func (f *kubeletFlags) start(ctx context.Context, logger *slog.Logger, source gpu.Source, opts *collector.Options) ([]prometheus.Collector, func(), error) {
-	if sim, ok := source.(*simulated.Source); ok && !f.endpointSet {
-		if sim.HasAllocations() {
-			opts.Allocations = sim
+// A source that offers allocations (a simulated node) stands in for the kubelet unless an endpoint is given, and
+// gives them when its file has any; without one, a default socket that does not exist (a node without
+// Kubernetes) turns allocations off rather than failing a call every interval.
+func (f *kubeletFlags) start(ctx context.Context, logger *slog.Logger, offer allocationOffer) (allocations, error) {
+	off := allocations{stop: func() {}}
+	if offer != nil && !f.endpointSet {
+		if offer.HasAllocations() {
+			off.source = offer
 		}
-		return nil, func() {}, nil
+		return off, nil
 	}
 	if f.endpoint == "" || !f.endpointSet && !defaultSocketExists(f.endpoint) {
-		return nil, func() {}, nil
+		return off, nil
 	}
 	c, err := kubelet.New(kubelet.Config{
 		Endpoint: f.endpoint, Resources: splitList(f.resources), Interval: f.interval, Timeout: f.timeout, Logger: logger,
 	})
 	if err != nil {
-		return nil, nil, err
+		return allocations{}, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Run(ctx) })
-	opts.Allocations = c
-	return []prometheus.Collector{c}, func() {
+	return allocations{source: c, self: []prometheus.Collector{c}, stop: func() {
 		cancel()
 		wg.Wait()
 		c.Close()
-	}, nil
+	}}, nil
 }
 
 func defaultSocketExists(endpoint string) bool {

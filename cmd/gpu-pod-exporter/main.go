@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
@@ -100,7 +101,10 @@ func run(args []string) int {
 		return 1
 	}
 	defer source.Close()
-	attributor, err := af.open(ctx, logger, sf.demo, command == psCmd.FullCommand())
+	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
+	preset, _ := source.(attribution.Preset)
+	offer, _ := source.(allocationOffer)
+	attributor, err := af.open(ctx, logger, preset, sf.demo, command == psCmd.FullCommand())
 	if err != nil {
 		logger.Error("cannot attribute GPU processes", "err", err)
 		return 1
@@ -114,13 +118,14 @@ func run(args []string) int {
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
 		compat.apply(&opts)
-		kubeletSelf, stopKubelet, err := kf.start(ctx, logger, source, &opts)
+		allocs, err := kf.start(ctx, logger, offer)
 		if err != nil {
 			logger.Error("cannot read GPU allocations from the kubelet", "err", err)
 			return 1
 		}
-		defer stopKubelet()
-		self := append([]prometheus.Collector{attributor}, kubeletSelf...)
+		defer allocs.stop()
+		opts.Allocations = allocs.source
+		self := append([]prometheus.Collector{attributor}, allocs.self...)
 		return runServer(ctx, logger, collector.New(scraper, opts, self...), *metricsPath, webConfig)
 	}
 }

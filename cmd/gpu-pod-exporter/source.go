@@ -10,10 +10,18 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvml"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+)
+
+// The simulated node offers preset owners and allocations, which run finds by interface; a change of their
+// signatures must not silently turn them off.
+var (
+	_ attribution.Preset = (*simulated.Source)(nil)
+	_ allocationOffer    = (*simulated.Source)(nil)
 )
 
 // sourceFlags choose where GPU data comes from.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 )
 
 // Defaults for the zero values of Config.
@@ -29,12 +28,15 @@ const (
 type Owner struct {
 	// Name is the process name: /proc/<pid>/comm, else what the GPU source called it.
 	Name     string
-	Identity identity.Identity
+	Identity Identity
 }
 
 // Config configures an Attributor. Zero durations take the defaults above.
 type Config struct {
 	ProcFS string // the host's proc filesystem, usually /proc
+	// Preset gives the owners of processes that a GPU source already knows (the simulated node): they are kept
+	// as they are, without reading procfs or asking runtimes. Nil: none.
+	Preset Preset
 	// Resolvers name containers, tried in the order that the container's runtime calls for (see chainFor); a
 	// runtime without a resolver leaves only the cgroup-derived labels.
 	Resolvers []Resolver
@@ -57,9 +59,16 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Preset is a GPU source that knows who owns some of its processes: the simulated node, whose PIDs need not
+// exist. PresetOwners returns them by PID; the map is read-only.
+type Preset interface {
+	PresetOwners() map[uint32]Identity
+}
+
 // Attributor labels GPU processes with their owners. It is safe for concurrent use.
 type Attributor struct {
 	procfs  string
+	preset  Preset
 	logger  *slog.Logger
 	metrics *metrics
 	procfsHealth
@@ -92,6 +101,7 @@ func New(cfg Config) *Attributor {
 	m := newMetrics(cfg.Resolvers)
 	return &Attributor{
 		procfs:  cfg.ProcFS,
+		preset:  cfg.Preset,
 		logger:  cfg.Logger,
 		metrics: m,
 		names:   newNames(cfg, m),
@@ -121,13 +131,17 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	var procs []pending
 	var r *procReader
 	var health procfsScrape
+	var preset map[uint32]Identity
+	if a.preset != nil {
+		preset = a.preset.PresetOwners()
+	}
 	for _, d := range snap.Devices {
 		for _, p := range d.Processes {
 			if _, done := owners[p.PID]; done {
 				continue
 			}
-			if p.Identity != nil {
-				owners[p.PID] = Owner{Name: p.Name, Identity: *p.Identity}
+			if id, ok := preset[p.PID]; ok {
+				owners[p.PID] = Owner{Name: p.Name, Identity: id}
 				continue
 			}
 			if r == nil {
@@ -187,7 +201,7 @@ func (a *Attributor) fromProcFS(r *procReader, p gpu.Process, health *procfsScra
 	}
 	health.read++
 	info := cgroup.Parse(content)
-	o.Identity = identity.Identity{
+	o.Identity = Identity{
 		PodUID:      info.PodUID,
 		ContainerID: info.ContainerID,
 		Runtime:     info.Runtime,

@@ -19,7 +19,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 )
 
 // --- fixtures -------------------------------------------------------------------------------------------------
@@ -234,7 +233,7 @@ func TestAttributeKubernetesColdThenWarm(t *testing.T) {
 	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{docker, cri}, LookupBudget: time.Minute})
 
 	owners := a.Attribute(t.Context(), snapshot(100, 101, 200))
-	want := Owner{Name: "python3", Identity: identity.Identity{
+	want := Owner{Name: "python3", Identity: Identity{
 		Namespace: "ml", Pod: "jupyter-0", Container: "notebook", PodUID: puid(1), ContainerID: cid(1),
 		Runtime: "crio", QoS: "burstable",
 	}}
@@ -512,7 +511,7 @@ func TestPIDVanished(t *testing.T) {
 		if !ok {
 			t.Fatal("the exited PID has no owner")
 		}
-		if got.Name != "src-4242" || got.Identity.Key() != (identity.Key{}) {
+		if got.Name != "src-4242" || got.Identity.Key() != (WorkloadKey{}) {
 			t.Errorf("exited PID: %+v, want the source's name and an empty identity", got)
 		}
 		if owners[1].Identity.SystemdUnit != "a.service" {
@@ -536,7 +535,7 @@ func TestPIDVanishedBetweenReads(t *testing.T) {
 	}
 	a := newAttributor(t, Config{ProcFS: p.root})
 	got := a.Attribute(t.Context(), snapshot(9))[9]
-	if got.Name != "short" || got.Identity.Key() != (identity.Key{}) {
+	if got.Name != "short" || got.Identity.Key() != (WorkloadKey{}) {
 		t.Errorf("%+v", got)
 	}
 }
@@ -579,13 +578,16 @@ func TestPodLabelAllowlist(t *testing.T) {
 	}
 }
 
+type presetOwners map[uint32]Identity
+
+func (p presetOwners) PresetOwners() map[uint32]Identity { return p }
+
 func TestPresetIdentityUntouched(t *testing.T) {
 	p := newProcFS(t) // PID 77 is not in it: a preset identity must not touch procfs
 	cri := newResolver("cri")
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}})
-	preset := identity.Identity{Namespace: "demo", Pod: "p", Container: "c", ContainerID: cid(77), PodLabels: map[string]string{"x": "y"}}
+	preset := Identity{Namespace: "demo", Pod: "p", Container: "c", ContainerID: cid(77), PodLabels: map[string]string{"x": "y"}}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, Preset: presetOwners{77: preset}})
 	snap := snapshot(77)
-	snap.Devices[0].Processes[0].Identity = &preset
 	snap.Devices[0].Processes[0].Name = "sim"
 	got := a.Attribute(t.Context(), snap)[77]
 	if !ownerEqual(got, Owner{Name: "sim", Identity: preset}) {

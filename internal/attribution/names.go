@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 )
 
 // names asks the runtimes for containers' names and caches the answers per container ID.
@@ -354,7 +353,7 @@ func (n *names) close() {
 
 // applyOuterTo names a container nested in a pod's container (Docker-in-Docker in a pod) by the pod's container,
 // which the CRI knows: namespace, pod and container name. The identity keeps its own container ID and runtime.
-func (c named) applyOuterTo(id *identity.Identity) {
+func (c named) applyOuterTo(id *Identity) {
 	id.Namespace = c.Namespace
 	id.Pod = c.Pod
 	id.Container = c.Name
@@ -365,7 +364,7 @@ func (c named) applyOuterTo(id *identity.Identity) {
 }
 
 // applyTo puts the runtime's names into an identity whose cgroup-derived fields are already set.
-func (c named) applyTo(id *identity.Identity) {
+func (c named) applyTo(id *Identity) {
 	id.Namespace = c.Namespace
 	id.Pod = c.Pod // a Podman pod's name for a plain container
 	id.Container = c.Name

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
@@ -27,7 +26,7 @@ func alloc(ns, pod, ctr, resource, id string) kubelet.Allocation {
 }
 
 func podOwner(ns, pod, ctr string) attribution.Owner {
-	return attribution.Owner{Name: "python", Identity: identity.Identity{Namespace: ns, Pod: pod, Container: ctr, PodUID: pod + "-uid"}}
+	return attribution.Owner{Name: "python", Identity: attribution.Identity{Namespace: ns, Pod: pod, Container: ctr, PodUID: pod + "-uid"}}
 }
 
 // allocationNode is a node with the shapes allocations take: whole GPUs, time-sliced replicas, MIG devices,
@@ -55,11 +54,11 @@ func allocationNode() (*gpu.Snapshot, fixedOwners, []kubelet.Allocation) {
 	owners := fixedOwners{
 		1: podOwner("ml", "train", "trainer"),
 		2: podOwner("ml", "train", "trainer"),
-		3: {Name: "Xorg", Identity: identity.Identity{SystemdUnit: "display.service"}},
+		3: {Name: "Xorg", Identity: attribution.Identity{SystemdUnit: "display.service"}},
 		4: podOwner("ml", "infer", "server"),
 		5: podOwner("ml", "infer", "server"),
 		6: podOwner("ml", "weird", "w"),
-		7: {Name: "python", Identity: identity.Identity{PodUID: "unnamed-uid", ContainerID: "abc"}},
+		7: {Name: "python", Identity: attribution.Identity{PodUID: "unnamed-uid", ContainerID: "abc"}},
 	}
 	allocs := []kubelet.Allocation{
 		alloc("ml", "train", "trainer", "nvidia.com/gpu", "GPU-0::0"),

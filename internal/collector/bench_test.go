@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -36,7 +35,7 @@ func benchNode() (*gpu.Snapshot, fixedOwners) {
 				MemoryUtilizationRatio: gpu.Known(0.01),
 			})
 			c := p % 32
-			owners[pid] = attribution.Owner{Name: "python3", Identity: identity.Identity{
+			owners[pid] = attribution.Owner{Name: "python3", Identity: attribution.Identity{
 				Namespace: "team-" + fmt.Sprint(c%4), Pod: fmt.Sprintf("job-%d-%d", g, c), Container: "main",
 				PodUID: fmt.Sprintf("00000000-0000-0000-0000-%012d", g*100+c), ContainerID: fmt.Sprintf("%064d", g*100+c),
 			}}

@@ -18,7 +18,6 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -64,7 +63,8 @@ func gpuFamilies(t *testing.T, reg *prometheus.Registry) string {
 
 // The demo node's exposition, reviewed by hand in testdata/demo.prom.
 func TestDemoExposition(t *testing.T) {
-	reg := registry(t, simulated.Demo(), attribution.New(attribution.Config{}), Options{Processes: true, PodLabels: []string{"team"}})
+	demo := simulated.Demo()
+	reg := registry(t, demo, attribution.New(attribution.Config{Preset: demo}), Options{Processes: true, PodLabels: []string{"team"}})
 	got := gpuFamilies(t, reg)
 	// Energy grows with time on the demo node; mask it.
 	var lines []string
@@ -118,7 +118,7 @@ func TestUnknownValuesAreAbsentNotZero(t *testing.T) {
 }
 
 func TestWorkloadsSumProcessesOfOneIdentity(t *testing.T) {
-	pod := identity.Identity{Namespace: "ml", Pod: "train-0", Container: "main", PodUID: "u1", ContainerID: "c1",
+	pod := attribution.Identity{Namespace: "ml", Pod: "train-0", Container: "main", PodUID: "u1", ContainerID: "c1",
 		PodLabels: map[string]string{"app.kubernetes.io/name": "trainer", "secret": "x"}}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{{
 		Index: 0, UUID: "GPU-a", ProcessesListed: true,

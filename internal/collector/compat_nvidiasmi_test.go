@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 )
 
 const gib = 1 << 30
@@ -20,13 +20,13 @@ const gib = 1 << 30
 // Kubernetes, GPU 1 used by one pod with a process of unknown memory, GPU 2 in MIG mode with one PID on two compute
 // instances of one GPU instance and an idle instance, GPU 3 idle with most values unknown.
 func compatNode() (*gpu.Snapshot, fixedOwners) {
-	pod := func(ns, name, container string) identity.Identity {
-		return identity.Identity{Namespace: ns, Pod: name, Container: container, PodUID: "uid-" + name}
+	pod := func(ns, name, container string) attribution.Identity {
+		return attribution.Identity{Namespace: ns, Pod: name, Container: container, PodUID: "uid-" + name}
 	}
 	owners := fixedOwners{
 		100: {Name: "python3", Identity: pod("ml", "train-0", "trainer")},
 		101: {Name: "tritonserver", Identity: pod("serve", "triton-0", "triton")},
-		102: {Name: "ollama", Identity: identity.Identity{SystemdUnit: "ollama.service"}},
+		102: {Name: "ollama", Identity: attribution.Identity{SystemdUnit: "ollama.service"}},
 		200: {Name: "python", Identity: pod("ml", "solo-0", "main")},
 		201: {Name: "python", Identity: pod("ml", "solo-0", "main")},
 		300: {Name: "python3", Identity: pod("vision", "mig-0", "app")},

@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -48,7 +48,7 @@ func sanitizeLabelName(s string) string {
 }
 
 // appendIdentity appends the identity label values, then the allowlisted pod labels.
-func (pl podLabels) appendIdentity(values []string, id *identity.Identity) []string {
+func (pl podLabels) appendIdentity(values []string, id *attribution.Identity) []string {
 	values = append(values, id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit)
 	for _, k := range pl.keys {
 		values = append(values, id.PodLabels[k])
@@ -146,7 +146,7 @@ func (m *workloadMetrics) describe(ch chan<- *prometheus.Desc) {
 }
 
 type workload struct {
-	id         *identity.Identity
+	id         *attribution.Identity
 	memory, sm gpu.Value
 	processes  int
 }
@@ -156,8 +156,8 @@ func (m *workloadMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) 
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		idx := itoa(d.Index)
-		var order []identity.Key
-		workloads := make(map[identity.Key]*workload)
+		var order []attribution.WorkloadKey
+		workloads := make(map[attribution.WorkloadKey]*workload)
 		for _, p := range d.Processes {
 			owner := r.Owner(p)
 			key := owner.Identity.Key()

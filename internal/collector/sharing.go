@@ -3,7 +3,7 @@ package collector
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -22,7 +22,7 @@ func newSharingMetrics() *sharingMetrics {
 func (m *sharingMetrics) describe(ch chan<- *prometheus.Desc) { ch <- m.workloads }
 
 func (m *sharingMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
-	distinct := make(map[identity.Key]struct{})
+	distinct := make(map[attribution.WorkloadKey]struct{})
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		if !d.ProcessesListed {

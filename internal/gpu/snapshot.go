@@ -6,8 +6,6 @@ package gpu
 import (
 	"context"
 	"time"
-
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 )
 
 // Source reads the state of all GPUs on the node. A Source is called one Snapshot at a time: the caller serializes
@@ -141,10 +139,6 @@ type Process struct {
 	MIG             bool
 	GPUInstance     int
 	ComputeInstance int
-
-	// Identity is set only by sources that already know who owns the process (the simulated node). Attribution
-	// keeps it instead of reading procfs and asking runtimes.
-	Identity *identity.Identity
 }
 
 // DeviceError is one thing that could not be read from one device.

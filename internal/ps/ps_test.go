@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -24,9 +23,9 @@ func result() *scrape.Result {
 			}},
 		}},
 		Owners: map[uint32]attribution.Owner{
-			20: {Name: "python3", Identity: identity.Identity{Namespace: "ml", Pod: "train-0", Container: "main",
+			20: {Name: "python3", Identity: attribution.Identity{Namespace: "ml", Pod: "train-0", Container: "main",
 				PodUID: "u", ContainerID: strings.Repeat("a", 64), Runtime: "containerd"}},
-			30: {Name: "job", Identity: identity.Identity{SlurmJobID: "42"}},
+			30: {Name: "job", Identity: attribution.Identity{SlurmJobID: "42"}},
 		},
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
@@ -75,7 +76,7 @@ func TestDashboardQueries(t *testing.T) {
 		for _, d := range snap.Devices {
 			want := map[string]float64{}
 			for _, p := range d.Processes {
-				want[p.Identity.Pod] += p.UsedMemoryBytes.V
+				want[owner(p).Pod] += p.UsedMemoryBytes.V
 			}
 			// Grafana fills $gpu from label_values(uuid) with the GPU- prefix cut off by the variable's regex.
 			expr := strings.ReplaceAll(panel, "$gpu", strings.TrimPrefix(d.UUID, "GPU-"))
@@ -86,7 +87,7 @@ func TestDashboardQueries(t *testing.T) {
 		expr := strings.ReplaceAll(panel, "$gpu", "("+strings.TrimPrefix(a.UUID, "GPU-")+"|"+strings.TrimPrefix(b.UUID, "GPU-")+")")
 		want := map[string]float64{}
 		for _, p := range append(append([]gpu.Process{}, a.Processes...), b.Processes...) {
-			want[p.Identity.Pod] += p.UsedMemoryBytes.V
+			want[owner(p).Pod] += p.UsedMemoryBytes.V
 		}
 		compare(t, expr, e2eutil.ByLabel(e2eutil.Query(t, prom, expr), "pod_name"), want)
 	})
@@ -156,9 +157,9 @@ func TestDashboardQueries(t *testing.T) {
 				pods, outside := podsOn(e.processes)
 				alone := pods == 1 && !outside
 				for i, p := range e.processes {
-					key := p.Identity.Namespace + "/" + p.Identity.Pod
+					key := owner(p).Namespace + "/" + owner(p).Pod
 					switch {
-					case p.Identity.Pod == "":
+					case owner(p).Pod == "":
 					case !alone:
 						want[key] += p.UsedMemoryBytes.V / mib
 					case i == 0: // the pod alone on the GPU has the GPU's memory, once
@@ -177,18 +178,23 @@ func TestDashboardQueries(t *testing.T) {
 		compare(t, "sum by (namespace, pod) (DCGM_FI_DEV_FB_USED)", got, want)
 		// The pods on the time-sliced GPU 0 have their own memory, not the whole GPU's as dcgm-exporter would say.
 		p := snap.Devices[0].Processes[0]
-		if g := got[p.Identity.Namespace+"/"+p.Identity.Pod]; g != p.UsedMemoryBytes.V/mib {
-			t.Errorf("pod %s on a shared GPU: FB_USED %v MiB, want its own %v MiB", p.Identity.Pod, g, p.UsedMemoryBytes.V/mib)
+		if g := got[owner(p).Namespace+"/"+owner(p).Pod]; g != p.UsedMemoryBytes.V/mib {
+			t.Errorf("pod %s on a shared GPU: FB_USED %v MiB, want its own %v MiB", owner(p).Pod, g, p.UsedMemoryBytes.V/mib)
 		}
 	})
 }
+
+// demoOwners are the identities the demo node presets for its processes.
+var demoOwners = simulated.Demo().PresetOwners()
+
+func owner(p gpu.Process) attribution.Identity { return demoOwners[p.PID] }
 
 // podsOn counts the distinct containers (namespace, pod, container) among processes, and says whether any process
 // is in none.
 func podsOn(processes []gpu.Process) (pods int, outside bool) {
 	seen := map[[3]string]bool{}
 	for _, p := range processes {
-		k := [3]string{p.Identity.Namespace, p.Identity.Pod, p.Identity.Container}
+		k := [3]string{owner(p).Namespace, owner(p).Pod, owner(p).Container}
 		if k == ([3]string{}) {
 			outside = true
 		} else if !seen[k] {

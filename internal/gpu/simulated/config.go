@@ -10,8 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/identity"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
@@ -340,9 +340,6 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			if p.GPUInstance != nil {
 				proc.MIG, proc.GPUInstance, proc.ComputeInstance = true, *p.GPUInstance, *p.ComputeInstance
 			}
-			if p.Identity != nil {
-				proc.Identity = p.Identity.identity()
-			}
 			processMemory += proc.UsedMemoryBytes.V
 			d.Processes = append(d.Processes, proc)
 		}
@@ -372,8 +369,22 @@ func (cfg *nodeConfig) allocations() []kubelet.Allocation {
 	return out
 }
 
-func (c *identityConfig) identity() *identity.Identity {
-	return &identity.Identity{
+// owners returns the identities the file presets, by PID; where a PID is listed on more than one GPU, the first
+// listing's identity counts.
+func (cfg *nodeConfig) owners() map[uint32]attribution.Identity {
+	out := make(map[uint32]attribution.Identity)
+	for _, g := range cfg.GPUs {
+		for _, p := range g.Processes {
+			if _, seen := out[p.PID]; !seen && p.Identity != nil {
+				out[p.PID] = p.Identity.identity()
+			}
+		}
+	}
+	return out
+}
+
+func (c *identityConfig) identity() attribution.Identity {
+	return attribution.Identity{
 		Namespace: c.Namespace, Pod: c.Pod, Container: c.Container, PodUID: c.PodUID,
 		ContainerID: c.ContainerID, Runtime: c.Runtime, QoS: strings.ToLower(c.QoS),
 		SlurmJobID: c.SlurmJobID, SystemdUnit: c.SystemdUnit, PodLabels: c.PodLabels,

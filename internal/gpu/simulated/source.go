@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
@@ -79,6 +80,14 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: "config", Err: s.lastErr})
 	}
 	return snap, nil
+}
+
+// PresetOwners implements attribution.Preset: the owners that the node file gives its processes, which need not
+// exist on this machine.
+func (s *Source) PresetOwners() map[uint32]attribution.Identity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.owners()
 }
 
 // HasAllocations reports whether the node file lists kubelet allocations.

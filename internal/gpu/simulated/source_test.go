@@ -151,10 +151,12 @@ func TestEnergyGrowsWithPower(t *testing.T) {
 // The demo node must show every shape SPEC and the demo promise: time-slicing, MPS, MIG, a Slurm job, a service,
 // a plain container and idle GPUs, all with names and no runtime present.
 func TestDemoNode(t *testing.T) {
-	snap, err := Demo().Snapshot(context.Background())
+	demo := Demo()
+	snap, err := demo.Snapshot(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	owners := demo.PresetOwners()
 	if len(snap.Devices) != 8 || !snap.Simulated {
 		t.Fatalf("demo has %d GPUs, simulated=%v", len(snap.Devices), snap.Simulated)
 	}
@@ -169,8 +171,8 @@ func TestDemoNode(t *testing.T) {
 		}
 		pods[d.Index] = map[string]bool{}
 		for _, p := range d.Processes {
-			id := p.Identity
-			if id == nil {
+			id, ok := owners[p.PID]
+			if !ok {
 				t.Fatalf("demo process %d has no preset identity", p.PID)
 			}
 			switch {

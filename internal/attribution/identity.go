@@ -1,8 +1,7 @@
-// Package identity defines who owns a GPU process: its Kubernetes pod and container, plain container, Slurm job or
-// systemd service. Every field is empty when unknown.
-package identity
+package attribution
 
-// Identity is the owner of a process, as SPEC's identity labels name it.
+// Identity is who owns a GPU process, as SPEC's identity labels name it: its Kubernetes pod and container, plain
+// container, Slurm job or systemd service. Every field is empty when unknown.
 type Identity struct {
 	Namespace   string
 	Pod         string
@@ -17,14 +16,14 @@ type Identity struct {
 	PodLabels map[string]string
 }
 
-// Key is a comparable form of the identity, used to group processes into workloads.
-type Key struct {
+// WorkloadKey is a comparable form of the identity, used to group processes into workloads.
+type WorkloadKey struct {
 	Namespace, Pod, Container, PodUID, ContainerID, SlurmJobID, SystemdUnit string
 }
 
 // Key returns the workload key of the identity.
-func (id Identity) Key() Key {
-	return Key{id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit}
+func (id Identity) Key() WorkloadKey {
+	return WorkloadKey{id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit}
 }
 
 // IsKubernetes reports whether the owner is a Kubernetes pod. Pod alone is not enough: a Podman pod has a name
