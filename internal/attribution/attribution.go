@@ -222,7 +222,7 @@ func snapshotComplete(snap *gpu.Snapshot) bool {
 		}
 	}
 	for _, e := range snap.Errors {
-		if e.Operation == "device" || e.Operation == "processes" {
+		if e.Operation == gpu.OpDevice || e.Operation == gpu.OpProcesses {
 			return false
 		}
 	}

@@ -119,18 +119,18 @@ func (n *names) chainFor(h lookupHint) []resolverRef {
 	}
 	switch h.runtime {
 	case cgroup.RuntimeContainerd, cgroup.RuntimeCRIO:
-		return named("cri")
+		return named(ResolverCRI)
 	case cgroup.RuntimeDocker:
-		return named("docker", "cri")
+		return named(ResolverDocker, ResolverCRI)
 	case cgroup.RuntimePodman:
-		return named("podman")
+		return named(ResolverPodman)
 	}
 	if !h.inPod {
 		return n.all
 	}
-	chain := named("cri")
+	chain := named(ResolverCRI)
 	for _, ref := range n.all {
-		if ref.r.Name() != "cri" {
+		if ref.r.Name() != ResolverCRI {
 			chain = append(chain, ref)
 		}
 	}

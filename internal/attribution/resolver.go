@@ -34,9 +34,17 @@ type Container struct {
 	Runtime string
 }
 
+// Resolver names: what Resolver.Name returns, the resolver label of the self-metrics, and what routes a container
+// to the resolvers of its runtime.
+const (
+	ResolverCRI    = "cri"
+	ResolverDocker = "docker"
+	ResolverPodman = "podman"
+)
+
 // Resolver names containers through one container runtime's API.
 type Resolver interface {
-	// Name is the resolver's name in self-metrics and logs: "cri", "docker" or "podman".
+	// Name is the resolver's name in self-metrics and logs: ResolverCRI, ResolverDocker or ResolverPodman.
 	Name() string
 	// Resolve looks up one container by its full 64-hex ID. It returns ErrNotFound when the runtime does not know
 	// the container (a definite answer, cached briefly), ErrUnavailable when the runtime is not present, an error

@@ -61,7 +61,7 @@ func (m *deviceMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
 		idx := itoa(d.Index)
-		gauge(ch, m.info, 1, idx, d.UUID, d.Name, d.PCIBusID, snap.DriverVersion, snap.CUDAVersion, d.MIGMode,
+		gauge(ch, m.info, 1, idx, d.UUID, d.Name, d.PCIBusID, snap.DriverVersion, snap.CUDAVersion, string(d.MIGMode),
 			strconv.FormatBool(snap.Simulated))
 		optional := func(desc *prometheus.Desc, v gpu.Value) {
 			if v.Valid {

@@ -57,8 +57,7 @@ type Device struct {
 	UUID     string // GPU-…
 	Name     string
 	PCIBusID string
-	// MIGMode is "enabled", "disabled", or "" when the GPU does not support MIG.
-	MIGMode string
+	MIGMode  MIGMode
 
 	MemoryTotalBytes Value
 	MemoryUsedBytes  Value
@@ -86,6 +85,16 @@ type Device struct {
 	ProcessesListed bool
 	Processes       []Process
 }
+
+// MIGMode is a GPU's current MIG mode, as the gpu_info metric's mig_mode label writes it.
+type MIGMode string
+
+// MIG modes. The zero value means the GPU does not support MIG.
+const (
+	MIGEnabled     MIGMode = "enabled"
+	MIGDisabled    MIGMode = "disabled"
+	MIGUnsupported MIGMode = ""
+)
 
 // Clock is one current clock frequency.
 type Clock struct {
@@ -143,10 +152,42 @@ type Process struct {
 
 // DeviceError is one thing that could not be read from one device.
 type DeviceError struct {
-	Index     int    // -1 when the failure is not tied to one device
-	UUID      string // empty when not known
-	Operation string // what was being read, e.g. "memory", "processes", "device"
+	Index     int       // -1 when the failure is not tied to one device
+	UUID      string    // empty when not known
+	Operation Operation // what was being read
 	Err       error
 }
 
-func (e DeviceError) Error() string { return e.Operation + ": " + e.Err.Error() }
+func (e DeviceError) Error() string { return string(e.Operation) + ": " + e.Err.Error() }
+
+// Operation names what could not be read, in DeviceError and in the operation label of
+// gpu_pod_exporter_device_errors_total.
+type Operation string
+
+// Operations that sources report. OpDevice and OpProcesses say something about the process list: the GPU's
+// processes are then not all known.
+const (
+	OpDevice             Operation = "device"    // the whole GPU: no handle, no UUID, or lost
+	OpProcesses          Operation = "processes" // the GPU's process list
+	OpProcessUtilization Operation = "process_utilization"
+	OpDriverVersion      Operation = "driver_version"
+	OpCUDAVersion        Operation = "cuda_version"
+	OpName               Operation = "name"
+	OpPCI                Operation = "pci"
+	OpMIGMode            Operation = "mig_mode"
+	OpMIG                Operation = "mig" // MIG instances: listing them or reading one
+	OpMIGMemory          Operation = "mig_memory"
+	OpMemory             Operation = "memory"
+	OpUtilization        Operation = "utilization"
+	OpEncoderUtilization Operation = "encoder_utilization"
+	OpDecoderUtilization Operation = "decoder_utilization"
+	OpTemperature        Operation = "temperature"
+	OpPowerUsage         Operation = "power_usage"
+	OpPowerLimit         Operation = "power_limit"
+	OpEnergy             Operation = "energy"
+	OpFanSpeed           Operation = "fan_speed"
+	OpPerformanceState   Operation = "performance_state"
+	OpClocks             Operation = "clocks"
+	OpECC                Operation = "ecc"
+	OpConfig             Operation = "config" // the simulated node file
+)

@@ -159,7 +159,7 @@ func (s *Scraper) read(f *flight) {
 		if e.Index >= 0 {
 			index = strconv.Itoa(e.Index)
 		}
-		s.deviceErrors.WithLabelValues(name, index, e.Operation).Inc()
+		s.deviceErrors.WithLabelValues(name, index, string(e.Operation)).Inc()
 	}
 	if len(snap.Errors) > 0 {
 		s.logChange(fmt.Sprintf("reading GPUs from %s: %d errors, first: %v", name, len(snap.Errors), snap.Errors[0]))

@@ -178,7 +178,7 @@ func Parse(r io.Reader) (*gpu.Snapshot, error) {
 	if n, err := strconv.Atoi(strings.TrimSpace(doc.AttachedGPUs)); err == nil && n > len(doc.GPUs) {
 		snap.Errors = append(snap.Errors, gpu.DeviceError{
 			Index:     -1,
-			Operation: "device",
+			Operation: gpu.OpDevice,
 			Err:       fmt.Errorf("nvidia-smi reports %d attached GPUs but lists %d", n, len(doc.GPUs)),
 		})
 	}
@@ -189,7 +189,7 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 	uuid := text(x.UUID)
 	if uuid == "" {
 		// Every series is labelled with the UUID; a device without one cannot be exported.
-		return nil, []gpu.DeviceError{{Index: index, Operation: "device", Err: fmt.Errorf("GPU %s has no UUID (%q)",
+		return nil, []gpu.DeviceError{{Index: index, Operation: gpu.OpDevice, Err: fmt.Errorf("GPU %s has no UUID (%q)",
 			firstNonEmpty(text(x.PCIBusID), text(x.ID), "at position "+strconv.Itoa(index)), strings.TrimSpace(x.UUID))}}
 	}
 	d := &gpu.Device{
@@ -256,7 +256,7 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 		gi, gok := instanceID(m.GPUInstanceID)
 		ci, cok := instanceID(m.ComputeInstanceID)
 		if !gok || !cok {
-			errs = append(errs, gpu.DeviceError{Index: index, UUID: uuid, Operation: "mig",
+			errs = append(errs, gpu.DeviceError{Index: index, UUID: uuid, Operation: gpu.OpMIG,
 				Err: fmt.Errorf("MIG device with unreadable instance ids (gpu_instance_id %q, compute_instance_id %q)",
 					strings.TrimSpace(m.GPUInstanceID), strings.TrimSpace(m.ComputeInstanceID))})
 			continue
@@ -282,7 +282,7 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 		for _, xp := range p.Processes {
 			proc, err := convertProcess(xp)
 			if err != nil {
-				errs = append(errs, gpu.DeviceError{Index: index, UUID: uuid, Operation: "processes", Err: err})
+				errs = append(errs, gpu.DeviceError{Index: index, UUID: uuid, Operation: gpu.OpProcesses, Err: err})
 				continue
 			}
 			d.Processes = addProcess(d.Processes, proc)
@@ -374,14 +374,12 @@ func processType(s string) string {
 	return ""
 }
 
-func migMode(s string) string {
-	switch strings.ToLower(text(s)) {
-	case "enabled":
-		return "enabled"
-	case "disabled":
-		return "disabled"
+func migMode(s string) gpu.MIGMode {
+	switch m := gpu.MIGMode(strings.ToLower(text(s))); m {
+	case gpu.MIGEnabled, gpu.MIGDisabled:
+		return m
 	}
-	return ""
+	return gpu.MIGUnsupported
 }
 
 // text returns an element's text, or "" when it is one of nvidia-smi's markers for a missing value.

@@ -20,7 +20,7 @@ type deviceReader struct {
 
 // ok reports whether ret is SUCCESS. Unsupported values are quietly absent; GPU_IS_LOST marks the device lost; any
 // other failure is recorded under op.
-func (r *deviceReader) ok(op string, ret gonvml.Return) bool {
+func (r *deviceReader) ok(op gpu.Operation, ret gonvml.Return) bool {
 	switch {
 	case ret == gonvml.SUCCESS:
 		return true
@@ -42,7 +42,7 @@ type number interface {
 
 // readValue calls one NVML getter and scales its result into base units; a failed or skipped read is an invalid
 // Value, never 0.
-func readValue[T number](r *deviceReader, op string, scale float64, call func() (T, gonvml.Return)) gpu.Value {
+func readValue[T number](r *deviceReader, op gpu.Operation, scale float64, call func() (T, gonvml.Return)) gpu.Value {
 	if r.lost != nil {
 		return gpu.Value{}
 	}
@@ -58,24 +58,24 @@ func readValue[T number](r *deviceReader, op string, scale float64, call func() 
 func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.DeviceError) {
 	h, ret := s.lib.DeviceGetHandleByIndex(i)
 	if ret != gonvml.SUCCESS {
-		return nil, []gpu.DeviceError{s.fail(i, "", "device", fmt.Errorf("getting handle of GPU %d: %w", i, ret))}
+		return nil, []gpu.DeviceError{s.fail(i, "", gpu.OpDevice, fmt.Errorf("getting handle of GPU %d: %w", i, ret))}
 	}
 	uuid, ret := h.GetUUID()
 	if ret != gonvml.SUCCESS {
 		// Without a UUID none of the device's series could be labelled.
-		return nil, []gpu.DeviceError{s.fail(i, "", "device", fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
+		return nil, []gpu.DeviceError{s.fail(i, "", gpu.OpDevice, fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
 	}
 	r := &deviceReader{s: s, index: i, uuid: uuid}
 	d := &gpu.Device{Index: i, UUID: uuid}
 
 	r.readIdentity(h, d)
-	d.MemoryTotalBytes, d.MemoryUsedBytes, d.MemoryFreeBytes = r.readMemory(h, "memory")
+	d.MemoryTotalBytes, d.MemoryUsedBytes, d.MemoryFreeBytes = r.readMemory(h, gpu.OpMemory)
 	r.readUtilization(h, d)
 	r.readPowerAndThermal(h, d)
 	d.Clocks = r.readClocks(h)
 	d.ECCErrors = r.readECC(h)
 
-	migEnabled := d.MIGMode == "enabled"
+	migEnabled := d.MIGMode == gpu.MIGEnabled
 	var migs []migDevice
 	migComplete := false
 	if migEnabled {
@@ -84,33 +84,33 @@ func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.
 	d.Processes, d.ProcessesListed = r.readProcesses(h, migEnabled, migs, migComplete, names)
 
 	if r.lost != nil {
-		return nil, []gpu.DeviceError{s.fail(i, uuid, "device", r.lost)}
+		return nil, []gpu.DeviceError{s.fail(i, uuid, gpu.OpDevice, r.lost)}
 	}
 	return d, r.errs
 }
 
 func (r *deviceReader) readIdentity(h gonvml.Device, d *gpu.Device) {
-	if name, ret := h.GetName(); r.ok("name", ret) {
+	if name, ret := h.GetName(); r.ok(gpu.OpName, ret) {
 		d.Name = name
 	}
-	if pci, ret := h.GetPciInfo(); r.ok("pci", ret) {
+	if pci, ret := h.GetPciInfo(); r.ok(gpu.OpPCI, ret) {
 		d.PCIBusID = cString(pci.BusId[:])
 	}
 	if r.lost != nil {
 		return
 	}
 	// NOT_SUPPORTED (GPUs before Ampere) leaves MIGMode empty, which SPEC reads as "no MIG".
-	if current, _, ret := h.GetMigMode(); r.ok("mig_mode", ret) {
-		d.MIGMode = "disabled"
+	if current, _, ret := h.GetMigMode(); r.ok(gpu.OpMIGMode, ret) {
+		d.MIGMode = gpu.MIGDisabled
 		if current == gonvml.DEVICE_MIG_ENABLE {
-			d.MIGMode = "enabled"
+			d.MIGMode = gpu.MIGEnabled
 		}
 	}
 }
 
 // readMemory prefers the v2 call, whose "used" leaves out memory the driver reserves for itself, and falls back to
 // v1 on drivers that lack it.
-func (r *deviceReader) readMemory(h gonvml.Device, op string) (total, used, free gpu.Value) {
+func (r *deviceReader) readMemory(h gonvml.Device, op gpu.Operation) (total, used, free gpu.Value) {
 	if r.lost != nil {
 		return
 	}
@@ -132,30 +132,30 @@ func (r *deviceReader) readUtilization(h gonvml.Device, d *gpu.Device) {
 	if r.lost != nil {
 		return
 	}
-	if u, ret := h.GetUtilizationRates(); r.ok("utilization", ret) {
+	if u, ret := h.GetUtilizationRates(); r.ok(gpu.OpUtilization, ret) {
 		d.UtilizationRatio = gpu.Known(float64(u.Gpu) / 100)
 		d.MemoryUtilizationRatio = gpu.Known(float64(u.Memory) / 100)
 	}
-	d.EncoderUtilizationRatio = readValue(r, "encoder_utilization", 0.01, func() (uint32, gonvml.Return) {
+	d.EncoderUtilizationRatio = readValue(r, gpu.OpEncoderUtilization, 0.01, func() (uint32, gonvml.Return) {
 		u, _, ret := h.GetEncoderUtilization()
 		return u, ret
 	})
-	d.DecoderUtilizationRatio = readValue(r, "decoder_utilization", 0.01, func() (uint32, gonvml.Return) {
+	d.DecoderUtilizationRatio = readValue(r, gpu.OpDecoderUtilization, 0.01, func() (uint32, gonvml.Return) {
 		u, _, ret := h.GetDecoderUtilization()
 		return u, ret
 	})
 }
 
 func (r *deviceReader) readPowerAndThermal(h gonvml.Device, d *gpu.Device) {
-	d.TemperatureCelsius = readValue(r, "temperature", 1, func() (uint32, gonvml.Return) {
+	d.TemperatureCelsius = readValue(r, gpu.OpTemperature, 1, func() (uint32, gonvml.Return) {
 		return h.GetTemperature(gonvml.TEMPERATURE_GPU)
 	})
-	d.PowerUsageWatts = readValue(r, "power_usage", 0.001, h.GetPowerUsage)         // mW
-	d.PowerLimitWatts = readValue(r, "power_limit", 0.001, h.GetEnforcedPowerLimit) // mW
-	d.EnergyJoules = readValue(r, "energy", 0.001, h.GetTotalEnergyConsumption)     // mJ
+	d.PowerUsageWatts = readValue(r, gpu.OpPowerUsage, 0.001, h.GetPowerUsage)         // mW
+	d.PowerLimitWatts = readValue(r, gpu.OpPowerLimit, 0.001, h.GetEnforcedPowerLimit) // mW
+	d.EnergyJoules = readValue(r, gpu.OpEnergy, 0.001, h.GetTotalEnergyConsumption)    // mJ
 	// Datacenter GPUs without fans answer NOT_SUPPORTED, which leaves the series out.
-	d.FanSpeedRatio = readValue(r, "fan_speed", 0.01, h.GetFanSpeed)
-	pstate := readValue(r, "performance_state", 1, h.GetPerformanceState)
+	d.FanSpeedRatio = readValue(r, gpu.OpFanSpeed, 0.01, h.GetFanSpeed)
+	pstate := readValue(r, gpu.OpPerformanceState, 1, h.GetPerformanceState)
 	// PSTATE_UNKNOWN (32) is NVML's "N/A".
 	if pstate.Valid && pstate.V <= 15 {
 		d.PerformanceState = pstate
@@ -173,7 +173,7 @@ func (r *deviceReader) readClocks(h gonvml.Device) []gpu.Clock {
 		{"memory", gonvml.CLOCK_MEM},
 		{"video", gonvml.CLOCK_VIDEO},
 	} {
-		v := readValue(r, "clocks", 1e6, func() (uint32, gonvml.Return) { return h.GetClockInfo(c.typ) }) // MHz
+		v := readValue(r, gpu.OpClocks, 1e6, func() (uint32, gonvml.Return) { return h.GetClockInfo(c.typ) }) // MHz
 		if v.Valid {
 			clocks = append(clocks, gpu.Clock{Name: c.name, Hertz: v.V})
 		}
@@ -193,7 +193,7 @@ func (r *deviceReader) readECC(h gonvml.Device) []gpu.ECCCount {
 		{"corrected", gonvml.MEMORY_ERROR_TYPE_CORRECTED},
 		{"uncorrected", gonvml.MEMORY_ERROR_TYPE_UNCORRECTED},
 	} {
-		v := readValue(r, "ecc", 1, func() (uint64, gonvml.Return) {
+		v := readValue(r, gpu.OpECC, 1, func() (uint64, gonvml.Return) {
 			return h.GetTotalEccErrors(e.typ, gonvml.AGGREGATE_ECC)
 		})
 		if v.Valid {

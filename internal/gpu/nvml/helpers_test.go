@@ -157,7 +157,7 @@ func wantAbsent(t *testing.T, what string, got gpu.Value) {
 }
 
 // findError returns the snapshot error of one device and operation.
-func findError(snap *gpu.Snapshot, index int, op string) (gpu.DeviceError, bool) {
+func findError(snap *gpu.Snapshot, index int, op gpu.Operation) (gpu.DeviceError, bool) {
 	for _, e := range snap.Errors {
 		if e.Index == index && e.Operation == op {
 			return e, true

@@ -26,7 +26,7 @@ func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, ha
 		return nil, nil, false
 	}
 	slots, ret := h.GetMaxMigDeviceCount()
-	if !r.ok("mig", ret) {
+	if !r.ok(gpu.OpMIG, ret) {
 		return nil, nil, false
 	}
 	complete = true
@@ -35,7 +35,7 @@ func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, ha
 		if ret == gonvml.ERROR_NOT_FOUND || ret == gonvml.ERROR_INVALID_ARGUMENT {
 			continue
 		}
-		if !r.ok("mig", ret) {
+		if !r.ok(gpu.OpMIG, ret) {
 			complete = false
 			continue
 		}
@@ -53,7 +53,7 @@ func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, ha
 // readMIGDevice reads one MIG device. Its failures are all reported as operation "mig", so that the operation
 // names stay a short fixed list.
 func (r *deviceReader) readMIGDevice(m gonvml.Device) (gpu.MIGInstance, bool) {
-	const op = "mig"
+	const op = gpu.OpMIG
 	uuid, ret := m.GetUUID()
 	if !r.ok(op, ret) {
 		return gpu.MIGInstance{}, false
@@ -68,14 +68,14 @@ func (r *deviceReader) readMIGDevice(m gonvml.Device) (gpu.MIGInstance, bool) {
 	}
 	inst := gpu.MIGInstance{UUID: uuid, GPUInstance: gi, ComputeInstance: ci}
 	inst.Profile = r.migProfile(m, op)
-	inst.MemoryTotalBytes, inst.MemoryUsedBytes, _ = r.readMemory(m, "mig_memory")
+	inst.MemoryTotalBytes, inst.MemoryUsedBytes, _ = r.readMemory(m, gpu.OpMIGMemory)
 	return inst, true
 }
 
 // migProfile names the MIG device's profile. NVML names a MIG device "<GPU name> MIG <profile>", e.g. "NVIDIA H100
 // 80GB HBM3 MIG 1g.10gb"; when the name has no such suffix the profile is rebuilt from the slice count and memory
 // size the way NVIDIA names profiles (memory rounded up to whole GB).
-func (r *deviceReader) migProfile(m gonvml.Device, op string) string {
+func (r *deviceReader) migProfile(m gonvml.Device, op gpu.Operation) string {
 	if name, ret := m.GetName(); r.ok(op, ret) {
 		if i := strings.LastIndex(name, " MIG "); i >= 0 {
 			return strings.TrimSpace(name[i+len(" MIG "):])

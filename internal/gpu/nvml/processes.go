@@ -167,7 +167,7 @@ func (r *deviceReader) listProcesses(h gonvml.Device, scope listScope, mig *migD
 				}
 				continue
 			}
-			r.ok("processes", ret)
+			r.ok(gpu.OpProcesses, ret)
 			return listFailed
 		}
 		for _, info := range infos {
@@ -232,7 +232,7 @@ func (r *deviceReader) readProcessUtilization(h gonvml.Device) (samples map[uint
 		r.s.lastSeen[r.uuid] = last
 		return nil, true
 	}
-	if !r.ok("process_utilization", ret) {
+	if !r.ok(gpu.OpProcessUtilization, ret) {
 		return nil, false
 	}
 	samples = make(map[uint32]gonvml.ProcessUtilizationSample, len(list))

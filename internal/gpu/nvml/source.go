@@ -174,12 +174,12 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	if v, ret := s.lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
 		snap.DriverVersion = v
 	} else {
-		snap.Errors = append(snap.Errors, s.fail(-1, "", "driver_version", ret))
+		snap.Errors = append(snap.Errors, s.fail(-1, "", gpu.OpDriverVersion, ret))
 	}
 	if v, ret := s.lib.SystemGetCudaDriverVersion(); ret == gonvml.SUCCESS {
 		snap.CUDAVersion = formatCUDAVersion(v)
 	} else if !unsupported(ret) {
-		snap.Errors = append(snap.Errors, s.fail(-1, "", "cuda_version", ret))
+		snap.Errors = append(snap.Errors, s.fail(-1, "", gpu.OpCUDAVersion, ret))
 	}
 
 	names := map[uint32]string{}
@@ -208,7 +208,7 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 
 // fail turns a failed NVML call into a DeviceError, logging it at warning level only the first time that device and
 // operation fail so that a permanently broken field does not fill the log on every scrape.
-func (s *Source) fail(index int, uuid, op string, err error) gpu.DeviceError {
+func (s *Source) fail(index int, uuid string, op gpu.Operation, err error) gpu.DeviceError {
 	key := fmt.Sprintf("%d/%s/%s", index, uuid, op)
 	level := slog.LevelDebug
 	if !s.warned[key] {

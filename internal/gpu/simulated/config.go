@@ -160,12 +160,12 @@ func (t *processType) UnmarshalYAML(n *yaml.Node) error {
 	return fmt.Errorf("line %d: process type %q must be compute, graphics, compute+graphics or mps", n.Line, n.Value)
 }
 
-type migMode string
+type migMode gpu.MIGMode
 
 func (m *migMode) UnmarshalYAML(n *yaml.Node) error {
-	switch n.Value {
-	case "enabled", "disabled", "":
-		*m = migMode(n.Value)
+	switch v := gpu.MIGMode(n.Value); v {
+	case gpu.MIGEnabled, gpu.MIGDisabled, gpu.MIGUnsupported:
+		*m = migMode(v)
 		return nil
 	}
 	return fmt.Errorf("line %d: mig_mode %q must be enabled or disabled", n.Line, n.Value)
@@ -214,7 +214,7 @@ func validate(cfg *nodeConfig) error {
 		if g.MemoryTotalBytes == nil {
 			return fmt.Errorf("gpus[%d].memory_total_bytes is required", i)
 		}
-		if len(g.MIGInstances) > 0 && g.MIGMode != "enabled" {
+		if len(g.MIGInstances) > 0 && gpu.MIGMode(g.MIGMode) != gpu.MIGEnabled {
 			return fmt.Errorf("gpus[%d]: mig_instances need mig_mode: enabled", i)
 		}
 		for clock := range g.ClocksHertz {
@@ -278,7 +278,7 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			UUID:                    g.UUID,
 			Name:                    g.Name,
 			PCIBusID:                g.PCIBusID,
-			MIGMode:                 string(g.MIGMode),
+			MIGMode:                 gpu.MIGMode(g.MIGMode),
 			MemoryTotalBytes:        gpu.Known(float64(*g.MemoryTotalBytes)),
 			UtilizationRatio:        opt(g.UtilizationRatio),
 			MemoryUtilizationRatio:  opt(g.MemoryUtilizationRatio),

@@ -77,7 +77,7 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	snap := s.cfg.snapshot(now.Sub(s.loaded).Seconds())
 	snap.Time = now
 	if s.lastErr != nil {
-		snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: "config", Err: s.lastErr})
+		snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: gpu.OpConfig, Err: s.lastErr})
 	}
 	return snap, nil
 }

@@ -181,7 +181,7 @@ func probe(candidates []string) []string {
 }
 
 // Name implements attribution.Resolver.
-func (r *Resolver) Name() string { return "cri" }
+func (r *Resolver) Name() string { return attribution.ResolverCRI }
 
 // Endpoints returns the endpoints the resolver asks now, in order (probing the candidates again if due).
 func (r *Resolver) Endpoints() []string {

@@ -45,7 +45,7 @@ const (
 
 // Resolver names containers through one Docker or Podman daemon. It is safe for concurrent use.
 type Resolver struct {
-	name   string // "docker" or "podman"
+	name   string // attribution.ResolverDocker or ResolverPodman
 	host   string // as configured, for errors
 	client *http.Client
 	podman bool
@@ -61,13 +61,13 @@ var _ attribution.Resolver = (*Resolver)(nil)
 // not exist: until it does, Resolve answers attribution.ErrUnavailable after one stat per
 // socket.RecheckInterval, so a node without Docker costs nothing and counts no error.
 func New(host string) (*Resolver, error) {
-	return newResolver("docker", host, DefaultDockerHost, false)
+	return newResolver(attribution.ResolverDocker, host, DefaultDockerHost, false)
 }
 
 // NewPodman returns a Resolver for the Podman service at host (empty means DefaultPodmanHost, which need not exist,
 // as for New). It uses the libpod API, which unlike Podman's Docker-compatible one says which pod a container is in.
 func NewPodman(host string) (*Resolver, error) {
-	return newResolver("podman", host, DefaultPodmanHost, true)
+	return newResolver(attribution.ResolverPodman, host, DefaultPodmanHost, true)
 }
 
 func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {
