@@ -8,6 +8,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/docker"
 )
@@ -49,7 +50,7 @@ func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, preset
 	if demo {
 		return attribution.New(cfg), nil
 	}
-	attribution.WarnIfHidepid(f.procfs, logger)
+	procfs.WarnIfHidepid(f.procfs, logger)
 	c, err := cri.New(ctx, f.runtimeEndpoints, logger)
 	if err != nil {
 		return nil, err

@@ -1,10 +1,10 @@
 // Package attribution finds who owns each GPU process: it reads the process's name and cgroup from procfs, derives
 // pod, container, Slurm job and systemd unit from the cgroup path, and asks the container runtimes for names.
 //
-// Follow one PID: Attribute reads <procfs>/<pid>/comm and <procfs>/<pid>/cgroup (procfs.go), cgroup.Parse turns the
-// cgroup file into pod UID, container ID, runtime, QoS, Slurm job and systemd unit (internal/cgroup), and the
-// container ID is named by the runtimes' APIs through a cache (names.go), so that in steady state a scrape reads
-// two small files per PID and makes no runtime call.
+// Follow one PID: Attribute reads <procfs>/<pid>/comm and <procfs>/<pid>/cgroup (internal/procfs), cgroup.Parse
+// turns the cgroup file into pod UID, container ID, runtime, QoS, Slurm job and systemd unit (internal/cgroup), and
+// the container ID is named by the runtimes' APIs through a cache (names.go, which asks them through
+// resolvers.go), so that in steady state a scrape reads two small files per PID and makes no runtime call.
 package attribution
 
 import (
@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // Defaults for the zero values of Config.
@@ -71,8 +72,8 @@ type Attributor struct {
 	preset  Preset
 	logger  *slog.Logger
 	metrics *metrics
-	procfsHealth
-	names *names
+	health  *procfs.Health
+	names   *names
 }
 
 // New returns an Attributor. Call Close to stop the lookups it may still have running.
@@ -104,6 +105,7 @@ func New(cfg Config) *Attributor {
 		preset:  cfg.Preset,
 		logger:  cfg.Logger,
 		metrics: m,
+		health:  procfs.NewHealth(cfg.ProcFS, cfg.Logger),
 		names:   newNames(cfg, m),
 	}
 }
@@ -129,8 +131,8 @@ type pending struct {
 func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint32]Owner {
 	owners := make(map[uint32]Owner)
 	var procs []pending
-	var r *procReader
-	var health procfsScrape
+	var r *procfs.Reader
+	var tally procfs.Tally
 	var preset map[uint32]Identity
 	if a.preset != nil {
 		preset = a.preset.PresetOwners()
@@ -145,14 +147,14 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 				continue
 			}
 			if r == nil {
-				r = newProcReader(a.procfs)
+				r = procfs.NewReader(a.procfs)
 			}
-			o, outer := a.fromProcFS(r, p, &health)
+			o, outer := a.fromProcFS(r, p, &tally)
 			owners[p.PID] = o
 			procs = append(procs, pending{pid: p.PID, owner: o, outer: outer})
 		}
 	}
-	a.procfsHealth.update(a, health)
+	a.health.Update(tally)
 
 	// One lookup per container, however many of its processes use GPUs.
 	want := make(map[string]lookupHint)
@@ -170,11 +172,11 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	named, unnamed := a.names.lookup(ctx, want, snapshotComplete(snap))
 	for _, p := range procs {
 		o := p.owner
-		if n, ok := named[o.Identity.ContainerID]; ok {
-			n.applyTo(&o.Identity)
+		if c, ok := named[o.Identity.ContainerID]; ok {
+			c.apply(&o.Identity, false)
 			owners[p.pid] = o
-		} else if n, ok := named[p.outer]; ok && unnamed[o.Identity.ContainerID] {
-			n.applyOuterTo(&o.Identity)
+		} else if c, ok := named[p.outer]; ok && unnamed[o.Identity.ContainerID] {
+			c.apply(&o.Identity, true)
 			owners[p.pid] = o
 		}
 	}
@@ -184,22 +186,22 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 // fromProcFS reads what procfs tells about one process, and returns it with the ID of the pod's container that
 // holds the process's container, if any (cgroup.Info.OuterContainerID). A process that has exited keeps the
 // source's name and an empty identity.
-func (a *Attributor) fromProcFS(r *procReader, p gpu.Process, health *procfsScrape) (Owner, string) {
+func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.Tally) (Owner, string) {
 	o := Owner{Name: p.Name}
-	comm, err := r.comm(p.PID)
+	comm, err := r.Comm(p.PID)
 	if err != nil {
-		a.procfsFailed(p.PID, err, health)
+		a.procfsFailed(p.PID, err, tally)
 		return o, ""
 	}
 	if comm != "" {
 		o.Name = comm
 	}
-	content, err := r.cgroup(p.PID)
+	content, err := r.Cgroup(p.PID)
 	if err != nil {
-		a.procfsFailed(p.PID, err, health)
+		a.procfsFailed(p.PID, err, tally)
 		return o, ""
 	}
-	health.read++
+	tally.Read++
 	info := cgroup.Parse(content)
 	o.Identity = Identity{
 		PodUID:      info.PodUID,
@@ -210,6 +212,18 @@ func (a *Attributor) fromProcFS(r *procReader, p gpu.Process, health *procfsScra
 		SystemdUnit: info.SystemdUnit,
 	}
 	return o, info.OuterContainerID
+}
+
+// procfsFailed counts a failed procfs read: an exited process is normal, anything else tells on procfs's health.
+func (a *Attributor) procfsFailed(pid uint32, err error, tally *procfs.Tally) {
+	if procfs.Exited(err) {
+		a.metrics.procfsErrors.WithLabelValues("exited").Inc()
+		a.logger.Debug("GPU process exited before it could be attributed", "pid", pid, "err", err)
+		return
+	}
+	a.metrics.procfsErrors.WithLabelValues("other").Inc()
+	tally.Failed(pid, err)
+	a.logger.Debug("cannot read procfs", "pid", pid, "err", err)
 }
 
 // snapshotComplete reports whether the snapshot lists every GPU process on the node. Only then does a container

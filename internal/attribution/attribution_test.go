@@ -40,15 +40,15 @@ func crioCgroup(pod, ctr string) string {
 	return "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + string(u) + ".slice/crio-" + ctr + ".scope\n"
 }
 
-// procfs builds a fake /proc: writeProc adds one process.
-type procfs struct {
+// fakeProcFS builds a fake /proc: writeProc adds one process.
+type fakeProcFS struct {
 	t    testing.TB
 	root string
 }
 
-func newProcFS(t testing.TB) *procfs { return &procfs{t: t, root: t.TempDir()} }
+func newProcFS(t testing.TB) *fakeProcFS { return &fakeProcFS{t: t, root: t.TempDir()} }
 
-func (p *procfs) writeProc(pid uint32, comm, cgroup string) {
+func (p *fakeProcFS) writeProc(pid uint32, comm, cgroup string) {
 	p.t.Helper()
 	dir := filepath.Join(p.root, strconv.FormatUint(uint64(pid), 10))
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -29,3 +29,32 @@ func (id Identity) Key() WorkloadKey {
 // IsKubernetes reports whether the owner is a Kubernetes pod. Pod alone is not enough: a Podman pod has a name
 // but neither a namespace nor a Kubernetes UID.
 func (id Identity) IsKubernetes() bool { return id.PodUID != "" || id.Namespace != "" }
+
+// labelAllowlist is the set of pod label keys kept in Identity.PodLabels (--kubernetes.pod-labels).
+type labelAllowlist map[string]bool
+
+func newLabelAllowlist(keys []string) labelAllowlist {
+	l := make(labelAllowlist, len(keys))
+	for _, k := range keys {
+		l[k] = true
+	}
+	return l
+}
+
+// keep returns the allowlisted labels, nil when there are none. The map is shared by every identity of the
+// container: read-only.
+func (l labelAllowlist) keep(labels map[string]string) map[string]string {
+	if len(l) == 0 || len(labels) == 0 {
+		return nil
+	}
+	out := make(map[string]string)
+	for k, v := range labels {
+		if l[k] {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

@@ -1,4 +1,6 @@
-package attribution
+// Package procfs reads the two files the exporter reads of a process, <procfs>/<pid>/comm and <procfs>/<pid>/cgroup,
+// and says when the proc filesystem cannot be read (hidepid, a missing --path.procfs mount).
+package procfs
 
 import (
 	"errors"
@@ -10,16 +12,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
 // Only comm and cgroup are read: cmdline and environ may hold secrets, and the owner is told by the cgroup alone.
 
-// procReader reads the small procfs files of many processes through one buffer. procfs reports a size of 0, so
+// Reader reads the small procfs files of many processes through one buffer. procfs reports a size of 0, so
 // os.ReadFile's Stat and size guess are wasted work; at two files per GPU process per scrape the allocations show.
-// A procReader is used by one goroutine.
-type procReader struct {
+// A Reader is used by one goroutine.
+type Reader struct {
 	root string
 	path []byte
 	buf  []byte
@@ -29,12 +32,13 @@ type procReader struct {
 // controller listed.
 const maxProcFile = 64 << 10
 
-func newProcReader(root string) *procReader {
-	return &procReader{root: root, buf: make([]byte, 0, 4096)}
+// NewReader returns a Reader of the proc filesystem at root.
+func NewReader(root string) *Reader {
+	return &Reader{root: root, buf: make([]byte, 0, 4096)}
 }
 
-// comm reads <procfs>/<pid>/comm, the kernel's process name.
-func (r *procReader) comm(pid uint32) (string, error) {
+// Comm reads <procfs>/<pid>/comm, the kernel's process name.
+func (r *Reader) Comm(pid uint32) (string, error) {
 	b, err := r.read(pid, "comm")
 	if err != nil {
 		return "", fmt.Errorf("reading process name: %w", err)
@@ -42,8 +46,8 @@ func (r *procReader) comm(pid uint32) (string, error) {
 	return strings.TrimRight(string(b), "\n"), nil
 }
 
-// cgroup reads the whole of <procfs>/<pid>/cgroup.
-func (r *procReader) cgroup(pid uint32) (string, error) {
+// Cgroup reads the whole of <procfs>/<pid>/cgroup.
+func (r *Reader) Cgroup(pid uint32) (string, error) {
 	b, err := r.read(pid, "cgroup")
 	if err != nil {
 		return "", fmt.Errorf("reading cgroup: %w", err)
@@ -52,7 +56,7 @@ func (r *procReader) cgroup(pid uint32) (string, error) {
 }
 
 // read returns the contents of <procfs>/<pid>/<file>, valid until the next read.
-func (r *procReader) read(pid uint32, file string) ([]byte, error) {
+func (r *Reader) read(pid uint32, file string) ([]byte, error) {
 	r.path = append(r.path[:0], r.root...)
 	r.path = append(r.path, '/')
 	r.path = strconv.AppendUint(r.path, uint64(pid), 10)
@@ -82,61 +86,63 @@ func (r *procReader) read(pid uint32, file string) ([]byte, error) {
 	}
 }
 
-// exited reports whether a procfs read failed because the process is gone: the GPU listing and the read race,
+// Exited reports whether a procfs read failed because the process is gone: the GPU listing and the read race,
 // and a process that exits in between is normal, not an error. The kernel answers ENOENT for a PID that no longer
 // exists and ESRCH for one that exited after the file was opened.
-func exited(err error) bool {
+func Exited(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
-// procfsHealth logs procfs failures other than exited processes once per change of state, not on every scrape:
-// a procfs that is not readable (hidepid, a missing --path.procfs mount) fails for every PID of every scrape. The
-// state is decided per Attribute call: failing when any of its reads failed for a reason other than an exit, so
-// that a scrape with both readable and unreadable processes does not make it flap.
-type procfsHealth struct {
-	mu      sync.Mutex
-	failing bool
+// Health logs procfs failures other than exited processes once per change of state, not on every scrape: a
+// procfs that is not readable (hidepid, a missing --path.procfs mount) fails for every PID of every scrape. The
+// state is decided per Tally, one scrape's reads: failing when any of them failed for a reason other than an exit,
+// so that a scrape with both readable and unreadable processes does not make it flap. It is safe for concurrent
+// use.
+type Health struct {
+	root   string
+	logger *slog.Logger
+	state  logstate.State
 }
 
-// procfsScrape is what one Attribute call's procfs reads came to.
-type procfsScrape struct {
-	read     int    // processes whose files were read
-	failures int    // reads that failed for a reason other than an exit
-	pid      uint32 // the first such failure, for the log
-	err      error
+// NewHealth returns the Health of the proc filesystem at root, logging to logger.
+func NewHealth(root string, logger *slog.Logger) *Health {
+	return &Health{root: root, logger: logger}
 }
 
-func (a *Attributor) procfsFailed(pid uint32, err error, s *procfsScrape) {
-	if exited(err) {
-		a.metrics.procfsErrors.WithLabelValues("exited").Inc()
-		a.logger.Debug("GPU process exited before it could be attributed", "pid", pid, "err", err)
-		return
+// Tally is what one scrape's procfs reads came to.
+type Tally struct {
+	Read     int // processes whose files were read
+	failures int // reads that failed for a reason other than an exit
+	pid      uint32
+	err      error // the first such failure, for the log
+}
+
+// Failed counts a read that failed for a reason other than an exit.
+func (t *Tally) Failed(pid uint32, err error) {
+	if t.failures == 0 {
+		t.pid, t.err = pid, err
 	}
-	a.metrics.procfsErrors.WithLabelValues("other").Inc()
-	if s.failures == 0 {
-		s.pid, s.err = pid, err
-	}
-	s.failures++
-	a.logger.Debug("cannot read procfs", "pid", pid, "err", err)
+	t.failures++
 }
 
-// update sets the health from one Attribute call and logs when it changes. A call that read nothing and failed
+// Update sets the health from one scrape's reads and logs when it changes. A scrape that read nothing and failed
 // for no reason but exits (or had no process to read) says nothing, and leaves it as it was.
-func (h *procfsHealth) update(a *Attributor, s procfsScrape) {
-	if s.read == 0 && s.failures == 0 {
+func (h *Health) Update(t Tally) {
+	if t.Read == 0 && t.failures == 0 {
 		return
 	}
-	failing := s.failures > 0
-	h.mu.Lock()
-	changed := h.failing != failing
-	h.failing = failing
-	h.mu.Unlock()
-	switch {
-	case changed && failing:
-		a.logger.Warn("cannot read procfs: processes are left without identity (is --path.procfs the host's /proc?)",
-			"procfs", a.procfs, "pid", s.pid, "err", s.err, "unreadable", s.failures, "readable", s.read)
-	case changed:
-		a.logger.Info("procfs readable again", "procfs", a.procfs)
+	state := ""
+	if t.failures > 0 {
+		state = "failing"
+	}
+	if _, changed := h.state.Set(state); !changed {
+		return
+	}
+	if state != "" {
+		h.logger.Warn("cannot read procfs: processes are left without identity (is --path.procfs the host's /proc?)",
+			"procfs", h.root, "pid", t.pid, "err", t.err, "unreadable", t.failures, "readable", t.Read)
+	} else {
+		h.logger.Info("procfs readable again", "procfs", h.root)
 	}
 }
 
