@@ -50,8 +50,9 @@ install_packages() {
 	fi
 	local rc=0
 	{
-		apt-get update -qq &&
-			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+		# Wait for another apt-get (a package manager run by hand, or a parallel test run) instead of failing.
+		apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+			DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
 	} >"$W/logs/apt.log" 2>&1 || rc=$?
 	[ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
 	[ "$rc" = 0 ] || die "apt-get install ${missing[*]} failed (rc=$rc), see $W/logs/apt.log"
