@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// DeviceRef is what a device plugin's device ID says about the GPU behind it. Device plugins name devices in
-// different ways; the collector resolves a DeviceRef against the GPU snapshot, where UUIDs and indices are known.
+// DeviceRef is what a device plugin's device ID, or a DRA device name, says about the GPU behind it. They name
+// devices in different ways; the collector resolves a DeviceRef against the GPU snapshot, where UUIDs, indices and
+// minor numbers are known.
 type DeviceRef struct {
 	// UUID is a GPU-… or MIG-… UUID; empty for index-style IDs.
 	UUID string
@@ -17,10 +18,14 @@ type DeviceRef struct {
 	// GPUInstance and ComputeInstance are set (>= 0) by old-style MIG IDs that carry them
 	// (MIG-GPU-<uuid>/<gi>/<ci>, drivers before R470); UUID is then the parent GPU's. -1 otherwise.
 	GPUInstance, ComputeInstance int
+	// Minor is the GPU's minor number (the N of /dev/nvidiaN) for NVIDIA DRA device names; -1 otherwise.
+	Minor int
+	// MIG is set for a MIG device of GPU Minor named by its placement (NVIDIA DRA device names); nil otherwise.
+	MIG *MIGPlacement
 }
 
 // Known reports whether the ID named a GPU in a form this package understands.
-func (r DeviceRef) Known() bool { return r.UUID != "" || r.Index >= 0 }
+func (r DeviceRef) Known() bool { return r.UUID != "" || r.Index >= 0 || r.Minor >= 0 }
 
 // ParseDeviceID reads a device ID as the kubelet reports it for a GPU resource:
 //
@@ -34,7 +39,7 @@ func (r DeviceRef) Known() bool { return r.UUID != "" || r.Index >= 0 }
 //
 // Anything else is returned with Known() false.
 func ParseDeviceID(id string) DeviceRef {
-	ref := DeviceRef{Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}
+	ref := DeviceRef{Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}
 	id = strings.TrimSpace(id)
 	// Sharing replicas name the same GPU; the replica number does not matter for who holds it.
 	if base, _, ok := strings.Cut(id, "::"); ok {

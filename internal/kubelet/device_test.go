@@ -7,16 +7,16 @@ func TestParseDeviceID(t *testing.T) {
 		id   string
 		want DeviceRef
 	}{
-		{"GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", DeviceRef{UUID: "GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
-		{"GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60::7", DeviceRef{UUID: "GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
-		{"MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6", DeviceRef{UUID: "MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
-		{"MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6::1", DeviceRef{UUID: "MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
-		{"MIG-GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60/7/0", DeviceRef{UUID: "GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", Index: -1, MIGIndex: -1, GPUInstance: 7, ComputeInstance: 0}},
-		{"0", DeviceRef{Index: 0, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
-		{"3::2", DeviceRef{Index: 3, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
-		{"1:2", DeviceRef{Index: 1, MIGIndex: 2, GPUInstance: -1, ComputeInstance: -1}},
-		{"nvidia2", DeviceRef{Index: 2, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
-		{"nvidia0/vgpu3", DeviceRef{Index: 0, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1}},
+		{"GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", DeviceRef{UUID: "GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60::7", DeviceRef{UUID: "GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6", DeviceRef{UUID: "MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6::1", DeviceRef{UUID: "MIG-0c7a4d3e-1b2c-5d6e-8f90-a1b2c3d4e5f6", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"MIG-GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60/7/0", DeviceRef{UUID: "GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60", Index: -1, MIGIndex: -1, GPUInstance: 7, ComputeInstance: 0, Minor: -1}},
+		{"0", DeviceRef{Index: 0, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"3::2", DeviceRef{Index: 3, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"1:2", DeviceRef{Index: 1, MIGIndex: 2, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"nvidia2", DeviceRef{Index: 2, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"nvidia0/vgpu3", DeviceRef{Index: 0, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
 	} {
 		if got := ParseDeviceID(tc.id); got != tc.want || !got.Known() {
 			t.Errorf("ParseDeviceID(%q) = %+v, want %+v", tc.id, got, tc.want)

@@ -1,5 +1,5 @@
 // Package kubelet reads GPU allocations from the kubelet's PodResources API (v1): which container the kubelet gave
-// which GPU, time-sliced replica or MIG device. A background loop refreshes them on an interval, each call with a
+// which GPU, time-sliced replica or MIG device, through a device plugin or a DRA ResourceClaim. A background loop refreshes them on an interval, each call with a
 // deadline, so that scrapes read the latest copy and never dial the kubelet themselves.
 package kubelet
 
@@ -44,9 +44,21 @@ const (
 // Allocation is one device of one GPU resource that the kubelet allocated to one container.
 type Allocation struct {
 	Namespace, Pod, Container string
-	Resource                  string // e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb
-	DeviceID                  string // as the device plugin named it
-	Device                    DeviceRef
+	// Resource is the device plugin's resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb), or the DRA driver
+	// (gpu.nvidia.com).
+	Resource string
+	// DeviceID is the device as the device plugin, or the DRA driver (its device name), named it.
+	DeviceID string
+	Device   DeviceRef
+	// Claim is the ResourceClaim that gave the device; nil for device plugin allocations.
+	Claim *Claim
+}
+
+// Claim is where a DRA allocation comes from. Several pods may share one claim: each of their containers that
+// references it has an Allocation of its own.
+type Claim struct {
+	Name, Namespace string
+	Pool            string // the driver's pool of the device; NVIDIA's driver names it after the node
 }
 
 // Allocations is one reading of the PodResources API, restricted to the configured GPU resources.
@@ -80,6 +92,7 @@ type Client struct {
 	errors      *prometheus.CounterVec
 	allocatable *prometheus.GaugeVec
 	duration    prometheus.Gauge
+	draIgnored  *prometheus.GaugeVec
 }
 
 // New returns a Client for the endpoint. It does not connect: the first refresh does, and a kubelet that is not
@@ -142,10 +155,17 @@ func New(cfg Config) (*Client, error) {
 			Name: "gpu_pod_exporter_kubelet_refresh_duration_seconds",
 			Help: "How long the last read of the kubelet PodResources API took.",
 		}),
+		draIgnored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_dra_devices_ignored",
+			Help: "DRA devices allocated to containers in the last PodResources reading that are not read as GPU allocations, by reason: " +
+				"other_driver (not " + NVIDIADRADriver + "), vfio (a GPU passed through to a VM, which NVML does not see), " +
+				"unknown_name (a " + NVIDIADRADriver + " device name of no known form).",
+		}, []string{"reason"}),
 	}
 	for _, call := range []string{"list", "get_allocatable_resources"} {
 		c.errors.WithLabelValues(call)
 	}
+	c.setDRAIgnored(draIgnored{})
 	return c, nil
 }
 
@@ -176,6 +196,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 		c.available = false
 		c.latest = Allocations{}
 		c.up.Set(0)
+		c.draIgnored.Reset()
 		state := "down"
 		if errors.Is(err, fs.ErrNotExist) {
 			state = "no-socket"
@@ -222,6 +243,7 @@ func (c *Client) read(ctx context.Context) (Allocations, error) {
 		return Allocations{}, fmt.Errorf("listing pod resources from %s: %w", c.cfg.Endpoint, err)
 	}
 	allocs := Allocations{Time: now}
+	var ignored draIgnored
 	for _, pod := range resp.GetPodResources() {
 		for _, ctr := range pod.GetContainers() {
 			for _, dev := range ctr.GetDevices() {
@@ -235,10 +257,51 @@ func (c *Client) read(ctx context.Context) (Allocations, error) {
 					})
 				}
 			}
+			allocs.Items = dynamicAllocations(allocs.Items, pod, ctr, &ignored)
 		}
 	}
+	c.setDRAIgnored(ignored)
 	c.readAllocatable(ctx)
 	return allocs, nil
+}
+
+// draIgnored counts the DRA devices that are not GPU allocations, by reason.
+type draIgnored struct{ otherDriver, vfio, unknownName int }
+
+func (c *Client) setDRAIgnored(n draIgnored) {
+	c.draIgnored.WithLabelValues("other_driver").Set(float64(n.otherDriver))
+	c.draIgnored.WithLabelValues("vfio").Set(float64(n.vfio))
+	c.draIgnored.WithLabelValues("unknown_name").Set(float64(n.unknownName))
+}
+
+// dynamicAllocations appends the container's DRA devices (PodResources dynamic_resources, Kubernetes 1.27+, on by
+// default since 1.34) that NVIDIA's GPU driver allocated, and counts the others. A device shared with other
+// containers or pods through one claim is an allocation of each; a share of a device (share_id, consumable
+// capacity) is an allocation of the device.
+func dynamicAllocations(items []Allocation, pod *podresources.PodResources, ctr *podresources.ContainerResources, ignored *draIgnored) []Allocation {
+	for _, dr := range ctr.GetDynamicResources() {
+		for _, res := range dr.GetClaimResources() {
+			if res.GetDriverName() != NVIDIADRADriver {
+				ignored.otherDriver++
+				continue
+			}
+			ref, kind := ParseDRADeviceName(res.GetDeviceName())
+			switch kind {
+			case DRAVFIO:
+				ignored.vfio++
+				continue
+			case DRAUnknown:
+				ignored.unknownName++
+				continue
+			}
+			items = append(items, Allocation{
+				Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(),
+				Resource: res.GetDriverName(), DeviceID: res.GetDeviceName(), Device: ref,
+				Claim: &Claim{Name: dr.GetClaimName(), Namespace: dr.GetClaimNamespace(), Pool: res.GetPoolName()},
+			})
+		}
+	}
+	return items
 }
 
 // readAllocatable updates the allocatable device counts. It is informational: when it fails (kubelets before 1.23
@@ -292,6 +355,7 @@ func (c *Client) Describe(ch chan<- *prometheus.Desc) {
 	c.errors.Describe(ch)
 	c.allocatable.Describe(ch)
 	c.duration.Describe(ch)
+	c.draIgnored.Describe(ch)
 }
 
 // Collect implements prometheus.Collector for the client's self-metrics.
@@ -300,4 +364,5 @@ func (c *Client) Collect(ch chan<- prometheus.Metric) {
 	c.errors.Collect(ch)
 	c.allocatable.Collect(ch)
 	c.duration.Collect(ch)
+	c.draIgnored.Collect(ch)
 }

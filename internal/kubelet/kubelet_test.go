@@ -235,3 +235,74 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// DRA claims of the shapes NVIDIA's DRA driver allocates (device names from k8s-dra-driver-gpu
+// cmd/gpu-kubelet-plugin/deviceinfo.go and mig.go, CanonicalName), next to a device plugin GPU in the same pod:
+// a whole GPU, a MIG device, a claim shared by two pods, another driver's device, a passthrough GPU and a name of
+// no known form.
+func TestRefreshReadsDRAClaims(t *testing.T) {
+	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	shared := &fake.Claim{Name: "shared-gpu", Namespace: "ml", Pool: "node-a", UID: "6f1d2c3b-0000-4000-8000-000000000001"}
+	srv, err := fake.Start(sock, []fake.Device{
+		{Namespace: "ml", Pod: "train-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{"GPU-aaaa"}},
+		{Namespace: "ml", Pod: "train-0", Container: "trainer", Resource: "gpu.nvidia.com", IDs: []string{"gpu-1"},
+			Claim: &fake.Claim{Name: "train-0-gpu-x7k2p", Namespace: "ml", Pool: "node-a"}},
+		{Namespace: "ml", Pod: "infer-0", Container: "server", Resource: "gpu.nvidia.com", IDs: []string{"gpu-2-mig-1g10gb-19-6"},
+			Claim: &fake.Claim{Name: "infer-0-mig-4bq9z", Namespace: "ml", Pool: "node-a"}},
+		{Namespace: "ml", Pod: "web-0", Container: "app", Resource: "gpu.nvidia.com", IDs: []string{"gpu-3"}, Claim: shared},
+		{Namespace: "ml", Pod: "web-1", Container: "app", Resource: "gpu.nvidia.com", IDs: []string{"gpu-3"}, Claim: shared},
+		{Namespace: "net", Pod: "router", Container: "r", Resource: "dra.net", IDs: []string{"eth1"},
+			Claim: &fake.Claim{Name: "nic", Namespace: "net", Pool: "node-a"}},
+		{Namespace: "vm", Pod: "virt-launcher", Container: "compute", Resource: "gpu.nvidia.com", IDs: []string{"gpu-vfio-0"},
+			Claim: &fake.Claim{Name: "passthrough", Namespace: "vm", Pool: "node-a"}},
+		{Namespace: "ml", Pod: "odd", Container: "c", Resource: "gpu.nvidia.com", IDs: []string{"gpu-0-mig-something"},
+			Claim: &fake.Claim{Name: "odd", Namespace: "ml", Pool: "node-a"}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := kubelet.New(kubelet.Config{Endpoint: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.Allocations()
+	var lines []string
+	for _, a := range got.Items {
+		line := strings.Join([]string{a.Namespace, a.Pod, a.Container, a.Resource, a.DeviceID}, " ")
+		if a.Claim != nil {
+			line += fmt.Sprintf(" claim=%s/%s pool=%s minor=%d", a.Claim.Namespace, a.Claim.Name, a.Claim.Pool, a.Device.Minor)
+		}
+		if a.Device.MIG != nil {
+			line += fmt.Sprintf(" mig=%+v", *a.Device.MIG)
+		}
+		lines = append(lines, line)
+	}
+	want := []string{
+		"ml train-0 trainer nvidia.com/gpu GPU-aaaa",
+		"ml train-0 trainer gpu.nvidia.com gpu-1 claim=ml/train-0-gpu-x7k2p pool=node-a minor=1",
+		"ml infer-0 server gpu.nvidia.com gpu-2-mig-1g10gb-19-6 claim=ml/infer-0-mig-4bq9z pool=node-a minor=2 mig={Profile:1g10gb ProfileID:19 Start:6 Size:0}",
+		"ml web-0 app gpu.nvidia.com gpu-3 claim=ml/shared-gpu pool=node-a minor=3",
+		"ml web-1 app gpu.nvidia.com gpu-3 claim=ml/shared-gpu pool=node-a minor=3",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("allocations:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	for reason, want := range map[string]float64{"other_driver": 1, "vfio": 1, "unknown_name": 1} {
+		if got := metricValue(t, c, "gpu_pod_exporter_kubelet_dra_devices_ignored", `reason="`+reason+`"`); got != want {
+			t.Errorf("dra_devices_ignored{reason=%q} = %v, want %v", reason, got, want)
+		}
+	}
+	// Gone with the kubelet, like the allocations.
+	srv.Stop()
+	if err := c.Refresh(context.Background()); err == nil {
+		t.Fatal("refresh succeeded with the kubelet gone")
+	}
+	if n := testutil.CollectAndCount(c, "gpu_pod_exporter_kubelet_dra_devices_ignored"); n != 0 {
+		t.Errorf("dra_devices_ignored: %d series with the kubelet down, want none", n)
+	}
+}

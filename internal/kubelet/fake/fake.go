@@ -14,11 +14,22 @@ import (
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// Device is one allocated device of one container.
+// Device is the devices of one resource allocated to one container: by a device plugin (Resource is the resource
+// name, IDs the device IDs), or, when Claim is set, through a DRA ResourceClaim (Resource is the driver name, IDs
+// the device names).
 type Device struct {
 	Namespace, Pod, Container string
 	Resource                  string
 	IDs                       []string
+	Claim                     *Claim
+}
+
+// Claim is a ResourceClaim as PodResources reports it.
+type Claim struct {
+	Name, Namespace, Pool string
+	// UID, when set, names each device's CDI device the way NVIDIA's DRA driver does:
+	// k8s.<driver>/claim=<UID>-<device name> (cmd/gpu-kubelet-plugin/cdi.go, GetClaimDeviceName).
+	UID string
 }
 
 // Server serves PodResources v1 on a unix socket.
@@ -64,7 +75,8 @@ func (s *Server) Stop() {
 	os.Remove(s.path)
 }
 
-// List implements the PodResources v1 List call: pods in order of first appearance, their containers, devices.
+// List implements the PodResources v1 List call: pods in order of first appearance, their containers, devices and
+// dynamic resources.
 func (s *Server) List(context.Context, *podresources.ListPodResourcesRequest) (*podresources.ListPodResourcesResponse, error) {
 	s.listCalls.Add(1)
 	s.mu.Lock()
@@ -89,12 +101,25 @@ func (s *Server) List(context.Context, *podresources.ListPodResourcesRequest) (*
 			ctr = &podresources.ContainerResources{Name: d.Container}
 			pod.Containers = append(pod.Containers, ctr)
 		}
-		ctr.Devices = append(ctr.Devices, &podresources.ContainerDevices{ResourceName: d.Resource, DeviceIds: d.IDs})
+		if d.Claim == nil {
+			ctr.Devices = append(ctr.Devices, &podresources.ContainerDevices{ResourceName: d.Resource, DeviceIds: d.IDs})
+			continue
+		}
+		dr := &podresources.DynamicResource{ClaimName: d.Claim.Name, ClaimNamespace: d.Claim.Namespace}
+		for _, id := range d.IDs {
+			res := &podresources.ClaimResource{DriverName: d.Resource, PoolName: d.Claim.Pool, DeviceName: id}
+			if d.Claim.UID != "" {
+				res.CdiDevices = []*podresources.CDIDevice{{Name: "k8s." + d.Resource + "/claim=" + d.Claim.UID + "-" + id}}
+			}
+			dr.ClaimResources = append(dr.ClaimResources, res)
+		}
+		ctr.DynamicResources = append(ctr.DynamicResources, dr)
 	}
 	return resp, nil
 }
 
-// GetAllocatableResources implements the PodResources v1 call.
+// GetAllocatableResources implements the PodResources v1 call. Like the kubelet's, it reports device plugin
+// resources only: DRA devices are published in ResourceSlices, not here.
 func (s *Server) GetAllocatableResources(context.Context, *podresources.AllocatableResourcesRequest) (*podresources.AllocatableResourcesResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
