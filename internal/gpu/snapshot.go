@@ -57,7 +57,9 @@ type Device struct {
 	UUID     string // GPU-…
 	Name     string
 	PCIBusID string
-	MIGMode  MIGMode
+	// MinorNumber is the N of /dev/nvidiaN. It can differ from Index; NVIDIA's DRA driver names GPUs by it.
+	MinorNumber Value
+	MIGMode     MIGMode
 
 	MemoryTotalBytes Value
 	MemoryUsedBytes  Value
@@ -122,6 +124,15 @@ type MIGInstance struct {
 	Profile          string // e.g. 1g.10gb
 	MemoryTotalBytes Value
 	MemoryUsedBytes  Value
+	// Placement is where the GPU instance sits on its GPU, by which NVIDIA's DRA driver names MIG devices; nil
+	// when the source cannot read it (nvidia-smi does not print it).
+	Placement *MIGPlacement
+}
+
+// MIGPlacement is a GPU instance's profile and the memory slices it occupies (NVML's nvmlGpuInstanceInfo_t).
+type MIGPlacement struct {
+	ProfileID   int // GPU instance profile ID, as nvidia-smi mig -lgip lists it
+	Start, Size int // first memory slice, number of slices
 }
 
 // Process types as SPEC names them.
@@ -174,6 +185,7 @@ const (
 	OpCUDAVersion        Operation = "cuda_version"
 	OpName               Operation = "name"
 	OpPCI                Operation = "pci"
+	OpMinorNumber        Operation = "minor_number"
 	OpMIGMode            Operation = "mig_mode"
 	OpMIG                Operation = "mig" // MIG instances: listing them or reading one
 	OpMIGMemory          Operation = "mig_memory"

@@ -60,6 +60,7 @@ type xmlGPU struct {
 	ProductName      string          `xml:"product_name"`
 	UUID             string          `xml:"uuid"`
 	PCIBusID         string          `xml:"pci>pci_bus_id"`
+	MinorNumber      string          `xml:"minor_number"`
 	CurrentMIG       string          `xml:"mig_mode>current_mig"`
 	MIGDevices       []xmlMIGDevice  `xml:"mig_devices>mig_device"`
 	FanSpeed         string          `xml:"fan_speed"`
@@ -198,6 +199,8 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 		Name:     text(x.ProductName),
 		PCIBusID: firstNonEmpty(text(x.PCIBusID), text(x.ID)),
 		MIGMode:  migMode(x.CurrentMIG),
+
+		MinorNumber: minorNumber(x.MinorNumber),
 
 		MemoryTotalBytes: bytesValue(x.FBMemory.Total),
 		MemoryUsedBytes:  bytesValue(x.FBMemory.Used),
@@ -575,6 +578,14 @@ func pstate(s string) gpu.Value {
 		return gpu.Value{}
 	}
 	return gpu.Known(float64(n))
+}
+
+// minorNumber parses <minor_number>, N/A on Windows.
+func minorNumber(s string) gpu.Value {
+	if n, ok := instanceID(s); ok {
+		return gpu.Known(float64(n))
+	}
+	return gpu.Value{}
 }
 
 // instanceID parses a MIG GPU or compute instance id; N/A (not MIG) and anything else yields false.

@@ -64,6 +64,7 @@ func render(s *gpu.Snapshot) string {
 	for _, d := range s.Devices {
 		fmt.Fprintf(&b, "\ndevice %d\n", d.Index)
 		fmt.Fprintf(&b, "  uuid %q\n  name %q\n  pci_bus_id %q\n  mig_mode %q\n", d.UUID, d.Name, d.PCIBusID, d.MIGMode)
+		fmt.Fprintf(&b, "  minor_number %s\n", value(d.MinorNumber, false))
 		for _, f := range []struct {
 			name string
 			v    gpu.Value

@@ -99,6 +99,7 @@ func (r *deviceReader) readIdentity(h gonvml.Device, d *gpu.Device) {
 	if r.lost != nil {
 		return
 	}
+	d.MinorNumber = readValue(r, gpu.OpMinorNumber, 1, h.GetMinorNumber)
 	// NOT_SUPPORTED (GPUs before Ampere) leaves MIGMode empty, which SPEC reads as "no MIG".
 	if current, _, ret := h.GetMigMode(); r.ok(gpu.OpMIGMode, ret) {
 		d.MIGMode = gpu.MIGDisabled

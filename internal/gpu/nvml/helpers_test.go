@@ -38,6 +38,7 @@ func stubDevice(d *mock.Device, uuid string) *mock.Device {
 		return p, gonvml.SUCCESS
 	})
 	setIfNil(&d.GetMigModeFunc, func() (int, int, gonvml.Return) { return 0, 0, gonvml.SUCCESS })
+	setIfNil(&d.GetMinorNumberFunc, func() (int, gonvml.Return) { return 0, gonvml.SUCCESS })
 	setIfNil(&d.GetMemoryInfo_v2Func, func() (gonvml.Memory_v2, gonvml.Return) {
 		return gonvml.Memory_v2{Total: 80 * gib, Reserved: gib / 2, Used: 2 * gib, Free: 77*gib + gib/2}, gonvml.SUCCESS
 	})

@@ -39,7 +39,7 @@ func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, ha
 			complete = false
 			continue
 		}
-		inst, ok := r.readMIGDevice(m)
+		inst, ok := r.readMIGDevice(h, m)
 		if !ok {
 			complete = false
 			continue
@@ -52,7 +52,7 @@ func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, ha
 
 // readMIGDevice reads one MIG device. Its failures are all reported as operation "mig", so that the operation
 // names stay a short fixed list.
-func (r *deviceReader) readMIGDevice(m gonvml.Device) (gpu.MIGInstance, bool) {
+func (r *deviceReader) readMIGDevice(parent, m gonvml.Device) (gpu.MIGInstance, bool) {
 	const op = gpu.OpMIG
 	uuid, ret := m.GetUUID()
 	if !r.ok(op, ret) {
@@ -68,8 +68,27 @@ func (r *deviceReader) readMIGDevice(m gonvml.Device) (gpu.MIGInstance, bool) {
 	}
 	inst := gpu.MIGInstance{UUID: uuid, GPUInstance: gi, ComputeInstance: ci}
 	inst.Profile = r.migProfile(m, op)
+	inst.Placement = r.migPlacement(parent, gi)
 	inst.MemoryTotalBytes, inst.MemoryUsedBytes, _ = r.readMemory(m, gpu.OpMIGMemory)
 	return inst, true
+}
+
+// migPlacement reads the GPU instance's profile ID and memory slices, by which NVIDIA's DRA driver names MIG
+// devices. NVML lets only privileged users look up GPU instances: NO_PERMISSION leaves the placement unknown
+// without an error, as an unsupported value does.
+func (r *deviceReader) migPlacement(parent gonvml.Device, gi int) *gpu.MIGPlacement {
+	if r.lost != nil {
+		return nil
+	}
+	h, ret := parent.GetGpuInstanceById(gi)
+	if ret == gonvml.ERROR_NO_PERMISSION || !r.ok(gpu.OpMIG, ret) {
+		return nil
+	}
+	info, ret := h.GetInfo()
+	if ret == gonvml.ERROR_NO_PERMISSION || !r.ok(gpu.OpMIG, ret) {
+		return nil
+	}
+	return &gpu.MIGPlacement{ProfileID: int(info.ProfileId), Start: int(info.Placement.Start), Size: int(info.Placement.Size)}
 }
 
 // migProfile names the MIG device's profile. NVML names a MIG device "<GPU name> MIG <profile>", e.g. "NVIDIA H100

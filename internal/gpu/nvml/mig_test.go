@@ -39,6 +39,12 @@ func newMIGParent(slots ...gonvml.Device) *mock.Device {
 		return gonvml.Utilization{}, gonvml.ERROR_NOT_SUPPORTED
 	}
 	dev.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 7, gonvml.SUCCESS }
+	// GPU instance n sits at memory slice n, one slice wide, of the 1g.10gb profile (ID 19).
+	dev.GetGpuInstanceByIdFunc = func(id int) (gonvml.GpuInstance, gonvml.Return) {
+		return &mock.GpuInstance{GetInfoFunc: func() (gonvml.GpuInstanceInfo, gonvml.Return) {
+			return gonvml.GpuInstanceInfo{Id: uint32(id), ProfileId: 19, Placement: gonvml.GpuInstancePlacement{Start: uint32(id), Size: 1}}, gonvml.SUCCESS
+		}}, gonvml.SUCCESS
+	}
 	dev.GetMigDeviceHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
 		switch {
 		case i < len(slots) && slots[i] != nil:
@@ -90,6 +96,9 @@ func TestMIGInstancesAndTheirProcesses(t *testing.T) {
 		if got.UUID != w.UUID || got.GPUInstance != w.GPUInstance || got.ComputeInstance != w.ComputeInstance || got.Profile != w.Profile {
 			t.Errorf("MIG %d = %+v, want %+v", i, got, w)
 		}
+	}
+	if p := d.MIG[1].Placement; p == nil || *p != (gpu.MIGPlacement{ProfileID: 19, Start: 2, Size: 1}) {
+		t.Errorf("MIG-b placement = %+v, want profile 19 at slice 2, size 1", p)
 	}
 	wantValue(t, "MIG-a memory total", d.MIG[0].MemoryTotalBytes, 40*gib)
 	wantValue(t, "MIG-a memory used", d.MIG[0].MemoryUsedBytes, 5*gib)
@@ -190,4 +199,25 @@ func TestMIGProcessesFromParentWhenPerInstanceUnsupported(t *testing.T) {
 			t.Errorf("process %d = %+v, want MIG %v GI %d CI %d", i, p, w.mig, w.gi, w.ci)
 		}
 	}
+}
+
+// NVML gives GPU instances to privileged users only: without the privilege the placement is unknown, quietly.
+func TestMIGPlacementNeedsPrivilege(t *testing.T) {
+	parent := newMIGParent(newMIGDevice("MIG-a", 1, 0, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10*gib, 0))
+	parent.GetGpuInstanceByIdFunc = func(int) (gonvml.GpuInstance, gonvml.Return) { return nil, gonvml.ERROR_NO_PERMISSION }
+	snap := snapshot(t, newSource(t, newLibrary(parent)))
+	wantNoErrors(t, snap)
+	if d := deviceByUUID(t, snap, "GPU-MIG"); len(d.MIG) != 1 || d.MIG[0].Placement != nil {
+		t.Errorf("MIG = %+v, want one instance without placement", d.MIG)
+	}
+}
+
+// The minor number is read, and it is not the index: NVIDIA's DRA driver names GPUs by it.
+func TestMinorNumber(t *testing.T) {
+	dev0, dev1 := newDevice("GPU-0"), newDevice("GPU-1")
+	dev0.GetMinorNumberFunc = func() (int, gonvml.Return) { return 3, gonvml.SUCCESS }
+	dev1.GetMinorNumberFunc = func() (int, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
+	snap := snapshot(t, newSource(t, newLibrary(dev0, dev1)))
+	wantValue(t, "GPU 0 minor number", deviceByUUID(t, snap, "GPU-0").MinorNumber, 3)
+	wantAbsent(t, "GPU 1 minor number", deviceByUUID(t, snap, "GPU-1").MinorNumber)
 }
