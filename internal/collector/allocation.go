@@ -23,14 +23,19 @@ type allocationMetrics struct {
 	unmapped                     *prometheus.Desc
 }
 
-var allocationLabels = []string{"gpu", "uuid", "gpu_instance", "compute_instance", "namespace", "pod", "container", "resource"}
+// The dra_* labels are dcgm-exporter's, so that queries over its DRA series carry over; they are empty for device
+// plugin allocations.
+var allocationLabels = []string{"gpu", "uuid", "gpu_instance", "compute_instance", "namespace", "pod", "container", "resource",
+	"dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name"}
 
 func newAllocationMetrics(source AllocationSource) *allocationMetrics {
 	return &allocationMetrics{
 		source: source,
 		info: prometheus.NewDesc("gpu_allocation_info",
-			"GPU or MIG device that the kubelet allocated to the container (PodResources API); always 1. "+
-				"gpu_instance and compute_instance are empty unless the device is a MIG instance.",
+			"GPU or MIG device that the kubelet allocated to the container (PodResources API), through a device plugin "+
+				"or a DRA ResourceClaim; always 1. gpu_instance and compute_instance are empty unless the device is a MIG "+
+				"instance; resource is the device plugin resource or the DRA driver; the dra_* labels are empty for "+
+				"device plugin allocations.",
 			allocationLabels, nil),
 		processes: prometheus.NewDesc("gpu_allocation_processes",
 			"Processes of the allocated pod on the allocated GPU or MIG device; 0 means allocated and idle. "+
@@ -41,8 +46,9 @@ func newAllocationMetrics(source AllocationSource) *allocationMetrics {
 				"(NVIDIA_VISIBLE_DEVICES=all, privileged pods). Only while the kubelet's allocations are known.",
 			[]string{"gpu", "uuid", "gpu_instance", "compute_instance", "namespace", "pod", "container"}, nil),
 		unmapped: prometheus.NewDesc("gpu_pod_exporter_kubelet_unmapped_devices",
-			"Allocated GPU device IDs that match no GPU or MIG device of the current reading (unknown ID format, or a GPU "+
-				"that could not be read). Their pods get no gpu_unrequested_use series.",
+			"Allocated GPU device IDs and DRA device names that match no GPU or MIG device of the current reading (unknown "+
+				"ID format, a GPU that could not be read, a MIG device whose placement is unknown). Their pods get no "+
+				"gpu_unrequested_use series.",
 			nil, nil),
 	}
 }
@@ -75,18 +81,22 @@ func (t target) instanceLabels() (string, string) {
 	return itoa(t.gi), itoa(t.ci)
 }
 
-// devices indexes one snapshot's GPUs and MIG instances by the names device plugins use.
+// devices indexes one snapshot's GPUs and MIG instances by the names device plugins and DRA drivers use.
 type devices struct {
 	byUUID  map[string]target
 	byIndex map[int]*gpu.Device
+	byMinor map[int]*gpu.Device
 }
 
 func indexDevices(snap *gpu.Snapshot) devices {
-	ds := devices{byUUID: make(map[string]target), byIndex: make(map[int]*gpu.Device)}
+	ds := devices{byUUID: make(map[string]target), byIndex: make(map[int]*gpu.Device), byMinor: make(map[int]*gpu.Device)}
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
 		ds.byUUID[d.UUID] = target{dev: d, gi: -1, ci: -1}
 		ds.byIndex[d.Index] = d
+		if d.MinorNumber.Valid {
+			ds.byMinor[int(d.MinorNumber.V)] = d
+		}
 		for _, mig := range d.MIG {
 			ds.byUUID[mig.UUID] = target{dev: d, gi: mig.GPUInstance, ci: mig.ComputeInstance}
 		}
@@ -97,6 +107,15 @@ func indexDevices(snap *gpu.Snapshot) devices {
 // resolve finds the device an allocated device ID names.
 func (ds devices) resolve(ref kubelet.DeviceRef) (target, bool) {
 	switch {
+	case ref.Minor >= 0:
+		d, ok := ds.byMinor[ref.Minor]
+		if !ok {
+			return target{}, false
+		}
+		if ref.MIG == nil {
+			return target{dev: d, gi: -1, ci: -1}, true
+		}
+		return resolvePlacement(d, *ref.MIG)
 	case ref.UUID != "":
 		t, ok := ds.byUUID[ref.UUID]
 		if ok && ref.GPUInstance >= 0 {
@@ -122,11 +141,32 @@ func (ds devices) resolve(ref kubelet.DeviceRef) (target, bool) {
 	return target{}, false
 }
 
+// resolvePlacement finds the MIG instance of d that a DRA device name places: by the GPU instance's profile ID and
+// memory slices where the source read them, else by the profile name. Exactly one instance must match; a GPU
+// instance split into several compute instances, or two instances of one profile without placements, stay unmapped
+// rather than guessed.
+func resolvePlacement(d *gpu.Device, want kubelet.MIGPlacement) (target, bool) {
+	found, n := target{}, 0
+	for _, mig := range d.MIG {
+		var match bool
+		if p := mig.Placement; p != nil {
+			match = p.ProfileID == want.ProfileID && p.Start == want.Start && (want.Size == 0 || p.Size == want.Size)
+		} else {
+			match = want.Profile != "" && kubelet.DRAProfile(mig.Profile) == want.Profile
+		}
+		if match {
+			found, n = target{dev: d, gi: mig.GPUInstance, ci: mig.ComputeInstance}, n+1
+		}
+	}
+	return found, n == 1
+}
+
 type podKey struct{ namespace, pod string }
 
 type allocKey struct {
 	gpu, gi, ci                         int
 	namespace, pod, container, resource string
+	claim                               kubelet.Claim
 }
 
 func (m *allocationMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
@@ -148,13 +188,19 @@ func (m *allocationMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result
 			continue
 		}
 		held[pk] = append(held[pk], t)
-		key := allocKey{t.dev.Index, t.gi, t.ci, a.Namespace, a.Pod, a.Container, a.Resource}
+		key := allocKey{t.dev.Index, t.gi, t.ci, a.Namespace, a.Pod, a.Container, a.Resource, kubelet.Claim{}}
+		var claimName, claimNamespace, driver, pool, device string
+		if c := a.Claim; c != nil {
+			key.claim = *c
+			claimName, claimNamespace, driver, pool, device = c.Name, c.Namespace, a.Resource, c.Pool, a.DeviceID
+		}
 		if seen[key] {
 			continue
 		}
 		seen[key] = true
 		gi, ci := t.instanceLabels()
-		values := []string{itoa(t.dev.Index), t.dev.UUID, gi, ci, a.Namespace, a.Pod, a.Container, a.Resource}
+		values := []string{itoa(t.dev.Index), t.dev.UUID, gi, ci, a.Namespace, a.Pod, a.Container, a.Resource,
+			claimName, claimNamespace, driver, pool, device}
 		gauge(ch, m.info, 1, values...)
 		if t.dev.ProcessesListed {
 			gauge(ch, m.processes, float64(m.podProcesses(r, t, pk)), values...)

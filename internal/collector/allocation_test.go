@@ -78,26 +78,26 @@ func TestAllocationsAndSignals(t *testing.T) {
 	snap, owners, allocs := allocationNode()
 	reg := registry(t, fixedSource{snap}, owners, Options{Allocations: fixedAllocations{allocs, true}})
 	want := `
-# HELP gpu_allocation_info GPU or MIG device that the kubelet allocated to the container (PodResources API); always 1. gpu_instance and compute_instance are empty unless the device is a MIG instance.
+# HELP gpu_allocation_info GPU or MIG device that the kubelet allocated to the container (PodResources API), through a device plugin or a DRA ResourceClaim; always 1. gpu_instance and compute_instance are empty unless the device is a MIG instance; resource is the device plugin resource or the DRA driver; the dra_* labels are empty for device plugin allocations.
 # TYPE gpu_allocation_info gauge
-gpu_allocation_info{compute_instance="",container="c",gpu="1",gpu_instance="",namespace="ml",pod="idx",resource="nvidia.com/gpu",uuid="GPU-1"} 1
-gpu_allocation_info{compute_instance="",container="c",gpu="2",gpu_instance="",namespace="ml",pod="idle",resource="nvidia.com/gpu",uuid="GPU-2"} 1
-gpu_allocation_info{compute_instance="",container="c",gpu="4",gpu_instance="",namespace="ml",pod="blind",resource="nvidia.com/gpu",uuid="GPU-4"} 1
-gpu_allocation_info{compute_instance="",container="s",gpu="0",gpu_instance="",namespace="ml",pod="share",resource="nvidia.com/gpu",uuid="GPU-0"} 1
-gpu_allocation_info{compute_instance="",container="trainer",gpu="0",gpu_instance="",namespace="ml",pod="train",resource="nvidia.com/gpu",uuid="GPU-0"} 1
-gpu_allocation_info{compute_instance="0",container="server",gpu="3",gpu_instance="1",namespace="ml",pod="infer",resource="nvidia.com/mig-1g.10gb",uuid="GPU-3"} 1
+gpu_allocation_info{compute_instance="",container="c",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="1",gpu_instance="",namespace="ml",pod="idx",resource="nvidia.com/gpu",uuid="GPU-1"} 1
+gpu_allocation_info{compute_instance="",container="c",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="2",gpu_instance="",namespace="ml",pod="idle",resource="nvidia.com/gpu",uuid="GPU-2"} 1
+gpu_allocation_info{compute_instance="",container="c",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="4",gpu_instance="",namespace="ml",pod="blind",resource="nvidia.com/gpu",uuid="GPU-4"} 1
+gpu_allocation_info{compute_instance="",container="s",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="0",gpu_instance="",namespace="ml",pod="share",resource="nvidia.com/gpu",uuid="GPU-0"} 1
+gpu_allocation_info{compute_instance="",container="trainer",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="0",gpu_instance="",namespace="ml",pod="train",resource="nvidia.com/gpu",uuid="GPU-0"} 1
+gpu_allocation_info{compute_instance="0",container="server",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="3",gpu_instance="1",namespace="ml",pod="infer",resource="nvidia.com/mig-1g.10gb",uuid="GPU-3"} 1
 # HELP gpu_allocation_processes Processes of the allocated pod on the allocated GPU or MIG device; 0 means allocated and idle. Processes of pods whose names are not known yet count for every allocation of their GPU.
 # TYPE gpu_allocation_processes gauge
-gpu_allocation_processes{compute_instance="",container="c",gpu="1",gpu_instance="",namespace="ml",pod="idx",resource="nvidia.com/gpu",uuid="GPU-1"} 1
-gpu_allocation_processes{compute_instance="",container="c",gpu="2",gpu_instance="",namespace="ml",pod="idle",resource="nvidia.com/gpu",uuid="GPU-2"} 0
-gpu_allocation_processes{compute_instance="",container="s",gpu="0",gpu_instance="",namespace="ml",pod="share",resource="nvidia.com/gpu",uuid="GPU-0"} 0
-gpu_allocation_processes{compute_instance="",container="trainer",gpu="0",gpu_instance="",namespace="ml",pod="train",resource="nvidia.com/gpu",uuid="GPU-0"} 1
-gpu_allocation_processes{compute_instance="0",container="server",gpu="3",gpu_instance="1",namespace="ml",pod="infer",resource="nvidia.com/mig-1g.10gb",uuid="GPU-3"} 1
+gpu_allocation_processes{compute_instance="",container="c",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="1",gpu_instance="",namespace="ml",pod="idx",resource="nvidia.com/gpu",uuid="GPU-1"} 1
+gpu_allocation_processes{compute_instance="",container="c",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="2",gpu_instance="",namespace="ml",pod="idle",resource="nvidia.com/gpu",uuid="GPU-2"} 0
+gpu_allocation_processes{compute_instance="",container="s",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="0",gpu_instance="",namespace="ml",pod="share",resource="nvidia.com/gpu",uuid="GPU-0"} 0
+gpu_allocation_processes{compute_instance="",container="trainer",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="0",gpu_instance="",namespace="ml",pod="train",resource="nvidia.com/gpu",uuid="GPU-0"} 1
+gpu_allocation_processes{compute_instance="0",container="server",dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name="",gpu="3",gpu_instance="1",namespace="ml",pod="infer",resource="nvidia.com/mig-1g.10gb",uuid="GPU-3"} 1
 # HELP gpu_unrequested_use 1 for a Kubernetes container with processes on a GPU or MIG device that no kubelet allocation gives its pod (NVIDIA_VISIBLE_DEVICES=all, privileged pods). Only while the kubelet's allocations are known.
 # TYPE gpu_unrequested_use gauge
 gpu_unrequested_use{compute_instance="",container="trainer",gpu="1",gpu_instance="",namespace="ml",pod="train",uuid="GPU-1"} 1
 gpu_unrequested_use{compute_instance="0",container="server",gpu="3",gpu_instance="2",namespace="ml",pod="infer",uuid="GPU-3"} 1
-# HELP gpu_pod_exporter_kubelet_unmapped_devices Allocated GPU device IDs that match no GPU or MIG device of the current reading (unknown ID format, or a GPU that could not be read). Their pods get no gpu_unrequested_use series.
+# HELP gpu_pod_exporter_kubelet_unmapped_devices Allocated GPU device IDs and DRA device names that match no GPU or MIG device of the current reading (unknown ID format, a GPU that could not be read, a MIG device whose placement is unknown). Their pods get no gpu_unrequested_use series.
 # TYPE gpu_pod_exporter_kubelet_unmapped_devices gauge
 gpu_pod_exporter_kubelet_unmapped_devices 1
 # HELP gpu_workloads Distinct workloads (pod container, container, Slurm job or service; one identity of gpu_workload_processes) with processes on the GPU, MIG instances included. Absent when the process list could not be read.
@@ -167,6 +167,133 @@ func TestResolveDeviceIDs(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s resolves to %s, want %s", id, got, want)
+		}
+	}
+}
+
+// draAlloc is an allocation as the kubelet package reads it from a DRA claim of NVIDIA's driver.
+func draAlloc(ns, pod, ctr, claim, device string) kubelet.Allocation {
+	ref, _ := kubelet.ParseDRADeviceName(device)
+	return kubelet.Allocation{Namespace: ns, Pod: pod, Container: ctr, Resource: kubelet.NVIDIADRADriver, DeviceID: device,
+		Device: ref, Claim: &kubelet.Claim{Name: claim, Namespace: ns, Pool: "node-a"}}
+}
+
+// A node whose GPUs are allocated through DRA, next to a device plugin GPU. Device names are those of NVIDIA's DRA
+// driver (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin deviceinfo.go, mig.go: gpu-<minor>,
+// gpu-<minor>-mig-<profile>-<profileID>-<start>), and minor numbers differ from indices as they may on real nodes.
+func TestDRAAllocationsAndSignals(t *testing.T) {
+	proc := func(pid uint32) gpu.Process { return gpu.Process{PID: pid, Type: gpu.ProcessCompute} }
+	migProc := func(pid uint32, gi, ci int) gpu.Process {
+		return gpu.Process{PID: pid, Type: gpu.ProcessCompute, MIG: true, GPUInstance: gi, ComputeInstance: ci}
+	}
+	snap := &gpu.Snapshot{Devices: []gpu.Device{
+		// GPU 0 (minor 1): device plugin, busy.
+		{Index: 0, UUID: "GPU-0", MinorNumber: gpu.Known(1), ProcessesListed: true, Processes: []gpu.Process{proc(1), proc(6)}},
+		// GPU 1 (minor 0): a DRA whole GPU, busy; train also runs on GPU 0 without a request.
+		{Index: 1, UUID: "GPU-1", MinorNumber: gpu.Known(0), ProcessesListed: true, Processes: []gpu.Process{proc(2)}},
+		// GPU 2 (minor 2): MIG; infer's claim holds the instance at slice 6 (GI 5) and it also runs on GI 3.
+		{Index: 2, UUID: "GPU-2", MinorNumber: gpu.Known(2), MIGMode: "enabled", ProcessesListed: true,
+			MIG: []gpu.MIGInstance{
+				{UUID: "MIG-c", GPUInstance: 3, ComputeInstance: 0, Profile: "1g.10gb", Placement: &gpu.MIGPlacement{ProfileID: 19, Start: 4, Size: 1}},
+				{UUID: "MIG-d", GPUInstance: 5, ComputeInstance: 0, Profile: "1g.10gb", Placement: &gpu.MIGPlacement{ProfileID: 19, Start: 6, Size: 1}},
+			},
+			Processes: []gpu.Process{migProc(3, 5, 0), migProc(4, 3, 0)}},
+		// GPU 3 (minor 3): one claim shared by web-0 (busy) and web-1 (idle), time-sliced by the claim's config.
+		{Index: 3, UUID: "GPU-3", MinorNumber: gpu.Known(3), ProcessesListed: true, Processes: []gpu.Process{proc(5)}},
+	}}
+	owners := fixedOwners{
+		1: podOwner("ml", "dp", "c"),
+		2: podOwner("ml", "train", "trainer"),
+		3: podOwner("ml", "infer", "server"),
+		4: podOwner("ml", "infer", "server"),
+		5: podOwner("ml", "web-0", "app"),
+		6: podOwner("ml", "train", "trainer"),
+	}
+	allocs := []kubelet.Allocation{
+		alloc("ml", "dp", "c", "nvidia.com/gpu", "GPU-0"),
+		draAlloc("ml", "train", "trainer", "train-gpu", "gpu-0"),
+		draAlloc("ml", "infer", "server", "infer-mig", "gpu-2-mig-1g10gb-19-6"),
+		draAlloc("ml", "web-0", "app", "shared-gpu", "gpu-3"),
+		draAlloc("ml", "web-1", "app", "shared-gpu", "gpu-3"),
+		// No GPU has minor 9: unmapped, and ghost's use is not called unrequested.
+		draAlloc("ml", "ghost", "g", "ghost-gpu", "gpu-9"),
+	}
+	reg := registry(t, fixedSource{snap}, owners, Options{Allocations: fixedAllocations{allocs, true}})
+	const dp = `dra_claim_name="",dra_claim_namespace="",dra_device_name="",dra_driver_name="",dra_pool_name=""`
+	want := `
+# HELP gpu_allocation_info GPU or MIG device that the kubelet allocated to the container (PodResources API), through a device plugin or a DRA ResourceClaim; always 1. gpu_instance and compute_instance are empty unless the device is a MIG instance; resource is the device plugin resource or the DRA driver; the dra_* labels are empty for device plugin allocations.
+# TYPE gpu_allocation_info gauge
+gpu_allocation_info{compute_instance="",container="app",dra_claim_name="shared-gpu",dra_claim_namespace="ml",dra_device_name="gpu-3",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="3",gpu_instance="",namespace="ml",pod="web-0",resource="gpu.nvidia.com",uuid="GPU-3"} 1
+gpu_allocation_info{compute_instance="",container="app",dra_claim_name="shared-gpu",dra_claim_namespace="ml",dra_device_name="gpu-3",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="3",gpu_instance="",namespace="ml",pod="web-1",resource="gpu.nvidia.com",uuid="GPU-3"} 1
+gpu_allocation_info{compute_instance="",container="c",` + dp + `,gpu="0",gpu_instance="",namespace="ml",pod="dp",resource="nvidia.com/gpu",uuid="GPU-0"} 1
+gpu_allocation_info{compute_instance="",container="trainer",dra_claim_name="train-gpu",dra_claim_namespace="ml",dra_device_name="gpu-0",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="1",gpu_instance="",namespace="ml",pod="train",resource="gpu.nvidia.com",uuid="GPU-1"} 1
+gpu_allocation_info{compute_instance="0",container="server",dra_claim_name="infer-mig",dra_claim_namespace="ml",dra_device_name="gpu-2-mig-1g10gb-19-6",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="2",gpu_instance="5",namespace="ml",pod="infer",resource="gpu.nvidia.com",uuid="GPU-2"} 1
+# HELP gpu_allocation_processes Processes of the allocated pod on the allocated GPU or MIG device; 0 means allocated and idle. Processes of pods whose names are not known yet count for every allocation of their GPU.
+# TYPE gpu_allocation_processes gauge
+gpu_allocation_processes{compute_instance="",container="app",dra_claim_name="shared-gpu",dra_claim_namespace="ml",dra_device_name="gpu-3",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="3",gpu_instance="",namespace="ml",pod="web-0",resource="gpu.nvidia.com",uuid="GPU-3"} 1
+gpu_allocation_processes{compute_instance="",container="app",dra_claim_name="shared-gpu",dra_claim_namespace="ml",dra_device_name="gpu-3",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="3",gpu_instance="",namespace="ml",pod="web-1",resource="gpu.nvidia.com",uuid="GPU-3"} 0
+gpu_allocation_processes{compute_instance="",container="c",` + dp + `,gpu="0",gpu_instance="",namespace="ml",pod="dp",resource="nvidia.com/gpu",uuid="GPU-0"} 1
+gpu_allocation_processes{compute_instance="",container="trainer",dra_claim_name="train-gpu",dra_claim_namespace="ml",dra_device_name="gpu-0",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="1",gpu_instance="",namespace="ml",pod="train",resource="gpu.nvidia.com",uuid="GPU-1"} 1
+gpu_allocation_processes{compute_instance="0",container="server",dra_claim_name="infer-mig",dra_claim_namespace="ml",dra_device_name="gpu-2-mig-1g10gb-19-6",dra_driver_name="gpu.nvidia.com",dra_pool_name="node-a",gpu="2",gpu_instance="5",namespace="ml",pod="infer",resource="gpu.nvidia.com",uuid="GPU-2"} 1
+# HELP gpu_pod_exporter_kubelet_unmapped_devices Allocated GPU device IDs and DRA device names that match no GPU or MIG device of the current reading (unknown ID format, a GPU that could not be read, a MIG device whose placement is unknown). Their pods get no gpu_unrequested_use series.
+# TYPE gpu_pod_exporter_kubelet_unmapped_devices gauge
+gpu_pod_exporter_kubelet_unmapped_devices 1
+# HELP gpu_unrequested_use 1 for a Kubernetes container with processes on a GPU or MIG device that no kubelet allocation gives its pod (NVIDIA_VISIBLE_DEVICES=all, privileged pods). Only while the kubelet's allocations are known.
+# TYPE gpu_unrequested_use gauge
+gpu_unrequested_use{compute_instance="",container="trainer",gpu="0",gpu_instance="",namespace="ml",pod="train",uuid="GPU-0"} 1
+gpu_unrequested_use{compute_instance="0",container="server",gpu="2",gpu_instance="3",namespace="ml",pod="infer",uuid="GPU-2"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_allocation_info", "gpu_allocation_processes",
+		"gpu_unrequested_use", "gpu_pod_exporter_kubelet_unmapped_devices"); err != nil {
+		t.Error(err)
+	}
+}
+
+// DRA device names resolve through the minor number, and MIG devices through their placement, or their profile
+// where the source has no placement and the profile is unique on the GPU. Nothing else is guessed.
+func TestResolveDRADeviceNames(t *testing.T) {
+	p := func(id, start, size int) *gpu.MIGPlacement {
+		return &gpu.MIGPlacement{ProfileID: id, Start: start, Size: size}
+	}
+	snap := &gpu.Snapshot{Devices: []gpu.Device{
+		{Index: 0, UUID: "GPU-0", MinorNumber: gpu.Known(2)},
+		{Index: 1, UUID: "GPU-1"}, // minor unknown
+		// With placements (NVML as a privileged user).
+		{Index: 2, UUID: "GPU-2", MinorNumber: gpu.Known(0), MIG: []gpu.MIGInstance{
+			{UUID: "MIG-a", GPUInstance: 7, ComputeInstance: 0, Profile: "1g.10gb", Placement: p(19, 0, 1)},
+			{UUID: "MIG-b", GPUInstance: 8, ComputeInstance: 0, Profile: "1g.10gb", Placement: p(19, 1, 1)},
+			{UUID: "MIG-c", GPUInstance: 1, ComputeInstance: 0, Profile: "3g.40gb", Placement: p(9, 4, 4)},
+			// One GPU instance split into two compute instances: its placement names neither alone.
+			{UUID: "MIG-d", GPUInstance: 2, ComputeInstance: 0, Profile: "1c.2g.20gb", Placement: p(14, 2, 2)},
+			{UUID: "MIG-e", GPUInstance: 2, ComputeInstance: 1, Profile: "1c.2g.20gb", Placement: p(14, 2, 2)},
+		}},
+		// Without placements (nvidia-smi, or NVML unprivileged): by profile, when it is unique.
+		{Index: 3, UUID: "GPU-3", MinorNumber: gpu.Known(1), MIG: []gpu.MIGInstance{
+			{UUID: "MIG-f", GPUInstance: 3, ComputeInstance: 0, Profile: "3g.40gb"},
+			{UUID: "MIG-g", GPUInstance: 9, ComputeInstance: 0, Profile: "1g.10gb"},
+			{UUID: "MIG-h", GPUInstance: 10, ComputeInstance: 0, Profile: "1g.10gb"},
+			{UUID: "MIG-i", GPUInstance: 11, ComputeInstance: 0, Profile: "1g.10gb+me"},
+		}},
+	}}
+	ds := indexDevices(snap)
+	for name, want := range map[string]string{
+		"gpu-2": "0//", "gpu-0": "2//", "gpu-1": "3//",
+		"gpu-0-mig-1g10gb-19-1": "2/8/0", "gpu-0-mig-19-1-1": "2/8/0", "gpu-0-mig-3g40gb-9-4": "2/1/0",
+		"gpu-0-mig-9-4-4":      "2/1/0",
+		"gpu-1-mig-3g40gb-9-4": "3/3/0", "gpu-1-mig-1g10gb-me-20-6": "3/11/0",
+		// Unknown minor, no such placement, a size that differs, a split GPU instance, a profile twice, no
+		// placement and no profile (older names on nvidia-smi).
+		"gpu-5": "unmapped", "gpu-0-mig-1g10gb-19-2": "unmapped", "gpu-0-mig-9-4-3": "unmapped",
+		"gpu-0-mig-1c2g20gb-14-2": "unmapped", "gpu-1-mig-1g10gb-19-0": "unmapped", "gpu-1-mig-9-4-4": "unmapped",
+	} {
+		ref, _ := kubelet.ParseDRADeviceName(name)
+		got := "unmapped"
+		if t2, ok := ds.resolve(ref); ok {
+			gi, ci := t2.instanceLabels()
+			got = itoa(t2.dev.Index) + "/" + gi + "/" + ci
+		}
+		if got != want {
+			t.Errorf("%s resolves to %s, want %s", name, got, want)
 		}
 	}
 }
