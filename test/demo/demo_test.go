@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,8 +57,9 @@ func TestDemoServesEveryFamilyAndPassesPromtool(t *testing.T) {
 		}
 	}
 	// Identity labels from the demo node, with no container runtime on this machine.
-	// The demo's simulated kubelet allocations: one pod uses a GPU it never requested, one holds a GPU idle.
-	var unrequested, idle []string
+	// The demo's simulated kubelet allocations: one pod uses a GPU it never requested; one holds a GPU idle through
+	// the device plugin, one through a DRA claim; the DRA claim of a MIG device is in use.
+	var unrequested, idle, dra []string
 	for _, m := range families["gpu_unrequested_use"].GetMetric() {
 		unrequested = append(unrequested, e2eutil.Label(m, "namespace")+"/"+e2eutil.Label(m, "pod")+" GPU "+e2eutil.Label(m, "gpu"))
 	}
@@ -65,9 +67,20 @@ func TestDemoServesEveryFamilyAndPassesPromtool(t *testing.T) {
 		if e2eutil.Value(m) == 0 {
 			idle = append(idle, e2eutil.Label(m, "namespace")+"/"+e2eutil.Label(m, "pod")+" GPU "+e2eutil.Label(m, "gpu"))
 		}
+		if claim := e2eutil.Label(m, "dra_claim_name"); claim != "" {
+			dra = append(dra, fmt.Sprintf("%s %s %s GPU %s/%s processes %v", claim, e2eutil.Label(m, "dra_driver_name"),
+				e2eutil.Label(m, "dra_device_name"), e2eutil.Label(m, "gpu"), e2eutil.Label(m, "gpu_instance"), e2eutil.Value(m)))
+		}
 	}
-	if fmt.Sprint(unrequested) != "[data-science/jupyter-bob-0 GPU 3]" || fmt.Sprint(idle) != "[ml-research/hparam-sweep-3 GPU 6]" {
+	slices.Sort(idle)
+	slices.Sort(dra)
+	if fmt.Sprint(unrequested) != "[data-science/jupyter-bob-0 GPU 3]" ||
+		fmt.Sprint(idle) != "[ml-research/hparam-sweep-3 GPU 6 search/rag-index-0 GPU 7]" {
 		t.Errorf("demo allocation signals: unrequested %v, idle %v", unrequested, idle)
+	}
+	if want := "[embedder-0-mig-8xk2q gpu.nvidia.com gpu-2-mig-1g10gb-19-6 GPU 2/13 processes 1 " +
+		"rag-index-gpu gpu.nvidia.com gpu-7 GPU 7/ processes 0]"; fmt.Sprint(dra) != want {
+		t.Errorf("demo DRA allocations:\n%v\nwant\n%v", dra, want)
 	}
 
 	found := false

@@ -26,19 +26,28 @@ type nodeConfig struct {
 	Allocations *[]allocationConfig `yaml:"allocations"`
 }
 
-// allocationConfig is one container's GPU devices as the kubelet would report them.
+// allocationConfig is one container's GPU devices as the kubelet would report them: device plugin device IDs, or,
+// with claim, the device names of a DRA ResourceClaim of NVIDIA's driver.
 type allocationConfig struct {
-	Namespace string   `yaml:"namespace"`
-	Pod       string   `yaml:"pod"`
-	Container string   `yaml:"container"`
-	Resource  string   `yaml:"resource"`
-	DeviceIDs []string `yaml:"device_ids"`
+	Namespace string       `yaml:"namespace"`
+	Pod       string       `yaml:"pod"`
+	Container string       `yaml:"container"`
+	Resource  string       `yaml:"resource"`
+	DeviceIDs []string     `yaml:"device_ids"`
+	Claim     *claimConfig `yaml:"claim"`
+}
+
+type claimConfig struct {
+	Name      string `yaml:"name"`
+	Namespace string `yaml:"namespace"` // default: the pod's
+	Pool      string `yaml:"pool"`
 }
 
 type gpuConfig struct {
 	UUID                    string                 `yaml:"uuid"`
 	Name                    string                 `yaml:"name"`
 	PCIBusID                string                 `yaml:"pci_bus_id"`
+	MinorNumber             *int                   `yaml:"minor_number"`
 	MIGMode                 migMode                `yaml:"mig_mode"`
 	MemoryTotalBytes        *bytesValue            `yaml:"memory_total_bytes"`
 	MemoryUsedBytes         *bytesValue            `yaml:"memory_used_bytes"`
@@ -60,12 +69,20 @@ type gpuConfig struct {
 }
 
 type migConfig struct {
-	UUID             string      `yaml:"uuid"`
-	GPUInstance      int         `yaml:"gpu_instance"`
-	ComputeInstance  int         `yaml:"compute_instance"`
-	Profile          string      `yaml:"profile"`
-	MemoryTotalBytes *bytesValue `yaml:"memory_total_bytes"`
-	MemoryUsedBytes  *bytesValue `yaml:"memory_used_bytes"`
+	UUID             string           `yaml:"uuid"`
+	GPUInstance      int              `yaml:"gpu_instance"`
+	ComputeInstance  int              `yaml:"compute_instance"`
+	Profile          string           `yaml:"profile"`
+	MemoryTotalBytes *bytesValue      `yaml:"memory_total_bytes"`
+	MemoryUsedBytes  *bytesValue      `yaml:"memory_used_bytes"`
+	Placement        *placementConfig `yaml:"placement"`
+}
+
+// placementConfig is where a MIG instance's GPU instance sits, by which DRA device names place MIG devices.
+type placementConfig struct {
+	ProfileID int `yaml:"profile_id"`
+	Start     int `yaml:"start"`
+	Size      int `yaml:"size"`
 }
 
 type processConfig struct {
@@ -200,10 +217,21 @@ func validate(cfg *nodeConfig) error {
 			if a.Namespace == "" || a.Pod == "" || a.Container == "" || len(a.DeviceIDs) == 0 {
 				return fmt.Errorf("allocations[%d]: namespace, pod, container and device_ids are required", i)
 			}
+			if err := validateClaim(a); err != nil {
+				return fmt.Errorf("allocations[%d]: %w", i, err)
+			}
 		}
 	}
-	uuids := map[string]bool{}
+	uuids, minors := map[string]bool{}, map[int]bool{}
 	for i, g := range cfg.GPUs {
+		minor := i
+		if g.MinorNumber != nil {
+			minor = *g.MinorNumber
+		}
+		if minor < 0 || minors[minor] {
+			return fmt.Errorf("gpus[%d].minor_number: %d is negative or another GPU's", i, minor)
+		}
+		minors[minor] = true
 		if !uuidPattern.MatchString(g.UUID) {
 			return fmt.Errorf("gpus[%d].uuid: %q is not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", i, g.UUID)
 		}
@@ -237,6 +265,9 @@ func validate(cfg *nodeConfig) error {
 					i, j, m.GPUInstance, m.ComputeInstance)
 			}
 			instances[key] = true
+			if p := m.Placement; p != nil && (p.ProfileID < 0 || p.Start < 0 || p.Size <= 0) {
+				return fmt.Errorf("gpus[%d].mig_instances[%d].placement: profile_id and start must not be negative, size must be positive", i, j)
+			}
 		}
 		pids := map[uint32]bool{}
 		for j, p := range g.Processes {
@@ -278,6 +309,7 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			UUID:                    g.UUID,
 			Name:                    g.Name,
 			PCIBusID:                g.PCIBusID,
+			MinorNumber:             gpu.Known(float64(i)),
 			MIGMode:                 gpu.MIGMode(g.MIGMode),
 			MemoryTotalBytes:        gpu.Known(float64(*g.MemoryTotalBytes)),
 			UtilizationRatio:        opt(g.UtilizationRatio),
@@ -289,6 +321,9 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			PowerLimitWatts:         opt(g.PowerLimitWatts),
 			FanSpeedRatio:           opt(g.FanSpeedRatio),
 			ProcessesListed:         true,
+		}
+		if g.MinorNumber != nil {
+			d.MinorNumber = gpu.Known(float64(*g.MinorNumber))
 		}
 		if d.PCIBusID == "" {
 			d.PCIBusID = fmt.Sprintf("00000000:%02X:00.0", 0x18+i*0x10)
@@ -316,14 +351,18 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			d.XIDErrors = append(d.XIDErrors, gpu.XIDCount{XID: xid, Count: g.XIDErrors[xid]})
 		}
 		for _, m := range g.MIGInstances {
-			d.MIG = append(d.MIG, gpu.MIGInstance{
+			inst := gpu.MIGInstance{
 				UUID:             m.UUID,
 				GPUInstance:      m.GPUInstance,
 				ComputeInstance:  m.ComputeInstance,
 				Profile:          m.Profile,
 				MemoryTotalBytes: opt(m.MemoryTotalBytes),
 				MemoryUsedBytes:  opt(m.MemoryUsedBytes),
-			})
+			}
+			if p := m.Placement; p != nil {
+				inst.Placement = &gpu.MIGPlacement{ProfileID: p.ProfileID, Start: p.Start, Size: p.Size}
+			}
+			d.MIG = append(d.MIG, inst)
 		}
 		var processMemory float64
 		for _, p := range g.Processes {
@@ -354,16 +393,50 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 	return snap
 }
 
+// validateClaim checks a DRA allocation: NVIDIA's driver, and device names of its forms (others would be ignored
+// by a real node, so a file listing them is a mistake).
+func validateClaim(a allocationConfig) error {
+	if a.Claim == nil {
+		return nil
+	}
+	if a.Claim.Name == "" {
+		return errors.New("claim.name is required")
+	}
+	if a.Resource != "" && a.Resource != kubelet.NVIDIADRADriver {
+		return fmt.Errorf("resource %q: a claim's resource is its DRA driver, %s", a.Resource, kubelet.NVIDIADRADriver)
+	}
+	for _, name := range a.DeviceIDs {
+		if _, kind := kubelet.ParseDRADeviceName(name); kind != kubelet.DRAGPU {
+			return fmt.Errorf("device_ids: %q is not a %s GPU device name (gpu-<minor>, gpu-<minor>-mig-<profile>-<profile id>-<start>)",
+				name, kubelet.NVIDIADRADriver)
+		}
+	}
+	return nil
+}
+
 func (cfg *nodeConfig) allocations() []kubelet.Allocation {
 	var out []kubelet.Allocation
 	for _, a := range *cfg.Allocations {
 		resource := a.Resource
-		if resource == "" {
+		switch {
+		case a.Claim != nil:
+			resource = kubelet.NVIDIADRADriver
+		case resource == "":
 			resource = "nvidia.com/gpu"
 		}
 		for _, id := range a.DeviceIDs {
-			out = append(out, kubelet.Allocation{Namespace: a.Namespace, Pod: a.Pod, Container: a.Container,
-				Resource: resource, DeviceID: id, Device: kubelet.ParseDeviceID(id)})
+			alloc := kubelet.Allocation{Namespace: a.Namespace, Pod: a.Pod, Container: a.Container, Resource: resource, DeviceID: id}
+			if c := a.Claim; c != nil {
+				ns := c.Namespace
+				if ns == "" {
+					ns = a.Namespace
+				}
+				alloc.Device, _ = kubelet.ParseDRADeviceName(id)
+				alloc.Claim = &kubelet.Claim{Name: c.Name, Namespace: ns, Pool: c.Pool}
+			} else {
+				alloc.Device = kubelet.ParseDeviceID(id)
+			}
+			out = append(out, alloc)
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
 func TestOpenReadsSPECExample(t *testing.T) {
@@ -65,6 +66,16 @@ func TestParseRejectsWithKeyAndLine(t *testing.T) {
 			"      - {gpu_instance: 1, compute_instance: 0}\n", "mig_instances[1]: gpu_instance 1, compute_instance 0 appears twice"},
 		{"bad pstate", base + "    performance_state: 16\n", "line 4: performance_state"},
 		{"unknown clock", base + "    clocks_hertz: {shader: 1}\n", `unknown clock "shader"`},
+		{"minor number twice", base + "    minor_number: 1\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f61\n    memory_total_bytes: 1\n",
+			"gpus[1].minor_number: 1 is negative or another GPU's"},
+		{"bad placement", base + "    mig_mode: enabled\n    mig_instances:\n      - {gpu_instance: 1, compute_instance: 0, placement: {profile_id: 19, start: 0, size: 0}}\n",
+			"mig_instances[0].placement"},
+		{"claim without name", base + "allocations: [{namespace: n, pod: p, container: c, claim: {pool: x}, device_ids: [gpu-0]}]\n",
+			"allocations[0]: claim.name is required"},
+		{"claim of another driver", base + "allocations: [{namespace: n, pod: p, container: c, resource: dra.net, claim: {name: x}, device_ids: [gpu-0]}]\n",
+			`allocations[0]: resource "dra.net"`},
+		{"claim with a device plugin ID", base + "allocations: [{namespace: n, pod: p, container: c, claim: {name: x}, device_ids: [GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60]}]\n",
+			`is not a gpu.nvidia.com GPU device name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse([]byte(tc.yaml))
@@ -207,7 +218,7 @@ func TestDemoNode(t *testing.T) {
 func TestAllocations(t *testing.T) {
 	demo := Demo()
 	allocs, ok := demo.Allocations()
-	if !ok || !demo.HasAllocations() || len(allocs.Items) != 10 {
+	if !ok || !demo.HasAllocations() || len(allocs.Items) != 12 {
 		t.Fatalf("demo allocations: ok %v, %d items", ok, len(allocs.Items))
 	}
 	mig := allocs.Items[6]
@@ -216,6 +227,15 @@ func TestAllocations(t *testing.T) {
 	}
 	if shared := allocs.Items[0]; shared.Resource != "nvidia.com/gpu" || shared.Device.UUID != "GPU-f5217cdd-1115-1734-2ef5-22684bb654d2" {
 		t.Errorf("time-sliced replica allocation = %+v", shared)
+	}
+	// DRA claims of NVIDIA's driver: a MIG device placed by its name, and a whole GPU by its minor number.
+	if m := allocs.Items[10]; m.Resource != "gpu.nvidia.com" || m.DeviceID != "gpu-2-mig-1g10gb-19-6" || m.Device.Minor != 2 ||
+		m.Device.MIG == nil || *m.Device.MIG != (kubelet.MIGPlacement{Profile: "1g10gb", ProfileID: 19, Start: 6}) ||
+		m.Claim == nil || *m.Claim != (kubelet.Claim{Name: "embedder-0-mig-8xk2q", Namespace: "vision", Pool: "demo-node"}) {
+		t.Errorf("DRA MIG allocation = %+v (claim %+v, MIG %+v)", m, m.Claim, m.Device.MIG)
+	}
+	if g := allocs.Items[11]; g.Device.Minor != 7 || g.Device.MIG != nil || g.Claim == nil || g.Claim.Namespace != "search" {
+		t.Errorf("DRA GPU allocation = %+v (claim %+v)", g, g.Claim)
 	}
 	s, err := Open("testdata/node.yaml")
 	if err != nil {
