@@ -75,13 +75,15 @@ func TestAttribution(t *testing.T) {
 	}
 
 	// --- the kubelet's allocations ---------------------------------------------------------------------------------
-	// trainer-0 was allocated GPU 0 only, but its trainer also runs on GPU 1; notebook-7f9c was allocated GPU 1,
-	// which jupyter uses, and GPU 2, which nothing uses.
+	// trainer-0 was allocated GPU 0 only, through the device plugin, but its trainer also runs on GPU 1;
+	// notebook-7f9c holds a DRA claim of NVIDIA's driver for GPU 1, which jupyter uses, and GPU 2, which nothing
+	// uses. The driver names GPUs gpu-<minor> (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/deviceinfo.go).
 	kubeletSock := filepath.Join(env.tmp, "kubelet.sock")
 	podResources, err := fake.Start(kubeletSock, []fake.Device{
 		{Namespace: "ml", Pod: "trainer-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{gpuUUIDs[0]}},
-		{Namespace: "research", Pod: "notebook-7f9c", Container: "jupyter", Resource: "nvidia.com/gpu",
-			IDs: []string{gpuUUIDs[1], gpuUUIDs[2]}},
+		{Namespace: "research", Pod: "notebook-7f9c", Container: "jupyter", Resource: "gpu.nvidia.com",
+			IDs:   []string{fmt.Sprintf("gpu-%d", gpuMinors[1]), fmt.Sprintf("gpu-%d", gpuMinors[2])},
+			Claim: &fake.Claim{Name: "notebook-gpus", Namespace: "research", Pool: "e2e-node", UID: newUID(t)}},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +315,9 @@ func TestAttribution(t *testing.T) {
 	})
 }
 
-// checkAllocations: the one unrequested use is trainer-0 on GPU 1 (plain containers, the service and the Slurm
-// job are not Kubernetes workloads and have no allocations to miss), and GPU 2 is allocated and idle.
+// checkAllocations: the one unrequested use is trainer-0 on GPU 1, which another pod's DRA claim holds (plain
+// containers, the service and the Slurm job are not Kubernetes workloads and have no allocations to miss), and
+// GPU 2 is claimed and idle. Device plugin and DRA allocations carry their own labels.
 func checkAllocations(mfs map[string]*dto.MetricFamily) []string {
 	var p []string
 	var unrequested []string
@@ -329,6 +332,16 @@ func checkAllocations(mfs map[string]*dto.MetricFamily) []string {
 	for _, m := range mfs["gpu_allocation_processes"].GetMetric() {
 		l := labelsOf(m)
 		processes[l["pod"]+" GPU "+l["gpu"]] = value(m)
+		dra := fmt.Sprintf("resource=%s claim=%s/%s driver=%s pool=%s device=%s", l["resource"], l["dra_claim_namespace"],
+			l["dra_claim_name"], l["dra_driver_name"], l["dra_pool_name"], l["dra_device_name"])
+		want := "resource=nvidia.com/gpu claim=/ driver= pool= device="
+		if l["pod"] == "notebook-7f9c" {
+			g, _ := strconv.Atoi(l["gpu"])
+			want = fmt.Sprintf("resource=gpu.nvidia.com claim=research/notebook-gpus driver=gpu.nvidia.com pool=e2e-node device=gpu-%d", gpuMinors[g])
+		}
+		if dra != want {
+			p = append(p, fmt.Sprintf("allocation of %s on GPU %s: %s, want %s", l["pod"], l["gpu"], dra, want))
+		}
 	}
 	for key, want := range map[string]float64{"trainer-0 GPU 0": 2, "notebook-7f9c GPU 1": 1, "notebook-7f9c GPU 2": 0} {
 		if got, ok := processes[key]; !ok || got != want {

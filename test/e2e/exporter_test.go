@@ -30,6 +30,10 @@ import (
 var gpuUUIDs = []string{"GPU-e2e00000-0000-4000-8000-000000000000", "GPU-e2e00001-0000-4000-8000-000000000001",
 	"GPU-e2e00002-0000-4000-8000-000000000002"}
 
+// gpuMinors are the GPUs' /dev/nvidiaN numbers, which NVIDIA's DRA driver names devices by; unlike the indices,
+// as on real nodes where they differ.
+var gpuMinors = []int{2, 0, 1}
+
 // writeSimConfig writes the simulated node with the workloads' PIDs on their GPUs (SPEC "Simulated node file"),
 // atomically, so that the running exporter never reads half a file.
 func writeSimConfig(t *testing.T, path string, ws []*workload) {
@@ -38,6 +42,7 @@ func writeSimConfig(t *testing.T, path string, ws []*workload) {
 	b.WriteString("driver_version: \"580.95.05\"\ncuda_version: \"13.0\"\ngpus:\n")
 	for i, uuid := range gpuUUIDs {
 		fmt.Fprintf(&b, "  - uuid: %s\n    name: NVIDIA H100 80GB HBM3\n    memory_total_bytes: 85520809984\n", uuid)
+		fmt.Fprintf(&b, "    minor_number: %d\n", gpuMinors[i])
 		fmt.Fprintf(&b, "    utilization_ratio: 0.5\n    processes:\n")
 		n := 0
 		for _, w := range ws {
