@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -63,6 +64,34 @@ func BenchmarkCollectEncode(b *testing.B) {
 			if err := enc.Encode(mf); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+// BenchmarkAllocationSignals is one scrape of the allocation families on benchNode, every pod holding its GPU:
+// half through the device plugin, half through a DRA claim of NVIDIA's driver (256 allocations).
+func BenchmarkAllocationSignals(b *testing.B) {
+	snap, owners := benchNode()
+	var allocs []kubelet.Allocation
+	for g := range snap.Devices {
+		d := &snap.Devices[g]
+		d.MinorNumber = gpu.Known(float64(g))
+		for c := range 32 {
+			ns, pod := "team-"+fmt.Sprint(c%4), fmt.Sprintf("job-%d-%d", g, c)
+			if c%2 == 0 {
+				allocs = append(allocs, alloc(ns, pod, "main", "nvidia.com/gpu", d.UUID))
+			} else {
+				allocs = append(allocs, draAlloc(ns, pod, "main", pod+"-gpu", fmt.Sprintf("gpu-%d", g)))
+			}
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)),
+		Options{Allocations: fixedAllocations{allocs, true}}))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := reg.Gather(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
