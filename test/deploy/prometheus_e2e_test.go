@@ -22,19 +22,22 @@ import (
 const (
 	demoGPU0 = "GPU-f5217cdd-1115-1734-2ef5-22684bb654d2" // time-sliced: bert-finetune, llama-eval, notebook-alice
 	demoGPU6 = "GPU-affd221f-d279-17bf-dae8-585d1acebcf2" // idle
+	demoGPU7 = "gpu-7"                                    // idle; as NVIDIA's DRA driver names it (by minor number)
 )
 
 // TestDashboardQueries runs every query of the Grafana dashboard, with its variables set to All, against a real
 // Prometheus that scrapes the real exporter on the demo node. The demo has no kubelet, so a fake kubelet
 // (internal/kubelet/fake, the real PodResources gRPC service) allocates GPUs to demo pods: bert-finetune gets GPU 0,
 // idle-trainer-0 gets GPU 6 (no process there: an idle allocation), and the other pods on GPU 0 have no allocation
-// (unrequested use). Every panel must return data; none is exempt.
+// (unrequested use), and a DRA claim holds GPU 7, idle too. Every panel must return data; none is exempt.
 func TestDashboardQueries(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "kubelet.sock")
 	kubelet, err := fake.Start(sock, []fake.Device{
 		{Namespace: "ml-training", Pod: "bert-finetune-7c9d8b6f4-x2kqp", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{demoGPU0}},
 		{Namespace: "ml-training", Pod: "idle-trainer-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{demoGPU6}},
+		{Namespace: "search", Pod: "rag-index-0", Container: "indexer", Resource: "gpu.nvidia.com", IDs: []string{demoGPU7},
+			Claim: &fake.Claim{Name: "rag-index-gpu", Namespace: "search", Pool: "demo-node"}},
 	}, map[string][]string{"nvidia.com/gpu": {demoGPU0, demoGPU6}})
 	if err != nil {
 		t.Fatal(err)
@@ -148,8 +151,10 @@ scrape_configs:
 		t.Errorf("GPU used without a request: %v, want notebook-alice-0 on GPU 0 and not the allocated bert-finetune", unrequested)
 	}
 	idle := rows(panelExpr("Idle GPU allocations"))
-	if len(idle) != 1 || !has(idle, map[string]string{"gpu": "6", "pod": "idle-trainer-0"}) {
-		t.Errorf("Idle GPU allocations: %v, want only idle-trainer-0 on GPU 6", idle)
+	if len(idle) != 2 || !has(idle, map[string]string{"gpu": "6", "pod": "idle-trainer-0", "resource": "nvidia.com/gpu", "dra_claim_name": ""}) ||
+		!has(idle, map[string]string{"gpu": "7", "pod": "rag-index-0", "resource": "gpu.nvidia.com", "dra_claim_namespace": "search",
+			"dra_claim_name": "rag-index-gpu", "dra_device_name": "gpu-7"}) {
+		t.Errorf("Idle GPU allocations: %v, want idle-trainer-0 on GPU 6 (device plugin) and rag-index-0 on GPU 7 (DRA claim)", idle)
 	}
 
 	// honorLabels: the workload's labels survive, and a series of a Slurm job (no pod) does not get the exporter's
