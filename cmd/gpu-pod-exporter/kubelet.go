@@ -32,8 +32,8 @@ func registerKubelet(app flagGroup) *kubeletFlags {
 		Default(kubelet.DefaultInterval.String()).DurationVar(&f.interval)
 	app.Flag("kubelet.timeout", "Deadline of one call to the kubelet PodResources API.").
 		Default(kubelet.DefaultTimeout.String()).DurationVar(&f.timeout)
-	app.Flag("kubelet.gpu-resources", "Extended resource names of GPUs, or globs (comma-separated, repeatable). "+
-		"Default: nvidia.com/gpu,nvidia.com/mig-*.").PlaceHolder("NAME,...").StringsVar(&f.resources)
+	app.Flag("kubelet.gpu-resources", "Extended resource names of GPUs, or globs (comma-separated, repeatable), for device plugin "+
+		"allocations; DRA claims of "+kubelet.NVIDIADRADriver+" are read regardless. Default: nvidia.com/gpu,nvidia.com/mig-*.").PlaceHolder("NAME,...").StringsVar(&f.resources)
 	return f
 }
 
