@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
@@ -86,7 +87,7 @@ type Client struct {
 	mu        sync.Mutex
 	latest    Allocations
 	available bool
-	lastState string // the state last logged: "" before the first refresh, then "up", "no-socket" or "down"
+	state     logstate.State // the state last logged: "" before the first refresh, then "up", "no-socket" or "down"
 
 	up          prometheus.Gauge
 	errors      *prometheus.CounterVec
@@ -211,21 +212,20 @@ func (c *Client) Refresh(ctx context.Context) error {
 }
 
 // logChange logs when the API becomes available or unavailable, or its socket disappears, never once per refresh.
-// Callers hold c.mu.
 func (c *Client) logChange(state string, err error) {
-	if state == c.lastState {
+	prev, changed := c.state.Set(state)
+	if !changed {
 		return
 	}
 	switch {
 	case err == nil:
 		c.cfg.Logger.Info("reading GPU allocations from the kubelet", "endpoint", c.cfg.Endpoint)
-	case c.lastState == "" && state == "no-socket":
+	case prev == "" && state == "no-socket":
 		// Not a Kubernetes node, or the socket is not mounted: worth one line, not an error.
 		c.cfg.Logger.Info("no kubelet PodResources socket: GPU allocation metrics are off until it appears", "endpoint", c.cfg.Endpoint)
 	default:
 		c.cfg.Logger.Warn("kubelet PodResources API unavailable: GPU allocation metrics are off until it answers", "err", err)
 	}
-	c.lastState = state
 }
 
 func (c *Client) read(ctx context.Context) (Allocations, error) {

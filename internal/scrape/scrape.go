@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
 // ErrTimeout is returned when a reading took longer than the collection timeout. The reading goes on in the
@@ -54,7 +55,7 @@ type Scraper struct {
 
 	mu       sync.Mutex
 	inflight *flight
-	lastErr  string // logged once per change, not once per scrape
+	problem  logstate.State // logged once per change, not once per scrape
 
 	duration     *prometheus.GaugeVec
 	up           *prometheus.GaugeVec
@@ -176,9 +177,7 @@ func (s *Scraper) read(f *flight) {
 // logChange logs a problem when it first appears or changes, and once when it is gone, so that a GPU that stays
 // broken does not write a line per scrape.
 func (s *Scraper) logChange(problem string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if problem == s.lastErr {
+	if _, changed := s.problem.Set(problem); !changed {
 		return
 	}
 	if problem == "" {
@@ -186,7 +185,6 @@ func (s *Scraper) logChange(problem string) {
 	} else {
 		s.logger.Error(problem)
 	}
-	s.lastErr = problem
 }
 
 // Describe implements prometheus.Collector for the scraper's self-metrics.
