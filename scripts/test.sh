@@ -5,12 +5,26 @@
 #
 #   FUZZTIME   how long each fuzz target runs (default 15s)
 #   E2E=0      skip the end-to-end tests (they need root)
+#
+# The exit status is the truth: 0 only when every step passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
-export GOFLAGS="${GOFLAGS:-} -mod=mod"
+# A test run must not rewrite go.mod or go.sum: a missing requirement fails the run instead of being added.
+export GOFLAGS="${GOFLAGS:-} -mod=readonly"
 
 step() { printf '\n=== %s\n' "$*"; }
+
+# Everything this run writes goes in its own directory, so that two runs on one host do not collide; it is removed
+# at exit unless a failure left a log in it to read.
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-pod-exporter-test.XXXXXX")
+keep_work=0
+policy_rc=""
+cleanup() {
+	[ -z "$policy_rc" ] || rm -f "$policy_rc"
+	[ "$keep_work" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
 
 # Debian packages the tests use: promtool and the Prometheus server, systemd-analyze for the unit file. The
 # container runtimes are installed by scripts/e2e/setup-runtimes.sh, which the end-to-end tests run.
@@ -20,12 +34,16 @@ command -v systemd-analyze >/dev/null || need+=(systemd)
 if [ "${#need[@]}" -gt 0 ]; then
 	step "installing ${need[*]}"
 	[ "$(id -u)" = 0 ] || { echo "installing ${need[*]} needs root (or install them yourself)" >&2; exit 1; }
-	# Keep the packages' init scripts from starting the system's own daemons.
-	policy=0
-	if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; policy=1; fi
+	# Keep the packages' init scripts from starting the system's own daemons. The trap removes the file even
+	# when apt-get fails.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		policy_rc=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\nexit 101\n' >"$policy_rc"
+		chmod +x "$policy_rc"
+	fi
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	[ "$policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+	if [ -n "$policy_rc" ]; then rm -f "$policy_rc"; policy_rc=""; fi
 fi
 
 step "go mod download"
@@ -51,8 +69,18 @@ done
 
 if [ "${E2E:-1}" != 0 ]; then
 	step "end-to-end tests"
-	go test -count=1 -tags e2e -timeout 30m -v ./test/... 2>&1 | tee /tmp/gpu-pod-exporter-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true
-	grep -qE '^(FAIL|panic)' /tmp/gpu-pod-exporter-e2e.log && { echo "end-to-end tests failed; full log in /tmp/gpu-pod-exporter-e2e.log" >&2; exit 1; }
-	grep -qE '^ok ' /tmp/gpu-pod-exporter-e2e.log || { echo "end-to-end tests did not run" >&2; exit 1; }
+	log="$work/e2e.log"
+	# The full log goes to a file and a summary to the terminal; the status is go test's own, not the filter's
+	# (grep finding no line to show is not a failure).
+	set +e
+	go test -count=1 -tags e2e -timeout 30m -v ./test/... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
+	status=("${PIPESTATUS[@]}")
+	set -e
+	if [ "${status[0]}" != 0 ] || [ "${status[1]}" != 0 ]; then
+		keep_work=1
+		echo "end-to-end tests failed (go test exit ${status[0]}); full log in $log" >&2
+		exit 1
+	fi
+	grep -qE '^ok ' "$log" || { keep_work=1; echo "end-to-end tests did not run; full log in $log" >&2; exit 1; }
 fi
 step "all tests passed"
