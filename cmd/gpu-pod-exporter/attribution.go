@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 
@@ -42,7 +41,7 @@ func (f *attributionFlags) register(app *kingpin.Application) {
 // Owners that the source presets (the simulated node's) are kept as they are; the demo node's are all preset, so it
 // asks no runtime. `ps` runs once, so it waits for names as long as one
 // runtime call may take instead of leaving them to a next scrape that never comes.
-func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, preset attribution.Preset, demo, once bool) (*attribution.Attributor, error) {
+func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, demo, once bool) (*attribution.Attributor, error) {
 	cfg := attribution.Config{ProcFS: f.procfs, Preset: preset, PodLabels: splitList(f.podLabels), Logger: logger}
 	if once {
 		cfg.LookupBudget = attribution.DefaultLookupTimeout
@@ -51,7 +50,7 @@ func (f *attributionFlags) open(ctx context.Context, logger *slog.Logger, preset
 		return attribution.New(cfg), nil
 	}
 	procfs.WarnIfHidepid(f.procfs, logger)
-	c, err := cri.New(ctx, f.runtimeEndpoints, logger)
+	c, err := cri.New(f.runtimeEndpoints, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func run(args []string) int {
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
-	attributor, err := af.open(ctx, logger, preset, sf.demo, command == psCmd.FullCommand())
+	attributor, err := af.open(logger, preset, sf.demo, command == psCmd.FullCommand())
 	if err != nil {
 		logger.Error("cannot attribute GPU processes", "err", err)
 		return 1

@@ -34,6 +34,28 @@ type Container struct {
 	Runtime string
 }
 
+// The labels the kubelet puts on every container and pod sandbox it creates; cri-dockerd (and dockershim before
+// it) keeps them on Docker containers.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+	// KubernetesLabelPrefix marks the labels that the kubelet or the runtime adds on top of a pod's own.
+	KubernetesLabelPrefix = "io.kubernetes."
+)
+
+// KubernetesNames returns the names that a container's kubelet labels give: all empty for a container that the
+// kubelet did not create.
+func KubernetesNames(labels map[string]string) Container {
+	return Container{
+		Namespace: labels[LabelPodNamespace],
+		Pod:       labels[LabelPodName],
+		PodUID:    labels[LabelPodUID],
+		Name:      labels[LabelContainerName],
+	}
+}
+
 // Resolver names: what Resolver.Name returns, the resolver label of the self-metrics, and what routes a container
 // to the resolvers of its runtime.
 const (

@@ -248,7 +248,7 @@ func qosOf(name string) string {
 func normalizeUID(s string) (string, bool) {
 	switch len(s) {
 	case 32:
-		if isHex(s) {
+		if IsHex(s) {
 			return strings.ToLower(s), true
 		}
 	case 36:
@@ -353,7 +353,12 @@ func isLowerHex(s string) bool {
 	return true
 }
 
-func isHex(s string) bool {
+// IsHex reports whether s is a non-empty string of hex digits, as container, pod and sandbox IDs are. The runtime
+// clients refuse anything else before it reaches a URL path.
+func IsHex(s string) bool {
+	if s == "" {
+		return false
+	}
 	for i := range len(s) {
 		if !isHexByte(s[i]) {
 			return false

@@ -9,16 +9,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -123,15 +120,8 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet PodResources endpoint %w", err)
 	}
-	conn, err := grpc.NewClient("unix://"+sock,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
-		// Reconnect within about one interval of the kubelet coming back.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.Interval},
-			MinConnectTimeout: time.Second,
-		}),
-	)
+	// Reconnect within about one interval of the kubelet coming back.
+	conn, err := socket.DialGRPC(sock, maxRecvMsgSize, cfg.Interval)
 	if err != nil {
 		return nil, fmt.Errorf("creating the PodResources client for %s: %w", cfg.Endpoint, err)
 	}
@@ -230,7 +220,7 @@ func (c *Client) logChange(state string, err error) {
 
 func (c *Client) read(ctx context.Context) (Allocations, error) {
 	// A missing socket is the common case off Kubernetes; say so rather than print gRPC's connection error.
-	if _, err := os.Stat(c.path); err != nil {
+	if err := socket.Check(c.path); err != nil {
 		c.errors.WithLabelValues("list").Inc()
 		return Allocations{}, fmt.Errorf("kubelet PodResources socket %s: %w", c.path, err)
 	}

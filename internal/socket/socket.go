@@ -1,7 +1,7 @@
 // Package socket handles the unix sockets of the local daemons the exporter asks (container runtimes, the
-// kubelet): it reads their unix:// endpoints, and tells whether a socket exists cheaply enough to ask before every
-// call, so that a daemon that is not installed, or has not started yet, is a definite answer instead of a failed
-// dial, and one that starts after the exporter is found within an interval.
+// kubelet): it reads their unix:// endpoints, dials their gRPC APIs, and tells whether a socket exists cheaply
+// enough to ask before every call, so that a daemon that is not installed, or has not started yet, is a definite
+// answer instead of a failed dial, and one that starts after the exporter is found within an interval.
 package socket
 
 import (
@@ -11,6 +11,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Path returns the filesystem path of a unix:///path endpoint (or a bare absolute path). Other schemes are refused:
@@ -29,57 +33,107 @@ func Path(endpoint string) (string, error) {
 	return filepath.Clean(path), nil
 }
 
-// RecheckInterval is how long a Watch trusts its last look at the socket.
+// DialGRPC returns a client of the gRPC API served on the unix socket at path, without connecting. The socket is
+// local, so there is no TLS; answers are bounded to maxRecv bytes, and reconnects back off at most maxDelay, so
+// that a daemon that restarts is asked again within about that long rather than gRPC's default two minutes.
+func DialGRPC(path string, maxRecv int, maxDelay time.Duration) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecv)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxDelay},
+			MinConnectTimeout: time.Second,
+		}),
+	)
+}
+
+// RecheckInterval is how long a Watch trusts its last look at the sockets.
 const RecheckInterval = 10 * time.Second
 
 // Exists reports whether path is a unix socket (following links).
-func Exists(path string) bool {
+func Exists(path string) bool { return Check(path) == nil }
+
+// Check returns nil when path is a unix socket (following links), else why not; nothing at path is an error
+// wrapping fs.ErrNotExist.
+func Check(path string) error {
 	fi, err := os.Stat(path)
-	return err == nil && fi.Mode()&os.ModeSocket != 0
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s is not a unix socket", path)
+	}
+	return nil
 }
 
-// Watch remembers whether one socket exists, looking again (one stat) at most once per interval. It is safe for
-// concurrent use.
+// Watch remembers which of some sockets exist, looking again (one stat each) at most once per interval, so that a
+// daemon that is not there costs one stat per interval and one that starts later is found within one. It is safe
+// for concurrent use.
 type Watch struct {
-	path  string
+	paths []string
 	every time.Duration
 	now   func() time.Time
 
 	mu      sync.Mutex
 	checked time.Time
-	present bool
+	found   []string
 }
 
-// NewWatch returns a Watch of the socket at path. A nil now is time.Now; every <= 0 is RecheckInterval.
-func NewWatch(path string, every time.Duration, now func() time.Time) *Watch {
+// NewWatch returns a Watch of the sockets at paths. A nil now is time.Now; every <= 0 is RecheckInterval.
+func NewWatch(paths []string, every time.Duration, now func() time.Time) *Watch {
 	if now == nil {
 		now = time.Now
 	}
 	if every <= 0 {
 		every = RecheckInterval
 	}
-	return &Watch{path: path, every: every, now: now}
+	return &Watch{paths: paths, every: every, now: now}
 }
 
-// Path returns the watched path.
-func (w *Watch) Path() string { return w.path }
-
-// Present reports whether the socket existed when last looked at, looking again if that was an interval ago.
-func (w *Watch) Present() bool {
+// Found returns the watched paths that were unix sockets when last looked at, looking again if that was an
+// interval ago; looked says whether it did. A socket listed under two names (/var/run is usually a link to /run)
+// is returned once, under the first.
+func (w *Watch) Found() (found []string, looked bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
 	if w.checked.IsZero() || now.Sub(w.checked) >= w.every || now.Before(w.checked) {
-		w.present = Exists(w.path)
-		w.checked = now
+		w.found, w.checked, looked = w.look(), now, true
 	}
-	return w.present
+	return w.found, looked
 }
 
-// Gone records that a dial found no socket, so that calls stop until the next look finds it again.
+// look returns the paths that are unix sockets, once each.
+func (w *Watch) look() []string {
+	var found []string
+	seen := make(map[string]bool)
+	for _, path := range w.paths {
+		if !Exists(path) {
+			continue
+		}
+		real := path
+		if r, err := filepath.EvalSymlinks(path); err == nil {
+			real = r
+		}
+		if !seen[real] {
+			seen[real] = true
+			found = append(found, path)
+		}
+	}
+	return found
+}
+
+// Present reports whether any watched socket existed when last looked at, looking again if that was an interval
+// ago.
+func (w *Watch) Present() bool {
+	found, _ := w.Found()
+	return len(found) > 0
+}
+
+// Gone records that a dial found no socket, so that calls stop until the next look finds one again.
 func (w *Watch) Gone() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.present = false
+	w.found = nil
 	w.checked = w.now()
 }

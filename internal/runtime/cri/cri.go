@@ -9,32 +9,18 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
-)
-
-// The labels kubelet puts on every container and pod sandbox it creates.
-const (
-	labelPodName       = "io.kubernetes.pod.name"
-	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelPodUID        = "io.kubernetes.pod.uid"
-	labelContainerName = "io.kubernetes.container.name"
-	// kubeletLabelPrefix marks labels kubelet or the runtime adds to a sandbox on top of the pod's own labels.
-	kubeletLabelPrefix = "io.kubernetes."
 )
 
 const (
@@ -66,16 +52,15 @@ func DefaultEndpoints() []string {
 // Resolver names containers through one or more CRI endpoints. It is safe for concurrent use.
 type Resolver struct {
 	logger *slog.Logger
-	// candidates are the sockets probed when no endpoint was given; nil when endpoints were given, and then
-	// endpoints never change.
+	// candidates are the sockets looked for when no endpoint was given, and watch looks for them; both are nil
+	// when endpoints were given, and then endpoints never change.
 	candidates []string
-	every      time.Duration
-	now        func() time.Time
+	watch      *socket.Watch
+	byPath     map[string]string // candidate endpoint by socket path
 
 	mu        sync.Mutex
 	endpoints []*endpoint          // those asked, in order
 	dialed    map[string]*endpoint // every candidate endpoint ever found, by name; closed by Close
-	probed    time.Time            // when candidates were last probed
 }
 
 var _ attribution.Resolver = (*Resolver)(nil)
@@ -93,11 +78,10 @@ type endpoint struct {
 }
 
 // New returns a Resolver that asks each of endpoints in turn (unix:///path or a bare /path). With no endpoints it
-// uses those of DefaultEndpoints whose socket exists, and probes them again (one stat each) at most every
+// uses those of DefaultEndpoints whose socket exists, and looks for them again (one stat each) at most every
 // socket.RecheckInterval when a lookup comes, so that a runtime which starts after the exporter is found; while
-// there is none, Resolve answers attribution.ErrUnavailable. New does not connect: the first Resolve does. ctx is
-// accepted for symmetry with other constructors; nothing in New blocks.
-func New(ctx context.Context, endpoints []string, logger *slog.Logger) (*Resolver, error) {
+// there is none, Resolve answers attribution.ErrUnavailable. New does not connect: the first Resolve does.
+func New(endpoints []string, logger *slog.Logger) (*Resolver, error) {
 	return newResolver(endpoints, DefaultEndpoints(), logger, socket.RecheckInterval, time.Now)
 }
 
@@ -107,13 +91,23 @@ func newResolver(endpoints, candidates []string, logger *slog.Logger, every time
 	}
 	r := &Resolver{logger: logger}
 	if len(endpoints) == 0 {
-		r.candidates, r.every, r.now = slices.Clone(candidates), every, now
+		r.candidates = slices.Clone(candidates)
+		r.byPath = make(map[string]string)
+		var paths []string
+		for _, c := range candidates {
+			if path, err := socket.Path(c); err == nil && r.byPath[path] == "" {
+				r.byPath[path] = c
+				paths = append(paths, path)
+			}
+		}
+		r.watch = socket.NewWatch(paths, every, now)
 		r.dialed = make(map[string]*endpoint)
+		found, _ := r.watch.Found()
 		r.mu.Lock()
-		eps := r.reprobe()
+		eps := r.use(found)
 		r.mu.Unlock()
 		if len(eps) == 0 {
-			logger.Info("No CRI socket found yet: Kubernetes pods get pod_uid and container_id but no names "+
+			logger.Info("no CRI socket found yet: Kubernetes pods get pod_uid and container_id but no names "+
 				"until one appears", "probed", strings.Join(candidates, ","))
 		}
 		return r, nil
@@ -135,14 +129,7 @@ func dial(name string) (*endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CRI endpoint %w", err)
 	}
-	conn, err := grpc.NewClient("unix://"+path,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
-			MinConnectTimeout: time.Second,
-		}),
-	)
+	conn, err := socket.DialGRPC(path, maxRecvMsgSize, reconnectMaxDelay)
 	if err != nil {
 		return nil, fmt.Errorf("creating CRI client for %s: %w", name, err)
 	}
@@ -154,70 +141,36 @@ func dial(name string) (*endpoint, error) {
 	}, nil
 }
 
-// probe returns the candidates whose path is a unix socket, once each: /var/run is usually a link to /run, so
-// the same socket may be listed under both names.
-func probe(candidates []string) []string {
-	var found []string
-	seen := make(map[string]bool)
-	for _, c := range candidates {
-		path, err := socket.Path(c)
-		if err != nil {
-			continue
-		}
-		fi, err := os.Stat(path)
-		if err != nil || fi.Mode()&os.ModeSocket == 0 {
-			continue
-		}
-		if real, err := filepath.EvalSymlinks(path); err == nil {
-			path = real
-		}
-		if seen[path] {
-			continue
-		}
-		seen[path] = true
-		found = append(found, c)
-	}
-	return found
-}
-
 // Name implements attribution.Resolver.
 func (r *Resolver) Name() string { return attribution.ResolverCRI }
 
-// Endpoints returns the endpoints the resolver asks now, in order (probing the candidates again if due).
-func (r *Resolver) Endpoints() []string {
-	eps := r.active()
-	names := make([]string, len(eps))
-	for i, ep := range eps {
-		names[i] = ep.name
-	}
-	return names
-}
-
-// active returns the endpoints to ask. Without configured endpoints it probes the candidates again when the last
-// probe is socket.RecheckInterval old: one stat per candidate, and only when a lookup comes.
+// active returns the endpoints to ask. Without configured endpoints it looks for the candidates' sockets again
+// when the last look is socket.RecheckInterval old: one stat per candidate, and only when a lookup comes.
 func (r *Resolver) active() []*endpoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.candidates == nil {
+	if r.watch == nil {
 		return r.endpoints
 	}
-	if now := r.now(); now.Sub(r.probed) >= r.every || now.Before(r.probed) {
-		return r.reprobe()
+	if found, looked := r.watch.Found(); looked {
+		return r.use(found)
 	}
 	return r.endpoints
 }
 
-// reprobe looks for the candidates' sockets and logs when the set found changes. r.mu is held.
-func (r *Resolver) reprobe() []*endpoint {
-	r.probed = r.now()
-	found := probe(r.candidates)
-	eps := make([]*endpoint, 0, len(found))
-	for _, name := range found {
+// use makes the candidates whose sockets were found (by path) the endpoints to ask, dialling those new, and logs
+// when the set changes. r.mu is held.
+func (r *Resolver) use(paths []string) []*endpoint {
+	found := make([]string, 0, len(paths))
+	eps := make([]*endpoint, 0, len(paths))
+	for _, path := range paths {
+		name := r.byPath[path]
+		found = append(found, name)
 		ep := r.dialed[name]
 		if ep == nil {
 			var err error
 			if ep, err = dial(name); err != nil {
-				r.logger.Warn("Cannot create CRI client", "endpoint", name, "err", err)
+				r.logger.Warn("cannot create CRI client", "endpoint", name, "err", err)
 				continue
 			}
 			r.dialed[name] = ep
@@ -225,7 +178,7 @@ func (r *Resolver) reprobe() []*endpoint {
 		eps = append(eps, ep)
 	}
 	if !slices.Equal(found, endpointNames(r.endpoints)) && len(found) > 0 {
-		r.logger.Info("Found CRI sockets", "endpoints", strings.Join(found, ","))
+		r.logger.Info("found CRI sockets", "endpoints", strings.Join(found, ","))
 	} else if len(found) == 0 && len(r.endpoints) > 0 {
 		r.logger.Info("CRI sockets gone", "endpoints", strings.Join(endpointNames(r.endpoints), ","))
 	}
@@ -245,7 +198,7 @@ func endpointNames(eps []*endpoint) []string {
 func (r *Resolver) Close() error {
 	r.mu.Lock()
 	all := r.endpoints
-	if r.candidates != nil {
+	if r.watch != nil {
 		all = nil
 		for _, ep := range r.dialed {
 			all = append(all, ep)
@@ -303,14 +256,8 @@ func (ep *endpoint) resolve(ctx context.Context, id string) (attribution.Contain
 	if st == nil {
 		return attribution.Container{}, fmt.Errorf("CRI ContainerStatus on %s: empty status for %s", ep.name, id)
 	}
-	labels := st.GetLabels()
-	c := attribution.Container{
-		Namespace: labels[labelPodNamespace],
-		Pod:       labels[labelPodName],
-		PodUID:    labels[labelPodUID],
-		Name:      labels[labelContainerName],
-		Runtime:   ep.runtimeName(ctx),
-	}
+	c := attribution.KubernetesNames(st.GetLabels())
+	c.Runtime = ep.runtimeName(ctx)
 	if c.Name == "" {
 		// Not created by kubelet (crictl, a test harness): the CRI metadata name is all there is.
 		c.Name = st.GetMetadata().GetName()
@@ -389,7 +336,7 @@ func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
 		return p, true, nil
 	}
 	resp, err := ep.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
-		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{labelPodUID: uid}},
+		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{attribution.LabelPodUID: uid}},
 	})
 	if err != nil {
 		return pod{}, false, fmt.Errorf("CRI ListPodSandbox on %s: %w", ep.name, err)
@@ -397,7 +344,7 @@ func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
 	// A pod whose sandbox was recreated has several until kubelet removes the old ones; the newest is current.
 	var newest *runtimeapi.PodSandbox
 	for _, s := range resp.GetItems() {
-		if s.GetMetadata().GetUid() != uid && s.GetLabels()[labelPodUID] != uid {
+		if s.GetMetadata().GetUid() != uid && s.GetLabels()[attribution.LabelPodUID] != uid {
 			continue // a runtime that ignored the filter
 		}
 		if newest == nil || s.GetCreatedAt() > newest.GetCreatedAt() {
@@ -417,12 +364,12 @@ func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
 // kubelet's io.kubernetes.* ones, which are dropped.
 func podFromSandbox(md *runtimeapi.PodSandboxMetadata, labels map[string]string) pod {
 	p := pod{
-		namespace: cmp.Or(md.GetNamespace(), labels[labelPodNamespace]),
-		name:      cmp.Or(md.GetName(), labels[labelPodName]),
-		uid:       cmp.Or(md.GetUid(), labels[labelPodUID]),
+		namespace: cmp.Or(md.GetNamespace(), labels[attribution.LabelPodNamespace]),
+		name:      cmp.Or(md.GetName(), labels[attribution.LabelPodName]),
+		uid:       cmp.Or(md.GetUid(), labels[attribution.LabelPodUID]),
 	}
 	for k, v := range labels {
-		if strings.HasPrefix(k, kubeletLabelPrefix) {
+		if strings.HasPrefix(k, attribution.KubernetesLabelPrefix) {
 			continue
 		}
 		if p.labels == nil {

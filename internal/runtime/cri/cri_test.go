@@ -212,7 +212,7 @@ func serve(t *testing.T, f *fakeRuntime) string {
 
 func newTestResolver(t *testing.T, endpoints ...string) *Resolver {
 	t.Helper()
-	r, err := New(context.Background(), endpoints, nil)
+	r, err := New(endpoints, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,17 +474,13 @@ func TestProbePicksExistingSockets(t *testing.T) {
 		"unix://" + filepath.Join(alias, "containerd.sock"),
 		"tcp://127.0.0.1:1234",
 	}
-	if got, want := probe(candidates), []string{"unix://" + sock}; !reflect.DeepEqual(got, want) {
-		t.Errorf("probe = %v, want %v", got, want)
-	}
-
 	r, err := newResolver(nil, candidates, nil, time.Minute, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if got := r.Endpoints(); !reflect.DeepEqual(got, []string{"unix://" + sock}) {
-		t.Errorf("Endpoints = %v", got)
+	if got, want := endpointNames(r.active()), []string{"unix://" + sock}; !reflect.DeepEqual(got, want) {
+		t.Errorf("endpoints = %v, want %v", got, want)
 	}
 }
 
@@ -523,8 +519,8 @@ func TestRuntimeStartsLater(t *testing.T) {
 	if got.Name != "trainer" {
 		t.Errorf("Resolve = %+v, want the trainer container", got)
 	}
-	if eps := r.Endpoints(); !reflect.DeepEqual(eps, []string{"unix://" + path}) {
-		t.Errorf("Endpoints = %v", eps)
+	if eps := endpointNames(r.active()); !reflect.DeepEqual(eps, []string{"unix://" + path}) {
+		t.Errorf("endpoints = %v", eps)
 	}
 
 	// The socket goes away: the next probe finds none and lookups are unavailable again, not errors.
@@ -601,7 +597,7 @@ func TestVersionDoesNotSerializeLookups(t *testing.T) {
 
 func TestNewEndpointSyntax(t *testing.T) {
 	for _, ep := range []string{"unix:///run/containerd/containerd.sock", "/run/crio/crio.sock"} {
-		r, err := New(context.Background(), []string{ep}, nil)
+		r, err := New([]string{ep}, nil)
 		if err != nil {
 			t.Errorf("New(%q) error = %v", ep, err)
 			continue
@@ -609,7 +605,7 @@ func TestNewEndpointSyntax(t *testing.T) {
 		r.Close()
 	}
 	for _, ep := range []string{"tcp://10.0.0.1:10010", "unix://relative.sock", "containerd.sock"} {
-		if r, err := New(context.Background(), []string{ep}, nil); err == nil {
+		if r, err := New([]string{ep}, nil); err == nil {
 			r.Close()
 			t.Errorf("New(%q) accepted a non-unix or relative endpoint", ep)
 		}

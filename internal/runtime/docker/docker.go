@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
@@ -34,14 +35,9 @@ const (
 	podmanAPI = "v4.0.0"
 )
 
-// The labels kubelet puts on containers; cri-dockerd (and dockershim before it) keeps them on Docker containers.
-const (
-	labelPodName       = "io.kubernetes.pod.name"
-	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelPodUID        = "io.kubernetes.pod.uid"
-	labelContainerName = "io.kubernetes.container.name"
-	labelDockerType    = "io.kubernetes.docker.type" // "podsandbox" or "container", set by cri-dockerd
-)
+// labelDockerType is cri-dockerd's label that tells a pod's sandbox ("podsandbox") from its containers
+// ("container"); the other kubelet labels are attribution's.
+const labelDockerType = "io.kubernetes.docker.type"
 
 // Resolver names containers through one Docker or Podman daemon. It is safe for concurrent use.
 type Resolver struct {
@@ -79,7 +75,7 @@ func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {
 	}
 	var watch *socket.Watch
 	if optional {
-		watch = socket.NewWatch(path, 0, nil)
+		watch = socket.NewWatch([]string{path}, 0, nil)
 	}
 	transport := &http.Transport{
 		// Every request goes to the socket whatever the URL says; the URL's host is only a name.
@@ -112,7 +108,7 @@ func (r *Resolver) Close() error {
 
 // Resolve implements attribution.Resolver.
 func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution.Container, error) {
-	if !isHex(containerID) {
+	if !cgroup.IsHex(containerID) {
 		return attribution.Container{}, fmt.Errorf("%s: invalid container ID %q", r.name, containerID)
 	}
 	if r.watch != nil && !r.watch.Present() {
@@ -150,7 +146,7 @@ func (r *Resolver) resolvePodman(ctx context.Context, id string) (attribution.Co
 	if ctr.Pod == "" || c.Pod != "" {
 		return c, nil
 	}
-	if !isHex(ctr.Pod) {
+	if !cgroup.IsHex(ctr.Pod) {
 		return attribution.Container{}, fmt.Errorf("%s: container %s has an invalid pod ID %q", r.name, id, ctr.Pod)
 	}
 	var p podInspect
@@ -190,13 +186,7 @@ type podInspect struct {
 // container and is named by them, like the CRI would name it; pod labels are not on a container, so there are none.
 func (ctr *inspect) container() attribution.Container {
 	l := ctr.Config.Labels
-	if l[labelPodUID] != "" || l[labelPodName] != "" {
-		c := attribution.Container{
-			Namespace: l[labelPodNamespace],
-			Pod:       l[labelPodName],
-			PodUID:    l[labelPodUID],
-			Name:      l[labelContainerName],
-		}
+	if c := attribution.KubernetesNames(l); c.PodUID != "" || c.Pod != "" {
 		if l[labelDockerType] == "podsandbox" {
 			// cri-dockerd names the pause container "POD"; the CRI gives a sandbox no container name.
 			c.Name = ""
@@ -252,18 +242,4 @@ func errorMessage(body []byte) string {
 		body = body[:max]
 	}
 	return strings.TrimSpace(string(body))
-}
-
-// isHex reports whether id is a non-empty hex string, as container IDs are. Anything else is refused before it
-// reaches a URL path.
-func isHex(id string) bool {
-	if id == "" {
-		return false
-	}
-	for _, c := range id {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
 }

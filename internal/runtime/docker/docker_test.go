@@ -374,7 +374,7 @@ func TestDefaultSocketAppearsLater(t *testing.T) {
 	}
 	t.Cleanup(func() { r.Close() })
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	r.watch = socket.NewWatch(path, 10*time.Second, func() time.Time { return now })
+	r.watch = socket.NewWatch([]string{path}, 10*time.Second, func() time.Time { return now })
 
 	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
 		t.Fatalf("Resolve without the socket: error = %v, want ErrUnavailable", err)
