@@ -15,8 +15,10 @@ import (
 // identityLabels are SPEC's identity labels, empty when unknown.
 var identityLabels = []string{"namespace", "pod", "container", "pod_uid", "container_id", "slurm_job_id", "systemd_unit"}
 
-// podLabels maps the --kubernetes.pod-labels allowlist to label names, kube-state-metrics style: app.kubernetes.io/name
-// becomes label_app_kubernetes_io_name. Keys that sanitize to the same name keep the first.
+// podLabels maps the --kubernetes.pod-labels allowlist to label names: characters a label name may not hold become
+// "_", as in kube-state-metrics (app.kubernetes.io/name becomes label_app_kubernetes_io_name). Unlike
+// kube-state-metrics, upper case is kept rather than snake_cased, and of keys that sanitize to the same name the
+// first is kept rather than suffixed _conflictN.
 type podLabels struct {
 	keys  []string
 	names []string

@@ -1,6 +1,7 @@
 package nvidiasmi
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,13 +14,13 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 	if uuid == "" {
 		// Every series is labelled with the UUID; a device without one cannot be exported.
 		return nil, []gpu.DeviceError{{Index: index, Operation: gpu.OpDevice, Err: fmt.Errorf("GPU %s has no UUID (%q)",
-			firstNonEmpty(text(x.PCIBusID), text(x.ID), "at position "+strconv.Itoa(index)), strings.TrimSpace(x.UUID))}}
+			cmp.Or(text(x.PCIBusID), text(x.ID), "at position "+strconv.Itoa(index)), strings.TrimSpace(x.UUID))}}
 	}
 	d := &gpu.Device{
 		Index:    index,
 		UUID:     uuid,
 		Name:     text(x.ProductName),
-		PCIBusID: firstNonEmpty(text(x.PCIBusID), text(x.ID)),
+		PCIBusID: cmp.Or(text(x.PCIBusID), text(x.ID)),
 		MIGMode:  migMode(x.CurrentMIG),
 
 		MinorNumber: minorNumber(x.MinorNumber),

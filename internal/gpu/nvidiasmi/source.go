@@ -40,8 +40,8 @@ type Config struct {
 	Logger         *slog.Logger
 }
 
-// Error is a failed run. Kind names the failure for self-metrics: "start", "timeout", "exit", "output" (too much
-// output), "parse" or "closed".
+// Error is a failed run. Kind says what failed, for callers that tell failures apart: "start", "timeout" (the
+// run's own timeout or the caller's context), "exit", "output" (too much output), "parse" or "closed".
 type Error struct {
 	Kind string
 	Err  error
@@ -56,7 +56,7 @@ type Source struct {
 	path      string
 	timeout   time.Duration
 	maxOutput int
-	log       *slog.Logger
+	logger    *slog.Logger
 
 	// base is cancelled by Close and stops the run in flight.
 	base    context.Context
@@ -95,7 +95,7 @@ func New(cfg Config) (*Source, error) {
 		path:      path,
 		timeout:   cfg.Timeout,
 		maxOutput: cfg.MaxOutputBytes,
-		log:       cfg.Logger,
+		logger:    cfg.Logger,
 		base:      base,
 		stop:      stop,
 	}, nil
@@ -164,7 +164,7 @@ func (s *Source) run(ctx context.Context) (*gpu.Snapshot, error) {
 		// nvidia-smi exited, but a process it left behind kept stdout open. If that process is still in the group,
 		// the group still exists (so its id is still ours): kill it rather than leak it once per scrape.
 		if err := syscall.Kill(-pid, syscall.SIGKILL); err == nil {
-			s.log.Warn("killed processes that nvidia-smi left holding its output", "pgid", pid)
+			s.logger.Warn("killed processes that nvidia-smi left holding its output", "pgid", pid)
 		}
 	}
 
@@ -184,9 +184,9 @@ func (s *Source) run(ctx context.Context) (*gpu.Snapshot, error) {
 	if msg := firstLine(stderr.Bytes()); msg != "" {
 		// A GPU nvidia-smi cannot open is left out of the XML (Parse reports the count mismatch) and named only on
 		// stderr; say what it said.
-		s.log.Warn("nvidia-smi wrote to stderr", "stderr", msg)
+		s.logger.Warn("nvidia-smi wrote to stderr", "stderr", msg)
 	}
-	s.log.Debug("ran nvidia-smi", "duration", elapsed, "bytes", len(stdout.Bytes()), "devices", len(snap.Devices))
+	s.logger.Debug("ran nvidia-smi", "duration", elapsed, "bytes", len(stdout.Bytes()), "devices", len(snap.Devices))
 	return snap, nil
 }
 

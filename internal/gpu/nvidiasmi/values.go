@@ -31,15 +31,6 @@ func unavailable(s string) bool {
 	return false
 }
 
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
-}
-
 func firstValid(vs ...gpu.Value) gpu.Value {
 	for _, v := range vs {
 		if v.Valid {

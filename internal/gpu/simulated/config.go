@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -341,13 +343,13 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			}
 			d.EnergyJoules = gpu.Known(base + watts*elapsedSeconds)
 		}
-		for _, name := range sortedKeys(g.ClocksHertz) {
+		for _, name := range slices.Sorted(maps.Keys(g.ClocksHertz)) {
 			d.Clocks = append(d.Clocks, gpu.Clock{Name: name, Hertz: float64(g.ClocksHertz[name])})
 		}
-		for _, typ := range sortedKeys(g.ECCErrors) {
+		for _, typ := range slices.Sorted(maps.Keys(g.ECCErrors)) {
 			d.ECCErrors = append(d.ECCErrors, gpu.ECCCount{Type: typ, Count: float64(g.ECCErrors[typ])})
 		}
-		for _, xid := range sortedKeys(g.XIDErrors) {
+		for _, xid := range slices.Sorted(maps.Keys(g.XIDErrors)) {
 			d.XIDErrors = append(d.XIDErrors, gpu.XIDCount{XID: xid, Count: g.XIDErrors[xid]})
 		}
 		for _, m := range g.MIGInstances {

@@ -4,12 +4,10 @@
 package simulated
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
@@ -135,13 +133,4 @@ func (s *Source) reload() error {
 	}
 	s.cfg, s.modTime, s.size, s.lastErr = cfg, fi.ModTime(), fi.Size(), nil
 	return nil
-}
-
-func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

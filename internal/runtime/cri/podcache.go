@@ -72,9 +72,3 @@ func (c *podCache) evict(now time.Time) {
 		delete(c.entries, oldest)
 	}
 }
-
-func (c *podCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}

@@ -23,8 +23,8 @@ func TestPodCacheExpires(t *testing.T) {
 	if _, ok := c.get("a"); ok {
 		t.Fatal("entry still served at its expiry time")
 	}
-	if c.len() != 0 {
-		t.Errorf("expired entry kept: len = %d", c.len())
+	if len(c.entries) != 0 {
+		t.Errorf("expired entry kept: len = %d", len(c.entries))
 	}
 }
 
@@ -36,8 +36,8 @@ func TestPodCacheIsBounded(t *testing.T) {
 		clock.t = clock.t.Add(time.Second)
 	}
 	c.put("3", pod{})
-	if c.len() != 3 {
-		t.Fatalf("len = %d, want the cap 3", c.len())
+	if len(c.entries) != 3 {
+		t.Fatalf("len = %d, want the cap 3", len(c.entries))
 	}
 	if _, ok := c.get("0"); ok {
 		t.Error("the entry closest to expiry was kept over the new one")
@@ -49,14 +49,14 @@ func TestPodCacheIsBounded(t *testing.T) {
 	}
 	// Refreshing an entry that is already there never evicts another.
 	c.put("3", pod{name: "again"})
-	if c.len() != 3 {
-		t.Errorf("len = %d after refreshing an entry, want 3", c.len())
+	if len(c.entries) != 3 {
+		t.Errorf("len = %d after refreshing an entry, want 3", len(c.entries))
 	}
 
 	// Once everything has expired, one insert clears them all.
 	clock.t = clock.t.Add(time.Hour)
 	c.put("4", pod{})
-	if c.len() != 1 {
-		t.Errorf("len = %d after inserting into a cache of expired entries, want 1", c.len())
+	if len(c.entries) != 1 {
+		t.Errorf("len = %d after inserting into a cache of expired entries, want 1", len(c.entries))
 	}
 }
