@@ -3,10 +3,8 @@ package collector
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,12 +14,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 type fixedSource struct{ snap *gpu.Snapshot }
 
@@ -75,19 +72,7 @@ func TestDemoExposition(t *testing.T) {
 		lines = append(lines, l)
 	}
 	got = strings.Join(lines, "\n")
-	golden := "testdata/demo.prom"
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Errorf("demo exposition differs from %s (run go test -update and review the diff)", golden)
-	}
+	golden.Check(t, "testdata/demo.prom", got)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)

@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
 )
 
 func TestCompatDCGMExposition(t *testing.T) {
 	snap, owners := compatNode()
 	reg := registry(t, fixedSource{snap}, owners, Options{Compat: []string{CompatDCGM}, CompatHostname: "gpu-node-1"})
-	golden(t, "compat_dcgm.prom", compatExposition(t, reg, "DCGM_"))
+	golden.Check(t, "testdata/compat_dcgm.prom", compatExposition(t, reg, "DCGM_"))
 	lint(t, reg, dcgmLintExempt)
 }
 

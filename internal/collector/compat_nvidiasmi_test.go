@@ -2,7 +2,6 @@ package collector
 
 import (
 	"bytes"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
 
@@ -97,24 +97,6 @@ func compatExposition(t *testing.T, reg *prometheus.Registry, prefix string) str
 	return buf.String()
 }
 
-// golden compares got with a reviewed file in testdata, rewriting it under -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := "testdata/" + name
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Errorf("exposition differs from %s (run go test -update and review the diff):\n%s", path, got)
-	}
-}
-
 // lint fails the test on promlint problems, except those that exempt says are inherent in a compatibility output.
 func lint(t *testing.T, reg *prometheus.Registry, exempt func(metric, text string) bool) {
 	t.Helper()
@@ -132,7 +114,7 @@ func lint(t *testing.T, reg *prometheus.Registry, exempt func(metric, text strin
 func TestCompatNvidiasmiExposition(t *testing.T) {
 	snap, owners := compatNode()
 	reg := registry(t, fixedSource{snap}, owners, Options{Compat: []string{CompatNvidiasmi}})
-	golden(t, "compat_nvidiasmi.prom", compatExposition(t, reg, "nvidiasmi_"))
+	golden.Check(t, "testdata/compat_nvidiasmi.prom", compatExposition(t, reg, "nvidiasmi_"))
 	lint(t, reg, nil)
 }
 

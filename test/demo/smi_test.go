@@ -6,7 +6,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"bytes"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // fakeSMI builds the fake nvidia-smi once per test binary.
 func fakeSMI(t *testing.T) string {
@@ -70,20 +68,7 @@ func TestNvidiaSMIFixturesToMetrics(t *testing.T) {
 				t.Errorf("promtool check metrics: %v\n%s", err, out)
 			}
 			got := gpuSeries(t, body)
-			golden := filepath.Join("testdata", "nvidia-smi", name+".prom")
-			if *update {
-				os.MkdirAll(filepath.Dir(golden), 0o755)
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("metrics from %s differ from %s (go test -tags e2e -update, then review the diff)", name, golden)
-			}
+			golden.Check(t, filepath.Join("testdata", "nvidia-smi", name+".prom"), got)
 		})
 	}
 }

@@ -2,7 +2,6 @@ package nvidiasmi
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -11,10 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the parser's output")
 
 // TestParseFixtures parses every real nvidia-smi output in testdata and compares it with its reviewed golden file.
 func TestParseFixtures(t *testing.T) {
@@ -38,20 +36,8 @@ func TestParseFixtures(t *testing.T) {
 			}
 			checkInvariants(t, snap)
 			got := render(snap)
-			golden := strings.TrimSuffix(file, ".xml") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update and review the result against the XML)", err)
-			}
-			if got != string(want) {
-				t.Errorf("parsed %s differs from %s:\n%s", file, golden, diff(string(want), got))
-			}
+			// Review a new or changed golden file against the XML.
+			golden.Check(t, strings.TrimSuffix(file, ".xml")+".golden", got)
 		})
 	}
 }
@@ -124,23 +110,6 @@ func value(v gpu.Value, bytes bool) string {
 func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 // diff shows the first differing line, enough to find the change in a golden file.
-func diff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			return fmt.Sprintf("line %d:\n  want %q\n  got  %q", i+1, wl, gl)
-		}
-	}
-	return "(no line differs)"
-}
-
 // checkInvariants holds for every snapshot Parse returns, whatever the input.
 func checkInvariants(t *testing.T, s *gpu.Snapshot) {
 	t.Helper()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
 )
 
 // fakeSMI is the fake nvidia-smi that TestMain builds from ./internal/fakesmi; empty when the build failed.
@@ -149,13 +151,7 @@ func TestSourceFile(t *testing.T) {
 	if snap.Time.Before(before) || snap.Time.After(time.Now()) {
 		t.Errorf("snapshot time %v not within the call", snap.Time)
 	}
-	want, err := os.ReadFile("testdata/telegraf__a100-sxm4-v12.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := render(snap); got != string(want) {
-		t.Errorf("snapshot through the fake differs from the golden file:\n%s", diff(string(want), got))
-	}
+	golden.Check(t, "testdata/telegraf__a100-sxm4-v12.golden", render(snap))
 	if n := len(lines(t, runlog)); n != 1 {
 		t.Errorf("%d runs, want 1", n)
 	}
