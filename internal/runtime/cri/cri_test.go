@@ -199,6 +199,14 @@ func socketDir(t *testing.T) string {
 func serve(t *testing.T, f *fakeRuntime) string {
 	t.Helper()
 	path := filepath.Join(socketDir(t), "cri.sock")
+	serveAt(t, path, f)
+	return "unix://" + path
+}
+
+// serveAt serves f's CRI on a new unix socket at path until the test ends or the returned server is stopped (which
+// removes the socket, as a runtime's shutdown does).
+func serveAt(t *testing.T, path string, f runtimeapi.RuntimeServiceServer) *grpc.Server {
+	t.Helper()
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +215,7 @@ func serve(t *testing.T, f *fakeRuntime) string {
 	runtimeapi.RegisterRuntimeServiceServer(srv, f)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	return "unix://" + path
+	return srv
 }
 
 func newTestResolver(t *testing.T, endpoints ...string) *Resolver {
@@ -498,14 +506,7 @@ func TestRuntimeStartsLater(t *testing.T) {
 		t.Fatalf("Resolve without a socket: error = %v, want ErrUnavailable", err)
 	}
 
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, fixtureRuntime())
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
+	srv := serveAt(t, path, fixtureRuntime())
 
 	clock.t = clock.t.Add(9 * time.Second)
 	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
@@ -625,16 +626,7 @@ func TestResolveAfterRuntimeRestart(t *testing.T) {
 	// and names come back within a few reconnect delays. (That the delay is capped at reconnectMaxDelay after a
 	// long outage would take minutes to show; it is gRPC's documented ConnectParams behaviour.)
 	path := filepath.Join(socketDir(t), "cri.sock")
-	start := func() *grpc.Server {
-		lis, err := net.Listen("unix", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		runtimeapi.RegisterRuntimeServiceServer(srv, fixtureRuntime())
-		go srv.Serve(lis)
-		return srv
-	}
+	start := func() *grpc.Server { return serveAt(t, path, fixtureRuntime()) }
 	srv := start()
 	r := newTestResolver(t, "unix://"+path)
 	if _, err := r.Resolve(context.Background(), trainerID); err != nil {

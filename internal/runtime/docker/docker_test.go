@@ -88,6 +88,13 @@ func socketDir(t *testing.T) string {
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
 	path := filepath.Join(socketDir(t), "api.sock")
+	serveAt(t, path, h)
+	return "unix://" + path
+}
+
+// serveAt serves h on a new unix socket at path until the test ends or the returned server is closed.
+func serveAt(t *testing.T, path string, h http.Handler) *httptest.Server {
+	t.Helper()
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +104,7 @@ func serve(t *testing.T, h http.Handler) string {
 	srv.Listener = lis
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return "unix://" + path
+	return srv
 }
 
 func dockerDaemon(t *testing.T) *fakeDaemon {
@@ -380,15 +387,7 @@ func TestDefaultSocketAppearsLater(t *testing.T) {
 		t.Fatalf("Resolve without the socket: error = %v, want ErrUnavailable", err)
 	}
 
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(dockerDaemon(t))
-	srv.Listener.Close()
-	srv.Listener = lis
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveAt(t, path, dockerDaemon(t))
 
 	now = now.Add(9 * time.Second)
 	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
