@@ -13,6 +13,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // TestAttribution runs real workloads of every kind (two Kubernetes pods through the CRI, a Docker and a Podman
@@ -97,7 +99,7 @@ func TestAttribution(t *testing.T) {
 
 	t.Run("metrics", func(t *testing.T) {
 		var mfs map[string]*dto.MetricFamily
-		problems := eventually(30*time.Second, func() []string {
+		problems := e2eutil.Eventually(30*time.Second, func() []string {
 			var err error
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
@@ -127,7 +129,7 @@ func TestAttribution(t *testing.T) {
 	})
 
 	t.Run("allocations", func(t *testing.T) {
-		problems := eventually(30*time.Second, func() []string {
+		problems := e2eutil.Eventually(30*time.Second, func() []string {
 			mfs, err := exp.scrape()
 			if err != nil {
 				return []string{err.Error()}
@@ -181,7 +183,7 @@ func TestAttribution(t *testing.T) {
 		writeSimConfig(t, sim, ws)
 
 		var slowest time.Duration
-		problems := eventually(30*time.Second, func() []string {
+		problems := e2eutil.Eventually(30*time.Second, func() []string {
 			start := time.Now()
 			mfs, err = exp.scrape()
 			if d := time.Since(start); d > slowest {
@@ -221,7 +223,7 @@ func TestAttribution(t *testing.T) {
 		}
 		restarted = true
 		start := time.Now()
-		problems = eventually(2*time.Minute, func() []string {
+		problems = e2eutil.Eventually(2*time.Minute, func() []string {
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
 			}
@@ -269,7 +271,7 @@ func TestAttribution(t *testing.T) {
 		}
 		writeSimConfig(t, sim, kept)
 
-		problems := eventually(30*time.Second, func() []string {
+		problems := e2eutil.Eventually(30*time.Second, func() []string {
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
 			}
@@ -299,7 +301,7 @@ func TestAttribution(t *testing.T) {
 		}
 		// Two containers are gone: their entries must go (SPEC: "cached per container ID and dropped when the
 		// container is gone").
-		problems = eventually(30*time.Second, func() []string {
+		problems = e2eutil.Eventually(30*time.Second, func() []string {
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
 			}
@@ -331,7 +333,7 @@ func checkAllocations(mfs map[string]*dto.MetricFamily) []string {
 	processes := map[string]float64{}
 	for _, m := range mfs["gpu_allocation_processes"].GetMetric() {
 		l := labelsOf(m)
-		processes[l["pod"]+" GPU "+l["gpu"]] = value(m)
+		processes[l["pod"]+" GPU "+l["gpu"]] = e2eutil.Value(m)
 		dra := fmt.Sprintf("resource=%s claim=%s/%s driver=%s pool=%s device=%s", l["resource"], l["dra_claim_namespace"],
 			l["dra_claim_name"], l["dra_driver_name"], l["dra_pool_name"], l["dra_device_name"])
 		want := "resource=nvidia.com/gpu claim=/ driver= pool= device="
@@ -349,19 +351,6 @@ func checkAllocations(mfs map[string]*dto.MetricFamily) []string {
 		}
 	}
 	return p
-}
-
-// eventually polls check every 250ms until it reports no problem or the timeout passes; it returns the last
-// problems (nil on success).
-func eventually(timeout time.Duration, check func() []string) []string {
-	deadline := time.Now().Add(timeout)
-	for {
-		p := check()
-		if len(p) == 0 || time.Now().After(deadline) {
-			return p
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 // checkCgroupShape logs a workload's /proc/<pid>/cgroup and checks that every hierarchy puts it where a real node's
@@ -403,8 +392,8 @@ func checkWorkloadSeries(mfs map[string]*dto.MetricFamily, w *workload) []string
 			case len(found) != 1:
 				out = append(out, fmt.Sprintf("%s: %d %s series on gpu %d with its identity, want 1",
 					w.desc, len(found), name, g))
-			case value(found[0]) != want:
-				out = append(out, fmt.Sprintf("%s: %s on gpu %d is %v, want %v", w.desc, name, g, value(found[0]), want))
+			case e2eutil.Value(found[0]) != want:
+				out = append(out, fmt.Sprintf("%s: %s on gpu %d is %v, want %v", w.desc, name, g, e2eutil.Value(found[0]), want))
 			}
 		}
 	}

@@ -7,9 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,8 +17,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // --- the simulated GPU config -------------------------------------------------------------------------------------
@@ -70,20 +67,8 @@ func writeSimConfig(t *testing.T, path string, ws []*workload) {
 // --- the exporter -------------------------------------------------------------------------------------------------
 
 type exporter struct {
-	url     string // http://127.0.0.1:port/metrics
-	logPath string
-	cmd     *exec.Cmd
-	flags   []string // source and attribution flags, shared with `ps`
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	*e2eutil.Exporter
+	flags []string // source and attribution flags, shared with `ps`
 }
 
 // attributionFlags are the flags the serving exporter and `ps` share.
@@ -97,86 +82,24 @@ func attributionFlags(simConfig string) []string {
 	}
 }
 
-// startExporter runs the real binary and waits until /metrics answers.
+// startExporter runs the real binary and waits until it listens; it is stopped when the test ends, and its log is
+// shown if the test failed.
 func startExporter(t *testing.T, simConfig string) *exporter {
 	t.Helper()
 	if env.buildErr != nil {
 		t.Fatalf("the exporter could not be built: %v", env.buildErr)
 	}
-	port := freePort(t)
-	e := &exporter{
-		url:     fmt.Sprintf("http://127.0.0.1:%d/metrics", port),
-		logPath: filepath.Join(env.tmp, "exporter.log"),
-		flags:   attributionFlags(simConfig),
-	}
-	logf, err := os.Create(e.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flags := attributionFlags(simConfig)
 	// The kubelet's allocations are the server's, not ps's.
-	args := append([]string{fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
-		"--kubelet.pod-resources-endpoint=unix://" + filepath.Join(env.tmp, "kubelet.sock"),
-		"--kubelet.refresh-interval=200ms"}, e.flags...)
-	e.cmd = exec.Command(env.binary, args...)
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	if err := e.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", env.binary, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- e.cmd.Wait(); logf.Close() }()
-	t.Cleanup(func() {
-		_ = e.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = e.cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("exporter log (%s):\n%s", e.logPath, logTail(e.logPath, 60))
-		}
-	})
-	t.Logf("exporter: %s %s", env.binary, strings.Join(args, " "))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("the exporter exited during start-up: %v\n%s", err, logTail(e.logPath, 40))
-		default:
-		}
-		if _, err := e.scrape(); err == nil {
-			return e
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the exporter did not serve %s within 30s: %v\n%s", e.url, err, logTail(e.logPath, 40))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	args := append([]string{"--kubelet.pod-resources-endpoint=unix://" + filepath.Join(env.tmp, "kubelet.sock"),
+		"--kubelet.refresh-interval=200ms"}, flags...)
+	return &exporter{Exporter: e2eutil.StartExporter(t, env.binary, args...), flags: flags}
 }
 
 // scrape fetches and parses /metrics once.
 func (e *exporter) scrape() (map[string]*dto.MetricFamily, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", e.url, resp.Status, bytes.TrimSpace(body))
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("parsing the exposition of %s: %v", e.url, err)
-	}
-	return mfs, nil
+	_, families, err := e2eutil.TryScrape(e.Addr)
+	return families, err
 }
 
 // ps runs `gpu-pod-exporter ps --output json` with the same flags.
@@ -205,18 +128,6 @@ func labelsOf(m *dto.Metric) map[string]string {
 		out[l.GetName()] = l.GetValue()
 	}
 	return out
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return 0
 }
 
 // processSeries returns the gpu_process_memory_used_bytes series of one PID, keyed by gpu index.
@@ -307,7 +218,7 @@ func resolverErrors(mfs map[string]*dto.MetricFamily, resolver string) (total fl
 		for _, m := range mfs[name].GetMetric() {
 			l := labelsOf(m)
 			if l["resolver"] == resolver && (l["result"] == "error" || l["outcome"] == "error" || l["status"] == "error") {
-				total += value(m)
+				total += e2eutil.Value(m)
 				ok = true
 			}
 		}
@@ -315,7 +226,7 @@ func resolverErrors(mfs map[string]*dto.MetricFamily, resolver string) (total fl
 	for _, name := range []string{"gpu_pod_exporter_resolver_errors_total", "gpu_pod_exporter_resolver_failures_total"} {
 		for _, m := range mfs[name].GetMetric() {
 			if labelsOf(m)["resolver"] == resolver {
-				total += value(m)
+				total += e2eutil.Value(m)
 				ok = true
 			}
 		}
@@ -342,7 +253,7 @@ func cacheSize(mfs map[string]*dto.MetricFamily) (total float64, name string, ok
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			total += value(m)
+			total += e2eutil.Value(m)
 		}
 		return total, n, true
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // env is the environment that TestMain set up; the tests only read it.
@@ -48,11 +50,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: these tests need root (they start container runtimes and write cgroups); skipping")
 		return 0
 	}
-	repo, err := repoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
+	repo := e2eutil.RepoRoot()
 	work := os.Getenv("E2E_WORK")
 	if work == "" {
 		work = "/tmp/gpe-e2e"
@@ -118,28 +116,12 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	start = time.Now()
-	env.binary = filepath.Join(tmp, "gpu-pod-exporter")
-	build := exec.Command("go", "build", "-o", env.binary, "./cmd/gpu-pod-exporter")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		env.buildErr = fmt.Errorf("go build ./cmd/gpu-pod-exporter: %v\n%s", err, out)
+	if env.binary, env.buildErr = e2eutil.BuildBinary(tmp); env.buildErr != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", env.buildErr)
 	} else {
 		fmt.Fprintf(os.Stderr, "e2e: built the exporter in %s\n", time.Since(start).Round(100*time.Millisecond))
 	}
 	return m.Run()
-}
-
-func repoRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %v", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside the module")
-	}
-	return filepath.Dir(mod), nil
 }
 
 // runScript runs scripts/e2e/NAME with E2E_WORK set, streaming its output to stderr.

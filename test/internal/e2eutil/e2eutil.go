@@ -169,16 +169,25 @@ func Get(url string) (string, error) {
 // Scrape fetches http://addr/metrics and parses it; a failure or a status other than 200 fails the test.
 func Scrape(t testing.TB, addr string) (body string, families map[string]*dto.MetricFamily) {
 	t.Helper()
-	body, err := Get("http://" + addr + "/metrics")
+	body, families, err := TryScrape(addr)
 	if err != nil {
-		t.Fatalf("GET /metrics: %v\n%s", err, body)
+		t.Fatal(err)
+	}
+	return body, families
+}
+
+// TryScrape fetches http://addr/metrics and parses it, for tests that poll until the answer is right.
+func TryScrape(addr string) (body string, families map[string]*dto.MetricFamily, err error) {
+	body, err = Get("http://" + addr + "/metrics")
+	if err != nil {
+		return body, nil, fmt.Errorf("GET /metrics: %v\n%s", err, body)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err = parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
-		t.Fatalf("parsing the exposition: %v", err)
+		return body, nil, fmt.Errorf("parsing the exposition of %s: %v", addr, err)
 	}
-	return body, families
+	return body, families, nil
 }
 
 // Label is the value of the metric's label name, "" if it has none.
@@ -216,10 +225,25 @@ func FreeAddr(t testing.TB) string {
 // WaitFor polls cond until it holds, failing the test if limit passes first.
 func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
+	problems := Eventually(limit, func() []string {
+		if cond() {
+			return nil
+		}
+		return []string{what}
+	})
+	if problems != nil {
+		t.Fatalf("timed out after %s waiting for %s", limit, what)
+	}
+}
+
+// Eventually polls check until it reports no problem or limit passes, and returns the last problems (nil on
+// success), for a test that says what was still wrong.
+func Eventually(limit time.Duration, check func() []string) []string {
 	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
+	for {
+		p := check()
+		if len(p) == 0 || time.Now().After(deadline) {
+			return p
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
