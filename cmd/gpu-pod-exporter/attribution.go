@@ -50,15 +50,15 @@ func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, 
 		return attribution.New(cfg), nil
 	}
 	procfs.WarnIfHidepid(f.procfs, logger)
-	c, err := cri.New(f.runtimeEndpoints, logger)
+	c, err := cri.New(cri.Config{Endpoints: f.runtimeEndpoints, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	d, err := docker.New(f.dockerHost)
+	d, err := docker.New(docker.Config{Host: f.dockerHost})
 	if err != nil {
 		return nil, err
 	}
-	p, err := docker.NewPodman(f.podmanHost)
+	p, err := docker.NewPodman(docker.Config{Host: f.podmanHost})
 	if err != nil {
 		return nil, err
 	}

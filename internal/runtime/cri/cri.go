@@ -77,12 +77,19 @@ type endpoint struct {
 	runtimeDone bool
 }
 
-// New returns a Resolver that asks each of endpoints in turn (unix:///path or a bare /path). With no endpoints it
-// uses those of DefaultEndpoints whose socket exists, and looks for them again (one stat each) at most every
-// socket.RecheckInterval when a lookup comes, so that a runtime which starts after the exporter is found; while
-// there is none, Resolve answers attribution.ErrUnavailable. New does not connect: the first Resolve does.
-func New(endpoints []string, logger *slog.Logger) (*Resolver, error) {
-	return newResolver(endpoints, DefaultEndpoints(), logger, socket.RecheckInterval, time.Now)
+// Config configures a Resolver.
+type Config struct {
+	// Endpoints are the CRI sockets to ask, in turn (unix:///path or a bare /path). Empty: those of
+	// DefaultEndpoints whose socket exists, looked for again (one stat each) at most every socket.RecheckInterval
+	// when a lookup comes, so that a runtime which starts after the exporter is found; while there is none, Resolve
+	// answers attribution.ErrUnavailable.
+	Endpoints []string
+	Logger    *slog.Logger
+}
+
+// New returns a Resolver. It does not connect: the first Resolve does.
+func New(cfg Config) (*Resolver, error) {
+	return newResolver(cfg.Endpoints, DefaultEndpoints(), cfg.Logger, socket.RecheckInterval, time.Now)
 }
 
 func newResolver(endpoints, candidates []string, logger *slog.Logger, every time.Duration, now func() time.Time) (*Resolver, error) {

@@ -220,7 +220,7 @@ func serveAt(t *testing.T, path string, f runtimeapi.RuntimeServiceServer) *grpc
 
 func newTestResolver(t *testing.T, endpoints ...string) *Resolver {
 	t.Helper()
-	r, err := New(endpoints, nil)
+	r, err := New(Config{Endpoints: endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,7 +598,7 @@ func TestVersionDoesNotSerializeLookups(t *testing.T) {
 
 func TestNewEndpointSyntax(t *testing.T) {
 	for _, ep := range []string{"unix:///run/containerd/containerd.sock", "/run/crio/crio.sock"} {
-		r, err := New([]string{ep}, nil)
+		r, err := New(Config{Endpoints: []string{ep}})
 		if err != nil {
 			t.Errorf("New(%q) error = %v", ep, err)
 			continue
@@ -606,7 +606,7 @@ func TestNewEndpointSyntax(t *testing.T) {
 		r.Close()
 	}
 	for _, ep := range []string{"tcp://10.0.0.1:10010", "unix://relative.sock", "containerd.sock"} {
-		if r, err := New([]string{ep}, nil); err == nil {
+		if r, err := New(Config{Endpoints: []string{ep}}); err == nil {
 			r.Close()
 			t.Errorf("New(%q) accepted a non-unix or relative endpoint", ep)
 		}

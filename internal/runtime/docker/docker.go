@@ -52,18 +52,25 @@ type Resolver struct {
 
 var _ attribution.Resolver = (*Resolver)(nil)
 
-// New returns a Resolver for the Docker daemon at host (unix:///path or a bare /path). It does not connect: each
-// Resolve does, so a daemon that starts later is still found. An empty host means DefaultDockerHost, which need
-// not exist: until it does, Resolve answers attribution.ErrUnavailable after one stat per
-// socket.RecheckInterval, so a node without Docker costs nothing and counts no error.
-func New(host string) (*Resolver, error) {
-	return newResolver(attribution.ResolverDocker, host, DefaultDockerHost, false)
+// Config configures a Resolver.
+type Config struct {
+	// Host is the daemon's socket (unix:///path or a bare /path), which must exist. Empty: the default socket
+	// (DefaultDockerHost, DefaultPodmanHost), which need not: until it does, Resolve answers
+	// attribution.ErrUnavailable after one stat per socket.RecheckInterval, so a node without the daemon costs
+	// nothing and counts no error.
+	Host string
 }
 
-// NewPodman returns a Resolver for the Podman service at host (empty means DefaultPodmanHost, which need not exist,
-// as for New). It uses the libpod API, which unlike Podman's Docker-compatible one says which pod a container is in.
-func NewPodman(host string) (*Resolver, error) {
-	return newResolver(attribution.ResolverPodman, host, DefaultPodmanHost, true)
+// New returns a Resolver for the Docker daemon. It does not connect: each Resolve does, so a daemon that starts
+// later is still found.
+func New(cfg Config) (*Resolver, error) {
+	return newResolver(attribution.ResolverDocker, cfg.Host, DefaultDockerHost, false)
+}
+
+// NewPodman returns a Resolver for the Podman service, as New does for Docker. It uses the libpod API, which unlike
+// Podman's Docker-compatible one says which pod a container is in.
+func NewPodman(cfg Config) (*Resolver, error) {
+	return newResolver(attribution.ResolverPodman, cfg.Host, DefaultPodmanHost, true)
 }
 
 func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {

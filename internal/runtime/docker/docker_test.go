@@ -127,7 +127,7 @@ func podmanDaemon(t *testing.T) *fakeDaemon {
 
 func newDocker(t *testing.T, host string) *Resolver {
 	t.Helper()
-	r, err := New(host)
+	r, err := New(Config{Host: host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func newDocker(t *testing.T, host string) *Resolver {
 
 func newPodman(t *testing.T, host string) *Resolver {
 	t.Helper()
-	r, err := NewPodman(host)
+	r, err := NewPodman(Config{Host: host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,23 +285,23 @@ func TestRejectsInvalidIDs(t *testing.T) {
 
 func TestHostSyntax(t *testing.T) {
 	for _, host := range []string{"", "unix:///var/run/docker.sock", "/run/podman/podman.sock"} {
-		if _, err := New(host); err != nil {
+		if _, err := New(Config{Host: host}); err != nil {
 			t.Errorf("New(%q) error = %v", host, err)
 		}
 	}
 	for _, host := range []string{"tcp://127.0.0.1:2375", "unix://docker.sock", "docker.sock", "npipe:////./pipe/docker_engine"} {
-		if _, err := New(host); err == nil {
+		if _, err := New(Config{Host: host}); err == nil {
 			t.Errorf("New(%q) accepted a non-unix or relative host", host)
 		}
 	}
-	r, err := NewPodman("")
+	r, err := NewPodman(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.host != DefaultPodmanHost || r.Name() != "podman" {
 		t.Errorf("NewPodman(\"\") = host %q name %q, want %s podman", r.host, r.Name(), DefaultPodmanHost)
 	}
-	if r, _ := New(""); r.host != DefaultDockerHost {
+	if r, _ := New(Config{}); r.host != DefaultDockerHost {
 		t.Errorf("New(\"\") host = %q, want %s", r.host, DefaultDockerHost)
 	}
 }
