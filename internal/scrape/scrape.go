@@ -32,7 +32,6 @@ type Attributor interface {
 type Result struct {
 	Snapshot *gpu.Snapshot
 	Owners   map[uint32]attribution.Owner
-	Duration time.Duration
 }
 
 // Owner returns the owner of a process, with the source's process name when attribution learned nothing.
@@ -171,7 +170,7 @@ func (s *Scraper) read(f *flight) {
 	d := time.Since(start)
 	s.duration.WithLabelValues(name).Set(d.Seconds())
 	s.up.WithLabelValues(name).Set(1)
-	f.res = &Result{Snapshot: snap, Owners: owners, Duration: d}
+	f.res = &Result{Snapshot: snap, Owners: owners}
 }
 
 // logChange logs a problem when it first appears or changes, and once when it is gone, so that a GPU that stays
