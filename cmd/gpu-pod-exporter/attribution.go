@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/docker"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
 // attributionFlags configure how GPU processes are attributed to their owners.
@@ -64,6 +67,64 @@ func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, 
 	}
 	cfg.Resolvers = []attribution.Resolver{c, d, p}
 	return attribution.New(cfg), nil
+}
+
+// check validates procfs and the runtime sockets' syntax before anything starts.
+func (f *attributionFlags) check() error {
+	if _, err := checkProcFS(f.procfs, procfs.IsProcFS); err != nil {
+		return err
+	}
+	for _, e := range f.runtimeEndpoints {
+		if _, err := checkSocketFlag("runtime.endpoint", e); err != nil {
+			return err
+		}
+	}
+	if _, err := checkSocketFlag("docker.host", f.dockerHost); err != nil {
+		return err
+	}
+	_, err := checkSocketFlag("podman.host", f.podmanHost)
+	return err
+}
+
+// warnings are what the attribution flags point at that is not there (yet).
+func (f *attributionFlags) warnings() []string {
+	var ws []string
+	if w, _ := checkProcFS(f.procfs, procfs.IsProcFS); w != "" {
+		ws = append(ws, "--path.procfs: "+w)
+	}
+	for _, flag := range []struct{ name, value string }{
+		{"docker.host", f.dockerHost}, {"podman.host", f.podmanHost},
+	} {
+		if missing, _ := checkSocketFlag(flag.name, flag.value); missing != "" {
+			ws = append(ws, fmt.Sprintf("--%s: no socket at %s yet; its containers get no names until it appears", flag.name, missing))
+		}
+	}
+	for _, e := range f.runtimeEndpoints {
+		if missing, _ := checkSocketFlag("runtime.endpoint", e); missing != "" {
+			ws = append(ws, fmt.Sprintf("--runtime.endpoint: no socket at %s yet; its containers get no names until it appears", missing))
+		}
+	}
+	return ws
+}
+
+// runtimes lists, for the startup summary, the runtime sockets that exist now: those given by flag, else the
+// default ones (looked for again later).
+func (f *attributionFlags) runtimes() []string {
+	candidates := append([]string(nil), f.runtimeEndpoints...)
+	if len(candidates) == 0 {
+		candidates = cri.DefaultEndpoints()
+	}
+	candidates = append(candidates, cmp.Or(f.dockerHost, docker.DefaultDockerHost), cmp.Or(f.podmanHost, docker.DefaultPodmanHost))
+	var found []string
+	for _, e := range candidates {
+		if path, err := socket.Path(e); err == nil && socket.Exists(path) {
+			found = append(found, path)
+		}
+	}
+	if len(found) == 0 {
+		return []string{"none"}
+	}
+	return found
 }
 
 // splitList accepts both --flag=a,b and --flag=a --flag=b.

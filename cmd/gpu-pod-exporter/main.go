@@ -4,10 +4,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -17,13 +15,9 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
-	"github.com/prometheus/exporter-toolkit/web"
-	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
@@ -70,64 +64,132 @@ func run(args []string) int {
 	sf.register(app)
 	var af attributionFlags
 	af.register(app)
-	timeout := app.Flag("collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.").
-		Default("8s").Duration()
-	logConfig := &promslog.Config{}
-	promslogflag.AddFlags(app, logConfig)
+	var timeout time.Duration
+	durationFlag(app, "collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.",
+		8*time.Second, &timeout)
+	logConfig := registerLog(app)
 
 	serve := app.Command("serve", "Serve Prometheus metrics (the default).").Default()
-	metricsPath := serve.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
-	webConfig := webflag.AddFlags(serve, ":9402")
+	var wf webFlags
+	wf.register(serve, &timeout)
 	processes := serve.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
 	compat := registerCompat(serve)
 	kf := registerKubelet(serve)
 
 	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
-	output := psCmd.Flag("output", "Output format: table or json.").Short('o').Default("table").Enum("table", "json")
+	var output string
+	enumFlag(psCmd, "output", "Output format: table or json.", "table", &output, "table", "json").Short('o')
 
 	command, err := app.Parse(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v (try --help)\n", err)
 		return 2
 	}
+	once := command == psCmd.FullCommand()
+	if err := checkFlags(&sf, &af, kf, &wf, once); err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
+		return 2
+	}
 	logger := promslog.New(logConfig)
+	if once {
+		// A command prints one human line per problem on stderr; its log is for --log.level=debug only.
+		logger = cliLogger(logConfig)
+	}
+	warnings := startupWarnings(&af, kf, once)
+	for _, w := range warnings {
+		logger.Warn(w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	source, err := sf.open(ctx, logger)
 	if err != nil {
-		logger.Error("cannot read GPUs", "err", err)
-		return 1
+		return fail(once, logger, "cannot read GPUs", err)
 	}
 	defer source.Close()
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
-	attributor, err := af.open(logger, preset, sf.demo, command == psCmd.FullCommand())
+	attributor, err := af.open(logger, preset, sf.demo, once)
 	if err != nil {
-		logger.Error("cannot attribute GPU processes", "err", err)
-		return 1
+		return fail(once, logger, "cannot attribute GPU processes", err)
 	}
 	defer attributor.Close()
-	scraper := scrape.New(source, attributor, *timeout, logger)
+	scraper := scrape.New(source, attributor, timeout, logger)
 
 	switch command {
 	case psCmd.FullCommand():
-		return runPS(ctx, scraper, *output)
+		return runPS(ctx, scraper, output)
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
 		compat.apply(&opts)
 		allocs, err := kf.start(ctx, logger, offer)
 		if err != nil {
-			logger.Error("cannot read GPU allocations from the kubelet", "err", err)
-			return 1
+			return fail(once, logger, "cannot read GPU allocations from the kubelet", err)
 		}
 		defer allocs.stop()
 		opts.Allocations = allocs.source
 		self := append([]prometheus.Collector{attributor}, allocs.self...)
-		return runServer(ctx, logger, collector.New(scraper, opts, self...), *metricsPath, webConfig)
+		summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
+		return runServer(ctx, logger, scraper, collector.New(scraper, opts, self...), &wf, summary)
 	}
+}
+
+// checkFlags validates, before anything starts, what the flag parser cannot: values that depend on the
+// filesystem or on each other. Its errors name the flag.
+func checkFlags(sf *sourceFlags, af *attributionFlags, kf *kubeletFlags, wf *webFlags, once bool) error {
+	if err := sf.check(); err != nil {
+		return err
+	}
+	if err := af.check(); err != nil {
+		return err
+	}
+	if once {
+		return nil
+	}
+	if err := kf.check(); err != nil {
+		return err
+	}
+	return wf.check()
+}
+
+// startupWarnings are the flags that point at nothing yet: the exporter starts (the runtime or kubelet may come
+// up later, and a test tree may stand in for procfs), and says so once, naming the flag.
+func startupWarnings(af *attributionFlags, kf *kubeletFlags, once bool) []string {
+	ws := af.warnings()
+	if !once {
+		ws = append(ws, kf.warnings()...)
+	}
+	return ws
+}
+
+// fail reports a startup failure: a log line for the server, one human line for a command.
+func fail(once bool, logger *slog.Logger, what string, err error) int {
+	if once {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %s: %v\n", what, err)
+	} else {
+		logger.Error(what, "err", err)
+	}
+	return 1
+}
+
+// registerLog registers --log.level and --log.format with errors that name the flag.
+func registerLog(app *kingpin.Application) *promslog.Config {
+	c := &promslog.Config{Level: promslog.NewLevel(), Format: promslog.NewFormat()}
+	app.Flag(promslogflag.LevelFlagName, promslogflag.LevelFlagHelp).Default("info").
+		SetValue(namedValue{flag: promslogflag.LevelFlagName, Value: c.Level})
+	app.Flag(promslogflag.FormatFlagName, promslogflag.FormatFlagHelp).Default("logfmt").
+		SetValue(namedValue{flag: promslogflag.FormatFlagName, Value: c.Format})
+	return c
+}
+
+// cliLogger is the log of a one-shot command: silent unless --log.level=debug asks for it.
+func cliLogger(c *promslog.Config) *slog.Logger {
+	if c.Level.String() != "debug" {
+		return promslog.NewNopLogger()
+	}
+	return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: os.Stderr})
 }
 
 // flagGroup is a command or the application: where flags are registered.
@@ -159,46 +221,4 @@ func runPS(ctx context.Context, scraper *scrape.Scraper, output string) int {
 		return 1
 	}
 	return 0
-}
-
-func runServer(ctx context.Context, logger *slog.Logger, c prometheus.Collector, metricsPath string, webConfig *web.FlagConfig) int {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(versioncollector.NewCollector(program), c)
-
-	mux := http.NewServeMux()
-	mux.Handle(metricsPath, promhttp.HandlerFor(registry, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 8,
-	}))
-	if metricsPath != "/" {
-		landing, err := web.NewLandingPage(web.LandingConfig{
-			Name:        "GPU Pod Exporter",
-			Description: "Which pod, container, Slurm job or service uses each GPU, and how much of it.",
-			Version:     version.Info(),
-			Links:       []web.LandingLinks{{Address: metricsPath, Text: "Metrics"}},
-		})
-		if err != nil {
-			logger.Error("building the landing page", "err", err)
-			return 1
-		}
-		mux.Handle("/", landing)
-	}
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-
-	logger.Info("starting gpu-pod-exporter", "version", version.Info())
-	errc := make(chan error, 1)
-	go func() { errc <- web.ListenAndServe(server, webConfig, logger) }()
-	select {
-	case err := <-errc:
-		logger.Error("serving metrics", "err", err)
-		return 1
-	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := server.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Warn("shutting down", "err", err)
-		}
-		return 0
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -30,16 +32,43 @@ type sourceFlags struct {
 	simulatedConfig string
 	demo            bool
 	smiPath         string
+	smiPathSet      bool
 	smiTimeout      time.Duration
 }
 
 func (f *sourceFlags) register(app *kingpin.Application) {
-	app.Flag("gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi), nvml, nvidia-smi or simulated.").
-		Default("auto").EnumVar(&f.source, "auto", "nvml", "nvidia-smi", "simulated")
+	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi), nvml, nvidia-smi or simulated.",
+		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated")
 	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").StringVar(&f.simulatedConfig)
 	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
-	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").StringVar(&f.smiPath)
-	app.Flag("nvidia-smi.timeout", "Deadline of one nvidia-smi run.").Default(nvidiasmi.DefaultTimeout.String()).DurationVar(&f.smiTimeout)
+	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").
+		IsSetByUser(&f.smiPathSet).StringVar(&f.smiPath)
+	durationFlag(app, "nvidia-smi.timeout", "Deadline of one nvidia-smi run.", nvidiasmi.DefaultTimeout, &f.smiTimeout)
+}
+
+// check validates the source flags that name files: a simulated node file must exist, and an nvidia-smi given as
+// a path must be an executable file, so that "not executable" is not reported as "not found" at the first reading.
+func (f *sourceFlags) check() error {
+	if f.simulatedConfig != "" && !f.demo {
+		if fi, err := os.Stat(f.simulatedConfig); err != nil {
+			return flagError("gpu.simulated-config", "%v", err)
+		} else if fi.IsDir() {
+			return flagError("gpu.simulated-config", "%s is a directory, not a node file", f.simulatedConfig)
+		}
+	}
+	if !f.smiPathSet || !strings.Contains(f.smiPath, "/") {
+		return nil
+	}
+	fi, err := os.Stat(f.smiPath)
+	switch {
+	case err != nil:
+		return flagError("nvidia-smi.path", "%v", err)
+	case fi.IsDir():
+		return flagError("nvidia-smi.path", "%s is a directory", f.smiPath)
+	case fi.Mode().Perm()&0o111 == 0:
+		return flagError("nvidia-smi.path", "%s is not executable (mode %s)", f.smiPath, fi.Mode().Perm())
+	}
+	return nil
 }
 
 func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source, error) {

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
+)
+
+// usageError is a flag that cannot work, found before anything starts: the exporter exits with status 2 and one
+// line that names the flag.
+type usageError struct {
+	flag string
+	err  error
+}
+
+func (e *usageError) Error() string { return "--" + e.flag + ": " + e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func flagError(flag string, format string, args ...any) error {
+	return &usageError{flag: flag, err: fmt.Errorf(format, args...)}
+}
+
+// durationValue is a duration flag that must be greater than zero: a zero or negative timeout or interval would
+// silently turn the thing it bounds off. Kingpin's own duration errors do not name the flag; these do.
+type durationValue struct {
+	flag string
+	dst  *time.Duration
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return flagError(v.flag, "%q is not a duration (use a unit, e.g. 5s or 500ms)", s)
+	}
+	if d <= 0 {
+		return flagError(v.flag, "must be greater than 0, got %s", s)
+	}
+	*v.dst = d
+	return nil
+}
+
+func (v durationValue) String() string { return v.dst.String() }
+
+// durationFlag registers a positive duration flag.
+func durationFlag(g flagGroup, name, help string, def time.Duration, dst *time.Duration) {
+	g.Flag(name, help).Default(def.String()).SetValue(durationValue{flag: name, dst: dst})
+}
+
+// enumValue is a flag with a fixed set of values whose error names the flag and lists them.
+type enumValue struct {
+	flag    string
+	allowed []string
+	dst     *string
+}
+
+func (v enumValue) Set(s string) error {
+	if !slices.Contains(v.allowed, s) {
+		return flagError(v.flag, "%q is not one of %s", s, strings.Join(v.allowed, ", "))
+	}
+	*v.dst = s
+	return nil
+}
+
+func (v enumValue) String() string { return *v.dst }
+
+// enumFlag registers an enum flag.
+func enumFlag(g flagGroup, name, help, def string, dst *string, allowed ...string) *kingpin.FlagClause {
+	c := g.Flag(name, help).Default(def)
+	c.SetValue(enumValue{flag: name, allowed: allowed, dst: dst})
+	return c
+}
+
+// namedValue wraps a library's flag value (the log level and format) so that its errors name the flag.
+type namedValue struct {
+	flag string
+	kingpin.Value
+}
+
+func (v namedValue) Set(s string) error {
+	if err := v.Value.Set(s); err != nil {
+		return &usageError{flag: v.flag, err: err}
+	}
+	return nil
+}
+
+// checkTelemetryPath refuses a metrics path that the HTTP mux would panic on or could never match.
+func checkTelemetryPath(path string) error {
+	if !strings.HasPrefix(path, "/") {
+		return flagError("web.telemetry-path", "%q must start with /", path)
+	}
+	if strings.ContainsAny(path, " \t{}") {
+		return flagError("web.telemetry-path", "%q is not a plain URL path", path)
+	}
+	return nil
+}
+
+// checkProcFS refuses a --path.procfs that is not a readable directory. A directory that is not a proc filesystem
+// (a test tree, a wrong bind mount) is allowed with a warning, returned as a non-empty string: every identity read
+// from it is only as trustworthy as the tree.
+func checkProcFS(path string, isProc func(string) (bool, error)) (warning string, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", flagError("path.procfs", "%v", err)
+	}
+	if !fi.IsDir() {
+		return "", flagError("path.procfs", "%s is not a directory", path)
+	}
+	proc, err := isProc(path)
+	if err != nil {
+		return "", flagError("path.procfs", "%v", err)
+	}
+	if !proc {
+		return path + " is not a proc filesystem: GPU processes are attributed from whatever it holds", nil
+	}
+	return "", nil
+}
+
+// checkSocketFlag validates an endpoint flag's syntax and says whether the socket it names is missing: the
+// exporter still starts (the runtime or kubelet may come up later), but says so once, naming the flag.
+func checkSocketFlag(flag, endpoint string) (missing string, err error) {
+	if endpoint == "" {
+		return "", nil
+	}
+	path, err := socket.Path(endpoint)
+	if err != nil {
+		return "", flagError(flag, "%v", err)
+	}
+	if !socket.Exists(path) {
+		return path, nil
+	}
+	return "", nil
+}
+
+// asUsage reports whether err is a usage error, for the exit status.
+func asUsage(err error) bool {
+	var u *usageError
+	return errors.As(err, &u)
+}

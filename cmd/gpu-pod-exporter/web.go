@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// Server timeouts. A scrape may wait up to --collection.timeout for a reading before its body is written, so the
+// write deadline is that plus the time a slow but live client needs for a large body; a client that stops reading
+// is cut off then instead of holding a connection (and its memory) for ever. Idle keep-alive connections, which
+// Prometheus reuses between scrapes, are closed after a few scrape intervals.
+const (
+	readTimeout       = 30 * time.Second
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	writeSlack        = 30 * time.Second
+)
+
+// webFlags are the HTTP server's flags.
+type webFlags struct {
+	metricsPath  string
+	healthAddr   string
+	toolkit      *web.FlagConfig
+	collectionTO *time.Duration
+}
+
+func (f *webFlags) register(g *kingpin.CmdClause, collectionTimeout *time.Duration) {
+	f.collectionTO = collectionTimeout
+	g.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
+	g.Flag("web.health-listen-address", "Also serve /healthz and /readyz, and nothing else, over plain HTTP on this "+
+		"address, for probes that cannot authenticate when --web.config.file turns on basic auth or client "+
+		"certificates. Off by default: /healthz and /readyz are always served on the main listener too.").
+		PlaceHolder("ADDRESS").StringVar(&f.healthAddr)
+	f.toolkit = webflag.AddFlags(g, ":9402")
+}
+
+func (f *webFlags) check() error {
+	if err := checkTelemetryPath(f.metricsPath); err != nil {
+		return err
+	}
+	if p := *f.toolkit.WebConfigFile; p != "" {
+		if err := web.Validate(p); err != nil {
+			return flagError("web.config.file", "%v", err)
+		}
+	}
+	if f.healthAddr != "" {
+		if _, _, err := net.SplitHostPort(f.healthAddr); err != nil {
+			return flagError("web.health-listen-address", "%v", err)
+		}
+	}
+	return nil
+}
+
+// startupSummary is what the exporter logs once it has read the node for the first time.
+type startupSummary struct {
+	source   gpu.Source
+	procfs   string
+	runtimes []string
+	kubelet  string
+}
+
+// log writes one line that says what the exporter found: the source and its GPUs, procfs, runtimes, kubelet.
+func (s startupSummary) log(logger *slog.Logger, r *scrape.Result, err error) {
+	args := []any{"gpu_source", s.source.Name(), "procfs", s.procfs, "runtimes", strings.Join(s.runtimes, ","),
+		"allocations", s.kubelet}
+	if err != nil {
+		logger.Error("first reading of the GPUs failed; serving self-metrics until a reading succeeds",
+			append(args, "err", err)...)
+		return
+	}
+	snap := r.Snapshot
+	mig := 0
+	for _, d := range snap.Devices {
+		if d.MIGMode == gpu.MIGEnabled {
+			mig++
+		}
+	}
+	args = append(args, "driver", snap.DriverVersion, "gpus", len(snap.Devices), "mig_enabled_gpus", mig,
+		"gpu_processes", len(r.Owners), "device_errors", len(snap.Errors))
+	if snap.Simulated {
+		logger.Info("first reading of a SIMULATED node: no real GPU is read", args...)
+		return
+	}
+	logger.Info("first reading of the GPUs", args...)
+}
+
+// readiness is /readyz: ready once a reading has succeeded. Until then each probe tries a reading (shared with
+// any scrape in flight, bounded by the collection timeout).
+type readiness struct {
+	scraper *scrape.Scraper
+	ready   atomic.Bool
+}
+
+func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !rd.ready.Load() {
+		if _, err := rd.scraper.Scrape(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		rd.ready.Store(true)
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+
+func runServer(ctx context.Context, logger *slog.Logger, scraper *scrape.Scraper, c prometheus.Collector, f *webFlags, summary startupSummary) int {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(
+		versioncollector.NewCollector(program),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		c,
+	)
+
+	ready := &readiness{scraper: scraper}
+	mux := http.NewServeMux()
+	mux.Handle(f.metricsPath, promhttp.InstrumentMetricHandler(registry, promhttp.HandlerFor(registry, promhttp.HandlerOpts{
+		ErrorLog:      handlerLog{logger},
+		ErrorHandling: promhttp.ContinueOnError,
+	})))
+	mux.HandleFunc("/healthz", healthz)
+	mux.Handle("/readyz", ready)
+	if f.metricsPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        "GPU Pod Exporter",
+			Description: "Which pod, container, Slurm job or service uses each GPU, and how much of it.",
+			Version:     version.Info(),
+			Links: []web.LandingLinks{
+				{Address: f.metricsPath, Text: "Metrics"},
+				{Address: "/healthz", Text: "Health"},
+				{Address: "/readyz", Text: "Readiness"},
+			},
+			// No pprof is served, so the page must not link it.
+			Profiling: "false",
+		})
+		if err != nil {
+			logger.Error("building the landing page", "err", err)
+			return 1
+		}
+		mux.Handle("/", landing)
+	}
+	server := newServer(mux, *f.collectionTO, logger)
+
+	logger.Info("starting gpu-pod-exporter", "version", version.Info(), "listen", strings.Join(*f.toolkit.WebListenAddresses, ","),
+		"telemetry_path", f.metricsPath)
+	errc := make(chan error, 2)
+	go func() { errc <- web.ListenAndServe(server, f.toolkit, logger) }()
+	var health *http.Server
+	if f.healthAddr != "" {
+		hmux := http.NewServeMux()
+		hmux.HandleFunc("/healthz", healthz)
+		hmux.Handle("/readyz", ready)
+		health = newServer(hmux, *f.collectionTO, logger)
+		health.Addr = f.healthAddr
+		logger.Info("serving probes over plain HTTP", "address", f.healthAddr)
+		go func() { errc <- health.ListenAndServe() }()
+	}
+	go func() {
+		r, err := scraper.Scrape(ctx)
+		if err == nil {
+			ready.ready.Store(true)
+		}
+		summary.log(logger, r, err)
+	}()
+
+	select {
+	case err := <-errc:
+		logger.Error("serving metrics", "err", err)
+		return 1
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range []*http.Server{server, health} {
+			if s == nil {
+				continue
+			}
+			if err := s.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Warn("shutting down", "err", err)
+			}
+		}
+		return 0
+	}
+}
+
+func newServer(h http.Handler, collectionTimeout time.Duration, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadTimeout:       readTimeout,
+		ReadHeaderTimeout: readHeaderTimeout,
+		WriteTimeout:      collectionTimeout + writeSlack,
+		IdleTimeout:       idleTimeout,
+		// TLS handshake failures and the like go through the exporter's own log and its format.
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// handlerLog is promhttp's error log. A client that hangs up mid-scrape makes every later metric family fail to
+// write; that is the client's business and is logged at debug, once per kind of error rather than per family. Errors
+// gathering metrics are the exporter's own and are logged as errors.
+type handlerLog struct{ logger *slog.Logger }
+
+func (l handlerLog) Println(v ...any) {
+	for _, a := range v {
+		if err, ok := a.(error); ok && clientGone(err) {
+			l.logger.Debug("client went away during a scrape", "err", err)
+			return
+		}
+	}
+	l.logger.Error(strings.TrimSpace(fmt.Sprintln(v...)))
+}
+
+// clientGone reports whether a write error means the client closed the connection or stopped reading.
+func clientGone(err error) bool {
+	var ne net.Error
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, http.ErrHandlerTimeout) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}

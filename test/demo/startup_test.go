@@ -1,0 +1,172 @@
+//go:build e2e
+
+package demo
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+)
+
+// Every flag that cannot work stops the exporter before it starts, with status 2 and one line that names the flag
+// (never a panic, never a silent default).
+func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "nvidia-smi")
+	write(t, notExec, "#!/bin/true\n")
+	badWeb := filepath.Join(dir, "web.yml")
+	write(t, badWeb, "tls_server_config:\n  cert_file: /nonexistent.crt\n")
+	cases := []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--web.telemetry-path=metrics"}, "--web.telemetry-path"},
+		{[]string{"--web.telemetry-path="}, "--web.telemetry-path"},
+		{[]string{"--collection.timeout=0s"}, "--collection.timeout"},
+		{[]string{"--collection.timeout=-1s"}, "--collection.timeout"},
+		{[]string{"--collection.timeout=10"}, "--collection.timeout"},
+		{[]string{"--nvidia-smi.timeout=0s"}, "--nvidia-smi.timeout"},
+		{[]string{"--kubelet.refresh-interval=0s"}, "--kubelet.refresh-interval"},
+		{[]string{"--kubelet.timeout=-5s"}, "--kubelet.timeout"},
+		{[]string{"--kubelet.pod-resources-endpoint=tcp://10.0.0.1:1"}, "--kubelet.pod-resources-endpoint"},
+		{[]string{"--kubelet.gpu-resources=nvidia.com/[gpu"}, "--kubelet.gpu-resources"},
+		{[]string{"--gpu.source=cuda"}, "--gpu.source"},
+		{[]string{"--log.level=loud"}, "--log.level"},
+		{[]string{"--log.format=xml"}, "--log.format"},
+		{[]string{"--path.procfs=" + filepath.Join(dir, "missing")}, "--path.procfs"},
+		{[]string{"--path.procfs=" + notExec}, "--path.procfs"},
+		{[]string{"--web.config.file=" + filepath.Join(dir, "missing.yml")}, "--web.config.file"},
+		{[]string{"--web.config.file=" + badWeb}, "--web.config.file"},
+		{[]string{"--web.health-listen-address=nocolon"}, "--web.health-listen-address"},
+		{[]string{"--docker.host=http://localhost:2375"}, "--docker.host"},
+		{[]string{"--gpu.source=nvidia-smi", "--nvidia-smi.path=" + notExec}, "--nvidia-smi.path"},
+		{[]string{"--gpu.simulated-config=" + filepath.Join(dir, "none.yaml")}, "--gpu.simulated-config"},
+		{[]string{"ps", "--output=yaml"}, "--output"},
+	}
+	for _, c := range cases {
+		// --demo would stand in for the source flags under test; elsewhere it keeps a mistaken start harmless.
+		args := c.args
+		if !strings.HasPrefix(c.flag, "--gpu.") && !strings.HasPrefix(c.flag, "--nvidia-smi") {
+			args = append(args, "--demo")
+		}
+		if args[0] != "ps" {
+			args = append(args, "--web.listen-address=127.0.0.1:0")
+		}
+		cmd := exec.Command(binary, args...)
+		out, err := cmd.CombinedOutput()
+		code := cmd.ProcessState.ExitCode()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if err == nil || code != 2 || len(lines) != 1 || !strings.Contains(lines[0], c.flag+":") {
+			t.Errorf("%v: exit %d, want 2 with one line naming %s; output:\n%s", c.args, code, c.flag, out)
+		}
+		if strings.Contains(string(out), "goroutine") {
+			t.Errorf("%v panicked:\n%s", c.args, out)
+		}
+	}
+}
+
+// /healthz serves; /readyz says whether a reading succeeded; with basic auth on, a plain-HTTP probe listener serves
+// just those two, so that kubelet probes need no credentials and expose nothing else.
+func TestHealthAndReadinessBehindBasicAuth(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webCfg := filepath.Join(t.TempDir(), "web.yml")
+	write(t, webCfg, "basic_auth_users:\n  prometheus: "+string(hash)+"\n")
+	probe := e2eutil.FreeAddr(t)
+	e := e2eutil.StartExporter(t, binary, "--demo", "--web.config.file="+webCfg, "--web.health-listen-address="+probe)
+	e2eutil.WaitFor(t, 10*time.Second, "the probe listener", func() bool {
+		_, err := e2eutil.Get("http://" + probe + "/healthz")
+		return err == nil
+	})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if body, err := e2eutil.Get("http://" + probe + path); err != nil || strings.TrimSpace(body) != "ok" {
+			t.Errorf("probe listener %s: %q, %v", path, body, err)
+		}
+		if status := getStatus(t, "http://"+e.Addr+path); status != http.StatusUnauthorized {
+			t.Errorf("main listener %s without credentials: %d, want 401", path, status)
+		}
+	}
+	for _, path := range []string{"/metrics", "/"} {
+		if status := getStatus(t, "http://"+probe+path); status != http.StatusNotFound {
+			t.Errorf("probe listener serves %s: %d, want 404", path, status)
+		}
+	}
+}
+
+// A node whose GPU source never answers is alive but not ready.
+func TestNotReadyWhileNoReadingSucceeds(t *testing.T) {
+	hang := filepath.Join(t.TempDir(), "nvidia-smi")
+	write(t, hang, "#!/bin/sh\nexec sleep 600\n")
+	if err := os.Chmod(hang, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := e2eutil.StartExporter(t, binary, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+hang,
+		"--nvidia-smi.timeout=1s", "--collection.timeout=1s", "--path.procfs="+t.TempDir())
+	if body, err := e2eutil.Get("http://" + e.Addr + "/healthz"); err != nil {
+		t.Errorf("/healthz: %q, %v", body, err)
+	}
+	if status := getStatus(t, "http://"+e.Addr+"/readyz"); status != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with a hung source: %d, want 503", status)
+	}
+}
+
+// The exporter's own process and Go runtime metrics and promhttp's handler metrics are served; the landing page
+// links no pprof, which is not served.
+func TestSelfMetricsAndLandingPage(t *testing.T) {
+	e := e2eutil.StartExporter(t, binary, "--demo")
+	_, families := e2eutil.Scrape(t, e.Addr)
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes",
+		"process_open_fds", "promhttp_metric_handler_requests_total"} {
+		if len(families[name].GetMetric()) == 0 {
+			t.Errorf("no %s", name)
+		}
+	}
+	page, err := e2eutil.Get("http://" + e.Addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(page, "debug/pprof") {
+		t.Error("the landing page links /debug/pprof, which is not served")
+	}
+	if status := getStatus(t, "http://"+e.Addr+"/debug/pprof/heap"); status == http.StatusOK {
+		t.Error("/debug/pprof/heap is served")
+	}
+}
+
+// ps on a node without Kubernetes or runtimes prints its table and no log lines.
+func TestPSPrintsNoLogLines(t *testing.T) {
+	cmd := exec.Command(binary, "ps", "--demo")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ps --demo: %v\n%s", err, stderr.String())
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("ps --demo wrote to stderr:\n%s", stderr.String())
+	}
+	cmd = exec.Command(binary, "ps", "--demo", "--log.level=debug")
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ps --demo --log.level=debug: %v", err)
+	}
+}
+
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
