@@ -128,6 +128,8 @@ func (s *Scraper) Scrape(ctx context.Context) (*Result, error) {
 	case <-ctx.Done():
 		s.timeouts.Inc()
 		s.up.WithLabelValues(s.source.Name()).Set(0)
+		s.logChange(stateTimedOut, fmt.Sprintf("a reading of %s has not finished within the collection timeout (%s); "+
+			"scrapes get self-metrics only until one does", s.source.Name(), s.timeout))
 		return nil, fmt.Errorf("%w after %s", ErrTimeout, s.timeout)
 	}
 }
@@ -150,7 +152,11 @@ func (s *Scraper) read(f *flight) {
 	if err != nil {
 		s.errors.WithLabelValues(name).Inc()
 		s.up.WithLabelValues(name).Set(0)
-		s.logChange(fmt.Sprintf("reading GPUs from %s: %v", name, err))
+		state := stateFailed
+		if errors.Is(err, context.DeadlineExceeded) {
+			state = stateSourceTimedOut
+		}
+		s.logChange(state, fmt.Sprintf("reading GPUs from %s: %v", name, err))
 		f.err = fmt.Errorf("reading GPUs from %s: %w", name, err)
 		return
 	}
@@ -162,9 +168,9 @@ func (s *Scraper) read(f *flight) {
 		s.deviceErrors.WithLabelValues(name, index, string(e.Operation)).Inc()
 	}
 	if len(snap.Errors) > 0 {
-		s.logChange(fmt.Sprintf("reading GPUs from %s: %d errors, first: %v", name, len(snap.Errors), snap.Errors[0]))
+		s.logChange(stateDeviceErrors, fmt.Sprintf("reading GPUs from %s: %d errors, first: %v", name, len(snap.Errors), snap.Errors[0]))
 	} else {
-		s.logChange("")
+		s.logChange(stateOK, "")
 	}
 	owners := s.attributor.Attribute(ctx, snap)
 	d := time.Since(start)
@@ -173,16 +179,26 @@ func (s *Scraper) read(f *flight) {
 	f.res = &Result{Snapshot: snap, Owners: owners}
 }
 
-// logChange logs a problem when it first appears or changes, and once when it is gone, so that a GPU that stays
+// The states of the source that are logged when they change. They are kinds, not messages: an error whose text
+// differs from one reading to the next (a PID, a duration) is still the same problem and is not logged again.
+const (
+	stateOK             = ""
+	stateFailed         = "failed"
+	stateSourceTimedOut = "source timed out"
+	stateTimedOut       = "collection timed out"
+	stateDeviceErrors   = "device errors"
+)
+
+// logChange logs a problem when it first appears or changes kind, and once when it is gone, so that a GPU that stays
 // broken does not write a line per scrape.
-func (s *Scraper) logChange(problem string) {
-	if _, changed := s.problem.Set(problem); !changed {
+func (s *Scraper) logChange(state, message string) {
+	if _, changed := s.problem.Set(state); !changed {
 		return
 	}
-	if problem == "" {
+	if state == stateOK {
 		s.logger.Info("GPU source recovered", "source", s.source.Name())
 	} else {
-		s.logger.Error(problem)
+		s.logger.Error(message)
 	}
 }
 

@@ -3,6 +3,7 @@ package scrape
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -174,5 +175,70 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// scriptedSource answers each reading with the next error of its script (nil: a good reading).
+type scriptedSource struct{ errs []error }
+
+func (s *scriptedSource) Name() string { return "fake" }
+func (s *scriptedSource) Close() error { return nil }
+func (s *scriptedSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
+	err := s.errs[0]
+	s.errs = s.errs[1:]
+	if err != nil {
+		return nil, err
+	}
+	return &gpu.Snapshot{}, nil
+}
+
+// countingHandler counts log records by level.
+type countingHandler struct {
+	mu     sync.Mutex
+	counts map[slog.Level]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.counts[r.Level]++
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// A problem is logged when it starts and when it ends, not once per scrape: errors whose text changes from one
+// reading to the next (here the PID of a timed-out nvidia-smi) are the same problem.
+func TestProblemsAreLoggedOncePerChangeOfKind(t *testing.T) {
+	timeout := func(pid int) error {
+		return fmt.Errorf("nvidia-smi (pid %d) killed after 6s: %w", pid, context.DeadlineExceeded)
+	}
+	src := &scriptedSource{errs: []error{timeout(10), timeout(11), timeout(12), timeout(13),
+		errors.New("exit status 9"), errors.New("exit status 9"), nil, nil}}
+	h := &countingHandler{counts: map[slog.Level]int{}}
+	s := New(src, noAttribution{}, time.Minute, slog.New(h))
+	for range 8 {
+		s.Scrape(context.Background())
+	}
+	if h.counts[slog.LevelError] != 2 || h.counts[slog.LevelInfo] != 1 {
+		t.Errorf("logged %d errors and %d infos over 4 timeouts, 2 failures and a recovery; want 2 and 1",
+			h.counts[slog.LevelError], h.counts[slog.LevelInfo])
+	}
+}
+
+// Scrapes that time out waiting for a reading that never finishes are logged once, not once per scrape.
+func TestCollectionTimeoutsAreLoggedOnce(t *testing.T) {
+	src := newBlocking()
+	defer close(src.release)
+	h := &countingHandler{counts: map[slog.Level]int{}}
+	s := New(src, noAttribution{}, 10*time.Millisecond, slog.New(h))
+	for range 5 {
+		if _, err := s.Scrape(context.Background()); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("scrape = %v, want ErrTimeout", err)
+		}
+	}
+	if h.counts[slog.LevelError] != 1 {
+		t.Errorf("logged %d errors over 5 timed-out scrapes, want 1", h.counts[slog.LevelError])
 	}
 }
