@@ -203,7 +203,7 @@ func TestBadNodeFileFailsWithKeyAndLine(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "node.yaml")
 	write(t, cfg, "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1\n    colour: green\n")
 	out, err := exec.Command(binary, "ps", "--gpu.simulated-config="+cfg).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "line 4: field colour not found") {
+	if err == nil || !strings.Contains(string(out), `line 4: unknown key "colour"`) {
 		t.Errorf("ps with a bad node file: err %v, output:\n%s", err, out)
 	}
 }

@@ -202,7 +202,7 @@ func parse(data []byte) (*nodeConfig, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("the file is empty")
 		}
-		return nil, err
+		return nil, explain(err)
 	}
 	if err := validate(&cfg); err != nil {
 		return nil, err

@@ -50,11 +50,11 @@ func TestParseRejectsWithKeyAndLine(t *testing.T) {
 	base := "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1000\n"
 	proc := base + "    processes:\n      - pid: 7\n"
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"unknown top-level key", "gpu:\n  - {}\n", "line 1: field gpu not found"},
-		{"unknown GPU key", base + "    temprature_celsius: 40\n", "line 4: field temprature_celsius not found"},
-		{"unknown process key", proc + "        type: compute\n        memory: 5\n", "line 7: field memory not found"},
+		{"unknown top-level key", "gpu:\n  - {}\n", `line 1: unknown key "gpu"`},
+		{"unknown GPU key", base + "    temprature_celsius: 40\n", `line 4: unknown key "temprature_celsius"`},
+		{"unknown process key", proc + "        type: compute\n        memory: 5\n", `line 7: unknown key "memory"`},
 		{"ratio above 1", base + "    utilization_ratio: 42\n", "line 4: ratio 42 is outside 0..1"},
-		{"not a number", base + "    temperature_celsius: hot\n", "line 4: cannot unmarshal"},
+		{"not a number", base + "    temperature_celsius: hot\n", "line 4: want a number, got the text hot"},
 		{"negative bytes", proc + "        type: compute\n        used_memory_bytes: -1\n", `line 7: "-1" is not a byte count`},
 		{"bad process type", proc + "        type: cuda\n", `line 6: process type "cuda"`},
 		{"missing type", proc, "processes[0].type is required"},
@@ -120,7 +120,7 @@ func TestReloadsWhenTheFileChanges(t *testing.T) {
 
 	write(two+"    bogus: 1\n", t0.Add(2*time.Second))
 	n, errs := devices()
-	if n != 2 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "field bogus not found") {
+	if n != 2 || len(errs) != 1 || !strings.Contains(errs[0].Error(), `unknown key "bogus"`) {
 		t.Fatalf("after a bad edit: %d devices (want the last good 2), errors %v", n, errs)
 	}
 

@@ -1,0 +1,27 @@
+package simulated
+
+import (
+	"strings"
+	"testing"
+)
+
+// Decoding errors speak of keys and kinds of value, never of the Go types behind them.
+func TestDecodingErrorsNameKeysNotGoTypes(t *testing.T) {
+	const gpu = "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1\n"
+	cases := []struct{ file, want string }{
+		{gpu + "    colour: green\n", `line 4: unknown key "colour" (valid keys here: clocks_hertz, `},
+		{"gpus: 5\n", "line 1: want a list, got the number 5"},
+		{gpu + "    processes:\n      - pid: 1\n        used_memory_bytes: 5\n        identity: {pod: [1]}\n",
+			"line 7: want a text value, got a list"},
+		{"driver: 1\n", `unknown key "driver" (valid keys here: allocations, cuda_version, driver_version, gpus)`},
+	}
+	for _, c := range cases {
+		_, err := parse([]byte(c.file))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parse(%q) = %v, want it to contain %q", c.file, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "simulated.") {
+			t.Errorf("parse(%q) error names a Go type: %v", c.file, err)
+		}
+	}
+}
