@@ -5,11 +5,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -184,13 +187,52 @@ func registerLog(app *kingpin.Application) *promslog.Config {
 	return c
 }
 
-// cliLogger is the log of a one-shot command: silent unless --log.level=debug asks for it.
+// cliLogger is the log of a one-shot command: warnings and errors as one plain line each on stderr, and the
+// structured log only when --log.level=debug asks for it.
 func cliLogger(c *promslog.Config) *slog.Logger {
-	if c.Level.String() != "debug" {
-		return promslog.NewNopLogger()
+	if c.Level.String() == "debug" {
+		return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: os.Stderr})
 	}
-	return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: os.Stderr})
+	return slog.New(&humanHandler{w: os.Stderr})
 }
+
+// humanHandler writes warnings and errors as "gpu-pod-exporter: warning: message (key value, ...)".
+type humanHandler struct {
+	mu    sync.Mutex
+	w     io.Writer
+	attrs []slog.Attr
+}
+
+func (h *humanHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *humanHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("gpu-pod-exporter: warning: ")
+	b.WriteString(r.Message)
+	var details []string
+	add := func(a slog.Attr) bool {
+		details = append(details, a.Key+" "+a.Value.String())
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	if len(details) > 0 {
+		b.WriteString(" (" + strings.Join(details, ", ") + ")")
+	}
+	b.WriteString("\n")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+func (h *humanHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &humanHandler{w: h.w, attrs: append(slices.Clip(h.attrs), attrs...)}
+}
+
+func (h *humanHandler) WithGroup(string) slog.Handler { return h }
 
 // flagGroup is a command or the application: where flags are registered.
 type flagGroup interface {

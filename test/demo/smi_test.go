@@ -73,12 +73,15 @@ func TestNvidiaSMIFixturesToMetrics(t *testing.T) {
 	}
 }
 
-// gpuSeries keeps the GPU families of an exposition: the self-metrics vary from run to run.
+// gpuSeries keeps the GPU families of an exposition: the exporter's own metrics (its self-metrics, the Go runtime's,
+// the process's and the HTTP handler's) vary from run to run.
 func gpuSeries(t *testing.T, body string) string {
 	t.Helper()
 	var keep []string
 	for _, line := range strings.Split(body, "\n") {
-		if line == "" || strings.HasPrefix(line, "gpu_pod_exporter_") || strings.Contains(line, " gpu_pod_exporter_") {
+		name := strings.TrimPrefix(strings.TrimPrefix(line, "# HELP "), "# TYPE ")
+		if line == "" || strings.HasPrefix(name, "gpu_pod_exporter_") || strings.HasPrefix(name, "go_") ||
+			strings.HasPrefix(name, "process_") || strings.HasPrefix(name, "promhttp_") {
 			continue
 		}
 		keep = append(keep, line)

@@ -170,3 +170,18 @@ func getStatus(t *testing.T, url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// ps names a runtime socket given by flag that is not there, once, as one plain line.
+func TestPSWarnsOnceAboutAMissingSocket(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "docker.sock")
+	cmd := exec.Command(binary, "ps", "--demo", "--docker.host=unix://"+missing)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ps: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "--docker.host: no socket at "+missing) {
+		t.Errorf("ps stderr:\n%s\nwant one line naming --docker.host", stderr.String())
+	}
+}
