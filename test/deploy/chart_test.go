@@ -684,7 +684,12 @@ func checkArgsAccepted(t *testing.T, args []string) {
 	t.Helper()
 	var a []string
 	for _, arg := range args {
-		if !strings.HasPrefix(arg, "--web.listen-address=") {
+		switch {
+		case strings.HasPrefix(arg, "--web.listen-address="):
+		case arg == "--path.procfs=/host/proc":
+			// The exporter checks that procfs exists; /host/proc is the pod's mount of this host's /proc.
+			a = append(a, "--path.procfs=/proc")
+		default:
 			a = append(a, arg)
 		}
 	}
