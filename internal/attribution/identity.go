@@ -16,14 +16,16 @@ type Identity struct {
 	PodLabels map[string]string
 }
 
-// WorkloadKey is a comparable form of the identity, used to group processes into workloads.
+// WorkloadKey is a comparable form of the identity, used to group processes into workloads. It leaves out the
+// container ID, so that a workload (a pod's container, a named container, a Slurm job, a service) stays the same
+// workload when its container restarts.
 type WorkloadKey struct {
-	Namespace, Pod, Container, PodUID, ContainerID, SlurmJobID, SystemdUnit string
+	Namespace, Pod, Container, PodUID, SlurmJobID, SystemdUnit string
 }
 
 // Key returns the workload key of the identity.
 func (id Identity) Key() WorkloadKey {
-	return WorkloadKey{id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit}
+	return WorkloadKey{id.Namespace, id.Pod, id.Container, id.PodUID, id.SlurmJobID, id.SystemdUnit}
 }
 
 // IsKubernetes reports whether the owner is a Kubernetes pod. Pod alone is not enough: a Podman pod has a name

@@ -118,16 +118,16 @@ func TestWorkloadsSumProcessesOfOneIdentity(t *testing.T) {
 	want := `
 # HELP gpu_workload_memory_used_bytes GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service).
 # TYPE gpu_workload_memory_used_bytes gauge
-gpu_workload_memory_used_bytes{container="",container_id="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 7
-gpu_workload_memory_used_bytes{container="main",container_id="c1",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 150
+gpu_workload_memory_used_bytes{container="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 7
+gpu_workload_memory_used_bytes{container="main",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 150
 # HELP gpu_workload_processes Processes of the workload on this GPU.
 # TYPE gpu_workload_processes gauge
-gpu_workload_processes{container="",container_id="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 1
-gpu_workload_processes{container="main",container_id="c1",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 2
+gpu_workload_processes{container="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 1
+gpu_workload_processes{container="main",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 2
 # HELP gpu_workload_sm_utilization_ratio Sum of the SM utilization of the workload's processes on this GPU.
 # TYPE gpu_workload_sm_utilization_ratio gauge
-gpu_workload_sm_utilization_ratio{container="",container_id="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 0.1
-gpu_workload_sm_utilization_ratio{container="main",container_id="c1",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 0.25
+gpu_workload_sm_utilization_ratio{container="",gpu="0",label_app_kubernetes_io_name="",namespace="",pod="",pod_uid="",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 0.1
+gpu_workload_sm_utilization_ratio{container="main",gpu="0",label_app_kubernetes_io_name="trainer",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 0.25
 # HELP gpu_processes Processes running on the GPU, by type.
 # TYPE gpu_processes gauge
 gpu_processes{gpu="0",type="compute",uuid="GPU-a"} 2
@@ -141,6 +141,64 @@ gpu_processes{gpu="0",type="mps",uuid="GPU-a"} 0
 	}
 	if n, _ := testutil.GatherAndCount(reg, "gpu_process_memory_used_bytes"); n != 0 {
 		t.Errorf("--no-collector.processes still wrote %d process series", n)
+	}
+}
+
+// Workload series have no container_id: a container restarted in its pod (a new container ID, the same names)
+// continues its workload's series, and a pod whose containers no runtime could name has one series per pod_uid,
+// the sum over its containers. Process series keep container_id.
+func TestWorkloadSeriesOutliveContainerRestarts(t *testing.T) {
+	named := attribution.Identity{Namespace: "ml", Pod: "train-0", Container: "main", PodUID: "u1"}
+	before, after := named, named
+	before.ContainerID, after.ContainerID = "c-before-restart", "c-after-restart"
+	unnamedA := attribution.Identity{PodUID: "u2", ContainerID: "c-a"}
+	unnamedB := attribution.Identity{PodUID: "u2", ContainerID: "c-b"}
+	snap := &gpu.Snapshot{Devices: []gpu.Device{{
+		Index: 0, UUID: "GPU-a", ProcessesListed: true,
+		Processes: []gpu.Process{
+			// The old container's last process is still listed while the new one's first appears.
+			{PID: 10, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(100)},
+			{PID: 11, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(50)},
+			{PID: 20, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(7)},
+			{PID: 21, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(3)},
+		},
+	}}}
+	owners := fixedOwners{10: {Name: "python", Identity: before}, 11: {Name: "python", Identity: after},
+		20: {Name: "a", Identity: unnamedA}, 21: {Name: "b", Identity: unnamedB}}
+	reg := registry(t, fixedSource{snap}, owners, Options{Processes: true})
+	want := `
+# HELP gpu_workload_memory_used_bytes GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service).
+# TYPE gpu_workload_memory_used_bytes gauge
+gpu_workload_memory_used_bytes{container="",gpu="0",namespace="",pod="",pod_uid="u2",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 10
+gpu_workload_memory_used_bytes{container="main",gpu="0",namespace="ml",pod="train-0",pod_uid="u1",slurm_job_id="",systemd_unit="",uuid="GPU-a"} 150
+# HELP gpu_workloads Distinct workloads (pod container, container, Slurm job or service; one identity of gpu_workload_processes) with processes on the GPU, MIG instances included. Absent when the process list could not be read.
+# TYPE gpu_workloads gauge
+gpu_workloads{gpu="0",uuid="GPU-a"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_workload_memory_used_bytes", "gpu_workloads"); err != nil {
+		t.Error(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "container_id" {
+					if !strings.HasPrefix(mf.GetName(), "gpu_process_") {
+						t.Errorf("%s has a container_id label", mf.GetName())
+					}
+					ids[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, id := range []string{"c-before-restart", "c-after-restart", "c-a", "c-b"} {
+		if !ids[id] {
+			t.Errorf("no process series with container_id %q", id)
+		}
 	}
 }
 

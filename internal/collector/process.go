@@ -12,8 +12,12 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
-// identityLabels are SPEC's identity labels, empty when unknown.
+// identityLabels are SPEC's identity labels, empty when unknown: those of process series.
 var identityLabels = []string{"namespace", "pod", "container", "pod_uid", "container_id", "slurm_job_id", "systemd_unit"}
+
+// workloadIdentityLabels are those of workload series: all but container_id, which changes each time a container
+// restarts in its pod and would break a workload's series at every restart (see attribution.WorkloadKey).
+var workloadIdentityLabels = []string{"namespace", "pod", "container", "pod_uid", "slurm_job_id", "systemd_unit"}
 
 // podLabels maps the --kubernetes.pod-labels allowlist to label names: characters a label name may not hold become
 // "_", as in kube-state-metrics (app.kubernetes.io/name becomes label_app_kubernetes_io_name). Unlike
@@ -49,18 +53,28 @@ func sanitizeLabelName(s string) string {
 	return string(b)
 }
 
-// appendIdentity appends the identity label values, then the allowlisted pod labels.
+// appendIdentity appends the values of identityLabels, then the allowlisted pod labels.
 func (pl podLabels) appendIdentity(values []string, id *attribution.Identity) []string {
 	values = append(values, id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit)
+	return pl.appendPodLabels(values, id)
+}
+
+// appendWorkloadIdentity appends the values of workloadIdentityLabels, then the allowlisted pod labels.
+func (pl podLabels) appendWorkloadIdentity(values []string, id *attribution.Identity) []string {
+	values = append(values, id.Namespace, id.Pod, id.Container, id.PodUID, id.SlurmJobID, id.SystemdUnit)
+	return pl.appendPodLabels(values, id)
+}
+
+func (pl podLabels) appendPodLabels(values []string, id *attribution.Identity) []string {
 	for _, k := range pl.keys {
 		values = append(values, id.PodLabels[k])
 	}
 	return values
 }
 
-func (pl podLabels) labelNames(base ...string) []string {
-	names := append(append(base, identityLabels...), pl.names...)
-	return names
+// labelNames are base, then identity, then the allowlisted pod labels.
+func (pl podLabels) labelNames(identity []string, base ...string) []string {
+	return append(append(base, identity...), pl.names...)
 }
 
 // processMetrics are the per-PID series: one per process per GPU.
@@ -70,7 +84,7 @@ type processMetrics struct {
 }
 
 func newProcessMetrics(labels podLabels) *processMetrics {
-	names := labels.labelNames("gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
+	names := labels.labelNames(identityLabels, "gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
 	return &processMetrics{
 		labels:  labels,
@@ -124,14 +138,16 @@ func processName(name string) string {
 }
 
 // workloadMetrics sum the processes of one identity on one GPU, so that dashboards and alerts keep their series
-// when PIDs change.
+// when PIDs change and when a container restarts in its pod. When no runtime can name a pod's containers, its
+// processes in every container have the same identity (pod_uid alone) and sum into one series: deliberately, since
+// a series per container ID would be a new series at every restart.
 type workloadMetrics struct {
 	labels                podLabels
 	memory, sm, processes *prometheus.Desc
 }
 
 func newWorkloadMetrics(labels podLabels) *workloadMetrics {
-	names := labels.labelNames("gpu", "uuid")
+	names := labels.labelNames(workloadIdentityLabels, "gpu", "uuid")
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
 	return &workloadMetrics{
 		labels:    labels,
@@ -175,7 +191,7 @@ func (m *workloadMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) 
 		}
 		for _, key := range order {
 			w := workloads[key]
-			values = m.labels.appendIdentity(append(values[:0], idx, d.UUID), w.id)
+			values = m.labels.appendWorkloadIdentity(append(values[:0], idx, d.UUID), w.id)
 			gauge(ch, m.processes, float64(w.processes), values...)
 			if w.memory.Valid {
 				gauge(ch, m.memory, w.memory.V, values...)

@@ -281,7 +281,7 @@ func TestAttribution(t *testing.T) {
 					p = append(p, fmt.Sprintf("%s (pid %d) still has series on %d GPUs", w.desc, w.pid, n))
 				}
 				for _, m := range mfs["gpu_workload_memory_used_bytes"].GetMetric() {
-					if labelsOf(m)["container_id"] == w.want["container_id"] {
+					if workloadIdentityDiff(labelsOf(m), w.want) == "" {
 						p = append(p, fmt.Sprintf("%s still has a workload series: %v", w.desc, labelsOf(m)))
 					}
 				}
@@ -380,7 +380,7 @@ func checkWorkloadSeries(mfs map[string]*dto.MetricFamily, w *workload) []string
 			var found []*dto.Metric
 			for _, m := range mfs[name].GetMetric() {
 				l := labelsOf(m)
-				if l["gpu"] == strconv.Itoa(g) && identityDiff(l, w.want) == "" {
+				if l["gpu"] == strconv.Itoa(g) && workloadIdentityDiff(l, w.want) == "" {
 					found = append(found, m)
 				}
 			}

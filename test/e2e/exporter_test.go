@@ -153,6 +153,21 @@ func identityDiff(got, want map[string]string) string {
 	return strings.Join(d, ", ")
 }
 
+// workloadIdentityDiff is identityDiff for workload series, which have every identity label but container_id (a
+// container restarted in its pod continues its workload's series).
+func workloadIdentityDiff(got, want map[string]string) string {
+	var d []string
+	for _, k := range identityLabels {
+		switch _, has := got[k]; {
+		case k == "container_id" && has:
+			d = append(d, "container_id on a workload series")
+		case k != "container_id" && got[k] != want[k]:
+			d = append(d, fmt.Sprintf("%s=%q (want %q)", k, got[k], want[k]))
+		}
+	}
+	return strings.Join(d, ", ")
+}
+
 // checkProcess returns what is wrong with one workload's process series in a scrape ("" when all is right).
 // names=false checks only the cgroup-derived labels (pod_uid, container_id, slurm_job_id, systemd_unit).
 func checkProcess(mfs map[string]*dto.MetricFamily, w *workload, names bool) string {
