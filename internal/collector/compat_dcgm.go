@@ -40,186 +40,235 @@ func compatParts(opts Options) []part {
 
 const mib = 1 << 20
 
+// The fields of --compat=dcgm, in the order of dcgmMetrics.descs.
+const (
+	dcgmSMClock = iota
+	dcgmMemClock
+	dcgmTemp
+	dcgmPower
+	dcgmEnergy
+	dcgmUtil
+	dcgmMemCopyUtil
+	dcgmEncUtil
+	dcgmDecUtil
+	dcgmXID
+	dcgmFBFree
+	dcgmFBUsed
+	dcgmFields
+)
+
 // dcgmMetrics is --compat=dcgm: the metrics of dcgm-exporter's default counter set (etc/default-counters.csv) that
 // a snapshot has, in dcgm-exporter's names, units and labels. dcgm-exporter writes one series per GPU (per GPU
-// instance in MIG mode) carrying the pod that the kubelet allocated it to. We write one series per pod that runs
-// on it, and on a shared GPU FB_USED and GPU_UTIL are the pod's own share, not the whole GPU's; see dcgmShares and
-// docs/compat.md.
+// instance in MIG mode) carrying the pod that the kubelet allocated it to, and copies it once per pod on a shared
+// GPU. We write a series per pod that runs on a GPU, and on a shared GPU the series still tell the truth when added
+// up: see dcgmSplit and docs/compat.md.
 type dcgmMetrics struct {
-	hostname                           string
-	smClock, memClock, temp, power     *prometheus.Desc
-	energy, util, memCopyUtil, encUtil *prometheus.Desc
-	decUtil, xid, fbFree, fbUsed       *prometheus.Desc
+	hostname string
+	descs    [dcgmFields]*prometheus.Desc
 }
 
 func newDCGMMetrics(hostname string) *dcgmMetrics {
 	labels := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
 		"GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod", "container"}
-	// Help texts are dcgm-exporter's, so that the exposition reads the same.
-	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, labels, nil) }
-	return &dcgmMetrics{
-		hostname:    hostname,
-		smClock:     desc("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
-		memClock:    desc("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz)."),
-		temp:        desc("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
-		power:       desc("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
-		energy:      desc("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)."),
-		util:        desc("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %). On a GPU shared by several pods, the pod's own SM utilization; the series without a pod has the rest."),
-		memCopyUtil: desc("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %)."),
-		encUtil:     desc("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %)."),
-		decUtil:     desc("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %)."),
-		xid:         desc("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered (here: the highest XID seen since the exporter started)."),
-		fbFree:      desc("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
-		fbUsed:      desc("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB). On a GPU shared by several pods, the pod's own memory; the series without a pod has the rest."),
+	// Help texts are dcgm-exporter's, so that the exposition reads the same; where ours differs, it says how.
+	const shared = " On a GPU shared by several pods, each pod's series has its share and the series without a pod the rest."
+	m := &dcgmMetrics{hostname: hostname}
+	for f, d := range [dcgmFields][2]string{
+		dcgmSMClock:     {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."},
+		dcgmMemClock:    {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz)."},
+		dcgmTemp:        {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."},
+		dcgmPower:       {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)." + shared + " A pod's share is the power times its SM utilization."},
+		dcgmEnergy:      {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)."},
+		dcgmUtil:        {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)." + shared + " A pod's share is its SM utilization."},
+		dcgmMemCopyUtil: {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %)." + shared},
+		dcgmEncUtil:     {"DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %)." + shared},
+		dcgmDecUtil:     {"DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %)." + shared},
+		dcgmXID:         {"DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered (here: the highest XID seen since the exporter started)."},
+		dcgmFBFree:      {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."},
+		dcgmFBUsed:      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)." + shared},
+	} {
+		m.descs[f] = prometheus.NewDesc(d[0], d[1], labels, nil)
 	}
+	return m
 }
 
 func (m *dcgmMetrics) describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.smClock, m.memClock, m.temp, m.power, m.energy, m.util, m.memCopyUtil,
-		m.encUtil, m.decUtil, m.xid, m.fbFree, m.fbUsed} {
+	for _, d := range m.descs {
 		ch <- d
 	}
 }
 
-// dcgmEntity is what dcgm-exporter writes one series for: a whole GPU, or one GPU instance of a GPU in MIG mode.
-type dcgmEntity struct {
-	profile, instance string    // GPU_I_PROFILE, GPU_I_ID; empty for a whole GPU
-	used, free, util  gpu.Value // bytes, bytes, ratio
-	processes         []gpu.Process
+// dcgmSeries is one label set of the output and its values: the whole GPU, a GPU instance (GPU_I_ID) in MIG mode,
+// or a pod's share of either.
+type dcgmSeries struct {
+	profile, instance         string // GPU_I_PROFILE, GPU_I_ID; empty for a whole GPU
+	namespace, pod, container string
+	v                         [dcgmFields]gpu.Value
 }
 
-// dcgmEntities are the GPU's entities: its GPU instances when it has any, else the GPU itself. A GPU instance
-// split into several compute instances is one entity, as in DCGM, and its memory is the GPU instance's.
-func dcgmEntities(d *gpu.Device) []dcgmEntity {
-	if len(d.MIG) == 0 {
-		return []dcgmEntity{{used: d.MemoryUsedBytes, free: d.MemoryFreeBytes, util: d.UtilizationRatio, processes: d.Processes}}
+// dcgmShared are the fields that add up across the pods of a GPU, with a process's part of each. Power is not
+// measured per process: a process's part is the GPU's power times its SM utilization (the fraction of the sample
+// period it ran), so that an idle GPU's draw stays with the GPU. Energy would add up too, but a counter split by
+// shares that change would go backwards: it stays on the GPU's series, whose value alone is the GPU's.
+var dcgmShared = []struct {
+	field int
+	part  func(d *gpu.Device, p *gpu.Process) gpu.Value
+}{
+	{dcgmFBUsed, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.UsedMemoryBytes, 1.0/mib) }},
+	{dcgmUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.SMUtilizationRatio, 100) }},
+	{dcgmMemCopyUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.MemoryUtilizationRatio, 100) }},
+	{dcgmEncUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.EncoderUtilizationRatio, 100) }},
+	{dcgmDecUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.DecoderUtilizationRatio, 100) }},
+	{dcgmPower, func(d *gpu.Device, p *gpu.Process) gpu.Value {
+		if !d.PowerUsageWatts.Valid || !p.SMUtilizationRatio.Valid {
+			return gpu.Value{}
+		}
+		return gpu.Known(d.PowerUsageWatts.V * p.SMUtilizationRatio.V)
+	}},
+}
+
+// dcgmDeviceSeries are the series of one GPU. A GPU in MIG mode has a series for the GPU (temperature, power,
+// clocks, energy, XID, and the memory outside its GPU instances) and one per GPU instance (its memory); a GPU
+// instance split into compute instances is one entity, as in DCGM. Otherwise one series has it all. Each is then split between the pods that use it.
+func dcgmDeviceSeries(d *gpu.Device, r *scrape.Result) []dcgmSeries {
+	var g dcgmSeries
+	for _, c := range d.Clocks {
+		switch c.Name {
+		case "sm":
+			g.v[dcgmSMClock] = gpu.Known(c.Hertz / 1e6)
+		case "memory":
+			g.v[dcgmMemClock] = gpu.Known(c.Hertz / 1e6)
+		}
 	}
-	var out []dcgmEntity
+	for _, x := range d.XIDErrors {
+		g.v[dcgmXID] = gpu.Known(max(g.v[dcgmXID].V, float64(x.XID)))
+	}
+	g.v[dcgmTemp] = d.TemperatureCelsius
+	g.v[dcgmPower] = d.PowerUsageWatts
+	g.v[dcgmEnergy] = scaled(d.EnergyJoules, 1000)
+	g.v[dcgmUtil] = scaled(d.UtilizationRatio, 100)
+	g.v[dcgmMemCopyUtil] = scaled(d.MemoryUtilizationRatio, 100)
+	g.v[dcgmEncUtil] = scaled(d.EncoderUtilizationRatio, 100)
+	g.v[dcgmDecUtil] = scaled(d.DecoderUtilizationRatio, 100)
+	if len(d.MIG) == 0 {
+		g.v[dcgmFBUsed] = scaled(d.MemoryUsedBytes, 1.0/mib)
+		g.v[dcgmFBFree] = scaled(d.MemoryFreeBytes, 1.0/mib)
+		return dcgmSplit(d, g, d.Processes, r)
+	}
+	// The GPU's own series has the memory that no GPU instance has (the driver's, and what is not assigned), so
+	// that a GPU's series still add up to its memory.
+	restUsed, restFree := d.MemoryUsedBytes, d.MemoryFreeBytes
+	var out []dcgmSeries
 	seen := make(map[int]bool)
 	for _, mig := range d.MIG {
 		if seen[mig.GPUInstance] {
 			continue
 		}
 		seen[mig.GPUInstance] = true
-		e := dcgmEntity{profile: mig.Profile, instance: itoa(mig.GPUInstance), used: mig.MemoryUsedBytes}
-		if mig.MemoryTotalBytes.Valid && mig.MemoryUsedBytes.Valid {
-			e.free = gpu.Known(mig.MemoryTotalBytes.V - mig.MemoryUsedBytes.V)
-		}
-		// NVML has no utilization of a GPU instance; DCGM's GPU_UTIL is absent there too.
+		e := dcgmSeries{profile: mig.Profile, instance: itoa(mig.GPUInstance)}
+		e.v[dcgmFBUsed] = scaled(mig.MemoryUsedBytes, 1.0/mib)
+		restUsed = gpu.Value{V: restUsed.V - mig.MemoryUsedBytes.V, Valid: restUsed.Valid && mig.MemoryUsedBytes.Valid}
+		free := gpu.Value{V: mig.MemoryTotalBytes.V - mig.MemoryUsedBytes.V, Valid: mig.MemoryTotalBytes.Valid && mig.MemoryUsedBytes.Valid}
+		e.v[dcgmFBFree] = scaled(free, 1.0/mib)
+		restFree = gpu.Value{V: restFree.V - free.V, Valid: restFree.Valid && free.Valid}
+		var processes []gpu.Process
 		for _, p := range d.Processes {
 			if p.MIG && p.GPUInstance == mig.GPUInstance {
-				e.processes = append(e.processes, p)
+				processes = append(processes, p)
 			}
 		}
-		out = append(out, e)
+		out = append(out, dcgmSplit(d, e, processes, r)...)
 	}
-	return out
+	g.v[dcgmFBUsed] = gpu.Value{V: max(restUsed.V, 0) / mib, Valid: restUsed.Valid}
+	g.v[dcgmFBFree] = gpu.Value{V: max(restFree.V, 0) / mib, Valid: restFree.Valid}
+	return append([]dcgmSeries{g}, out...)
 }
 
-// dcgmShare is one series of an entity: a pod (namespace, pod, container), or none, and its FB_USED and GPU_UTIL.
-type dcgmShare struct {
-	namespace, pod, container string
-	used, util                gpu.Value // bytes, ratio
-}
-
-// dcgmShares splits an entity between the pods that use it. A GPU that no pod uses has one series without pod
-// labels and the GPU's values, as in dcgm-exporter; so has a GPU used by one pod and nothing else, with that pod's
-// labels. A GPU shared by several pods, or by a pod and processes outside Kubernetes, gets a series per pod with
-// the pod's own memory and SM utilization, and a series without pod labels with the rest (processes outside
-// Kubernetes, the driver's own memory), so that a GPU's series still add up to the GPU. The rest is unknown when a
-// process's share is. Docker and Podman containers outside Kubernetes count as pods here: they have a container
-// label.
-func dcgmShares(e *dcgmEntity, r *scrape.Result) []dcgmShare {
+// dcgmSplit splits an entity (a GPU, or a GPU instance) between the pods whose processes run on it. With no pod,
+// it is one series without pod labels, as in dcgm-exporter; with one pod and nothing else, one series with the
+// pod's labels. Otherwise (several pods, or a pod and processes outside Kubernetes) each pod gets a series with its
+// part of each dcgmShared field, and the series without pod labels keeps the rest and every other field, once: so
+// that summing a GPU's series gives the GPU's value, and a field that does not add up (temperature, clocks) is not
+// repeated. Where a pod's part of a field is unknown, the field is not split: the GPU's series keeps all of it.
+// Parts that add up to more than the whole (per-process and per-GPU samples differ) are scaled down to it. Docker
+// and Podman containers outside Kubernetes count as pods: they have a container label.
+func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *scrape.Result) []dcgmSeries {
 	type key struct{ namespace, pod, container string }
-	var order []key
-	pods := make(map[key]*dcgmShare)
+	var pods []key
+	byPod := make(map[key][]*gpu.Process)
 	outside := false
-	usedKnown, utilKnown := true, true
-	for _, p := range e.processes {
-		id := r.Owner(p).Identity
+	for i := range processes {
+		p := &processes[i]
+		id := r.Owner(*p).Identity
 		k := key{id.Namespace, id.Pod, id.Container}
 		if k == (key{}) {
 			outside = true
 			continue
 		}
-		s, ok := pods[k]
-		if !ok {
-			s = &dcgmShare{namespace: k.namespace, pod: k.pod, container: k.container}
-			pods[k] = s
-			order = append(order, k)
+		if _, ok := byPod[k]; !ok {
+			pods = append(pods, k)
 		}
-		addValue(&s.used, p.UsedMemoryBytes)
-		addValue(&s.util, p.SMUtilizationRatio)
-		usedKnown = usedKnown && p.UsedMemoryBytes.Valid
-		utilKnown = utilKnown && p.SMUtilizationRatio.Valid
+		byPod[k] = append(byPod[k], p)
 	}
 	switch {
-	case len(order) == 0:
-		return []dcgmShare{{used: e.used, util: e.util}}
-	case len(order) == 1 && !outside:
-		s := pods[order[0]]
-		s.used, s.util = e.used, e.util
-		return []dcgmShare{*s}
+	case len(pods) == 0:
+		return []dcgmSeries{e}
+	case len(pods) == 1 && !outside:
+		e.namespace, e.pod, e.container = pods[0].namespace, pods[0].pod, pods[0].container
+		return []dcgmSeries{e}
 	}
-	rest := dcgmShare{used: e.used, util: e.util}
-	out := make([]dcgmShare, 0, len(order)+1)
-	for _, k := range order {
-		s := pods[k]
-		rest.used.V -= s.used.V
-		rest.util.V -= s.util.V
-		out = append(out, *s)
+	out := make([]dcgmSeries, len(pods), len(pods)+1)
+	for i, k := range pods {
+		out[i] = dcgmSeries{profile: e.profile, instance: e.instance, namespace: k.namespace, pod: k.pod, container: k.container}
 	}
-	rest.used.Valid = rest.used.Valid && usedKnown
-	rest.util.Valid = rest.util.Valid && utilKnown
-	// Per-process SM utilization and the GPU's busy time are sampled differently and can disagree by a little.
-	rest.used.V, rest.util.V = max(rest.used.V, 0), max(rest.util.V, 0)
-	return append(out, rest)
+	for _, s := range dcgmShared {
+		whole := e.v[s.field]
+		if !whole.Valid {
+			continue
+		}
+		parts := make([]float64, len(pods))
+		sum, known := 0.0, true
+		for i, k := range pods {
+			for _, p := range byPod[k] {
+				v := s.part(d, p)
+				known = known && v.Valid
+				parts[i] += v.V
+			}
+			sum += parts[i]
+		}
+		if !known {
+			continue
+		}
+		scale := 1.0
+		if sum > whole.V {
+			scale = whole.V / sum
+		}
+		rest := whole.V
+		for i := range pods {
+			out[i].v[s.field] = gpu.Known(parts[i] * scale)
+			rest -= parts[i] * scale
+		}
+		e.v[s.field] = gpu.Known(max(rest, 0))
+	}
+	return append(out, e)
 }
 
 func (m *dcgmMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
-		var smClock, memClock gpu.Value
-		for _, c := range d.Clocks {
-			switch c.Name {
-			case "sm":
-				smClock = gpu.Known(c.Hertz / 1e6)
-			case "memory":
-				memClock = gpu.Known(c.Hertz / 1e6)
-			}
-		}
-		var xid gpu.Value
-		for _, x := range d.XIDErrors {
-			xid = gpu.Known(max(xid.V, float64(x.XID)))
-		}
-		energy := scaled(d.EnergyJoules, 1000)
 		idx := itoa(d.Index)
-		for _, e := range dcgmEntities(d) {
-			for _, s := range dcgmShares(&e, r) {
-				labels := []string{idx, d.UUID, d.PCIBusID, "nvidia" + idx, d.Name, m.hostname, snap.DriverVersion,
-					e.profile, e.instance, s.namespace, s.pod, s.container}
-				put := func(desc *prometheus.Desc, v gpu.Value) {
-					if v.Valid {
-						gauge(ch, desc, v.V, labels...)
-					}
+		for _, s := range dcgmDeviceSeries(d, r) {
+			labels := []string{idx, d.UUID, d.PCIBusID, "nvidia" + idx, d.Name, m.hostname, snap.DriverVersion,
+				s.profile, s.instance, s.namespace, s.pod, s.container}
+			for f, v := range s.v {
+				switch {
+				case !v.Valid:
+				case f == dcgmEnergy:
+					counter(ch, m.descs[f], v.V, labels...)
+				default:
+					gauge(ch, m.descs[f], v.V, labels...)
 				}
-				put(m.smClock, smClock)
-				put(m.memClock, memClock)
-				put(m.temp, d.TemperatureCelsius)
-				put(m.power, d.PowerUsageWatts)
-				if energy.Valid {
-					counter(ch, m.energy, energy.V, labels...)
-				}
-				put(m.util, scaled(s.util, 100))
-				if e.instance == "" {
-					put(m.memCopyUtil, scaled(d.MemoryUtilizationRatio, 100))
-					put(m.encUtil, scaled(d.EncoderUtilizationRatio, 100))
-					put(m.decUtil, scaled(d.DecoderUtilizationRatio, 100))
-				}
-				put(m.xid, xid)
-				put(m.fbFree, scaled(e.free, 1.0/mib))
-				put(m.fbUsed, scaled(s.used, 1.0/mib))
 			}
 		}
 	}

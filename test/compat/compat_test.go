@@ -8,8 +8,11 @@ package compat
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
+	"net/url"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,16 +126,14 @@ func TestDashboardQueries(t *testing.T) {
 	t.Run("dcgm per GPU", func(t *testing.T) {
 		used, util := map[string]float64{}, map[string]float64{}
 		for _, d := range snap.Devices {
-			if len(d.MIG) > 0 {
-				continue // in MIG mode there is a series per GPU instance and none for the whole GPU, as in DCGM
-			}
+			// In MIG mode too: the GPU instances' series and the GPU's (the memory outside them) add up.
 			idx := strconv.Itoa(d.Index)
 			used[idx] = d.MemoryUsedBytes.V / mib
-			if pods, outside := podsOn(d.Processes); pods <= 1 && !(pods == 1 && outside) {
+			if pods, outside := podsOn(d.Processes); len(d.MIG) == 0 && pods <= 1 && !(pods == 1 && outside) {
 				util[idx] = d.UtilizationRatio.V * 100
 			}
 		}
-		got := e2eutil.ByLabel(e2eutil.Query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_FB_USED{GPU_I_ID=""})`), "gpu")
+		got := e2eutil.ByLabel(e2eutil.Query(t, prom, `sum by (gpu, Hostname) (DCGM_FI_DEV_FB_USED)`), "gpu")
 		compare(t, "sum by (gpu) FB_USED", got, used)
 		got = e2eutil.ByLabel(e2eutil.Query(t, prom, `avg by (gpu, Hostname) (DCGM_FI_DEV_GPU_UTIL)`), "gpu")
 		for g, want := range util {
@@ -182,6 +183,156 @@ func TestDashboardQueries(t *testing.T) {
 			t.Errorf("pod %s on a shared GPU: FB_USED %v MiB, want its own %v MiB", owner(p).Pod, g, p.UsedMemoryBytes.V/mib)
 		}
 	})
+}
+
+// dcgmDashboard is every panel query of upstream dcgm-exporter's own Grafana dashboard, quoted from
+// NVIDIA/dcgm-exporter grafana/dcgm-exporter-dashboard.json (commit d5e5f510a1b6b393f39a43293ccd9dc985defc79), in
+// its panel order. Its variables $instance and $gpu are label_values(DCGM_FI_DEV_GPU_TEMP, instance) and
+// label_values(DCGM_FI_DEV_GPU_TEMP, gpu), multi-valued, with "All".
+var dcgmDashboard = []struct{ title, expr string }{
+	{"GPU Temperature", `DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"}`},
+	{"GPU Avg. Temp", `avg(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"})`},
+	{"GPU Power Usage", `DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"}`},
+	{"GPU Power Total", `sum(DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"})`},
+	{"GPU SM Clocks", `DCGM_FI_DEV_SM_CLOCK{instance=~"$instance", gpu=~"$gpu"} * 1000000`},
+	{"GPU Utilization", `DCGM_FI_DEV_GPU_UTIL{instance=~"$instance", gpu=~"$gpu"}`},
+	{"GPU Framebuffer Mem Used", `DCGM_FI_DEV_FB_USED{instance=~"$instance", gpu=~"$gpu"}`},
+	{"Tensor Core Utilization", `DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}`},
+}
+
+// TestUpstreamDCGMDashboard runs dcgm-exporter's own dashboard on the demo node, whose GPUs are shared by pods,
+// split by MIG and used outside Kubernetes, and checks that 7 of its 8 panels show the node's true values: the
+// per-GPU panels of what does not add up (temperature, clocks) have one series per GPU with its value, those of
+// what adds up (power, utilization, memory) have series that sum to it, and the two single-stat panels are the
+// node's. The eighth, tensor core activity, is a DCGM profiling counter, which no NVML reading has: it is empty.
+func TestUpstreamDCGMDashboard(t *testing.T) {
+	addr := exporter(t, "--demo", "--compat=dcgm")
+	prom := e2eutil.StartPrometheus(t, e2eutil.ScrapeConfig(addr))
+	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to have the dcgm output", func() bool {
+		return len(e2eutil.Query(t, prom, "DCGM_FI_DEV_FB_USED")) > 0
+	})
+	snap, err := simulated.Demo().Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Grafana's "All" of a multi-value variable is the regex of every value, each escaped, (a|b|…), and the
+	// backslashes are escaped again inside the PromQL string.
+	all := func(label string) string {
+		data, err := e2eutil.PromAPI(prom, "/api/v1/label/"+label+"/values", url.Values{"match[]": {"DCGM_FI_DEV_GPU_TEMP"}})
+		if err != nil {
+			t.Fatalf("label_values(DCGM_FI_DEV_GPU_TEMP, %s): %v", label, err)
+		}
+		var values []string
+		if err := json.Unmarshal(data, &values); err != nil || len(values) == 0 {
+			t.Fatalf("label_values(DCGM_FI_DEV_GPU_TEMP, %s) = %s (%v)", label, data, err)
+		}
+		for i, v := range values {
+			values[i] = strings.ReplaceAll(regexp.QuoteMeta(v), `\`, `\\`)
+		}
+		return "(" + strings.Join(values, "|") + ")"
+	}
+	instance, gpus := all("instance"), all("gpu")
+	if n := strings.Count(gpus, "|") + 1; n != len(snap.Devices) {
+		t.Errorf("$gpu has %d values, want the demo's %d GPUs", n, len(snap.Devices))
+	}
+	run := func(expr string) []e2eutil.Sample {
+		return e2eutil.Query(t, prom, strings.NewReplacer("$instance", instance, "$gpu", gpus).Replace(expr))
+	}
+
+	// The node's true values, per GPU (index → value), from the demo's own snapshot.
+	temp, power, clock, util, used := map[string]float64{}, map[string]float64{}, map[string]float64{},
+		map[string]float64{}, map[string]float64{}
+	var tempSum, powerSum float64
+	for _, d := range snap.Devices {
+		g := strconv.Itoa(d.Index)
+		if d.TemperatureCelsius.Valid {
+			temp[g] = d.TemperatureCelsius.V
+			tempSum += d.TemperatureCelsius.V
+		}
+		if d.PowerUsageWatts.Valid {
+			power[g] = d.PowerUsageWatts.V
+			powerSum += d.PowerUsageWatts.V
+		}
+		for _, c := range d.Clocks {
+			if c.Name == "sm" {
+				clock[g] = c.Hertz
+			}
+		}
+		if d.UtilizationRatio.Valid {
+			util[g] = 100 * d.UtilizationRatio.V
+		}
+		if d.MemoryUsedBytes.Valid {
+			used[g] = d.MemoryUsedBytes.V / mib
+		}
+	}
+
+	once := func(title string, res []e2eutil.Sample, want map[string]float64) {
+		t.Helper()
+		got := map[string]float64{}
+		for _, s := range res {
+			if _, dup := got[s.Metric["gpu"]]; dup {
+				t.Errorf("%s: GPU %s has more than one series (a value that does not add up, repeated)", title, s.Metric["gpu"])
+			}
+			got[s.Metric["gpu"]] = s.Value
+		}
+		t.Logf("%s: %d series for %d GPUs", title, len(res), len(want))
+		compare(t, title, got, want)
+	}
+	summed := func(title string, res []e2eutil.Sample, want map[string]float64) {
+		t.Helper()
+		got := map[string]float64{}
+		for _, s := range res {
+			got[s.Metric["gpu"]] += s.Value
+		}
+		t.Logf("%s: %d series, adding up to %.1f for the node (true: %.1f)", title, len(res), sum(got), sum(want))
+		compare(t, title+" (its series per GPU, added up)", got, want)
+	}
+	single := func(title string, res []e2eutil.Sample, want float64) {
+		t.Helper()
+		if len(res) == 1 {
+			t.Logf("%s: %.2f (true: %.2f)", title, res[0].Value, want)
+		}
+		if len(res) != 1 || math.Abs(res[0].Value-want) > 1e-6 {
+			t.Errorf("%s = %v, want the node's %v", title, res, want)
+		}
+	}
+	var series []int
+	for _, p := range dcgmDashboard {
+		res := run(p.expr)
+		series = append(series, len(res))
+		switch p.title {
+		case "GPU Temperature":
+			once(p.title, res, temp)
+		case "GPU Avg. Temp":
+			single(p.title, res, tempSum/float64(len(temp)))
+		case "GPU Power Usage":
+			summed(p.title, res, power)
+		case "GPU Power Total":
+			single(p.title, res, powerSum)
+		case "GPU SM Clocks":
+			once(p.title, res, clock)
+		case "GPU Utilization":
+			summed(p.title, res, util)
+		case "GPU Framebuffer Mem Used":
+			summed(p.title, res, used)
+		case "Tensor Core Utilization":
+			if len(res) != 0 {
+				t.Errorf("%s: %v, want no series (a DCGM profiling counter)", p.title, res)
+			}
+		default:
+			t.Fatalf("no check for panel %q", p.title)
+		}
+	}
+	t.Logf("panels' series: %v; node: %.1f W, avg %.2f °C, %.0f MiB used", series, powerSum, tempSum/float64(len(temp)), sum(used))
+}
+
+func sum(m map[string]float64) float64 {
+	s := 0.0
+	for _, v := range m {
+		s += v
+	}
+	return s
 }
 
 // demoOwners are the identities the demo node presets for its processes.
