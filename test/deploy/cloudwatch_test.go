@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // The CloudWatch agent's configuration schema (amazon-cloudwatch-agent translator/config/schema.json: agent,
@@ -145,34 +147,7 @@ func TestCloudWatchDeclarationsMatchExporterSeries(t *testing.T) {
 		"instance": "node-1", "gpu": "4", "namespace": "", "pod": "", "slurm_job_id": "88231"}}
 	device := series{"gpu_memory_used_bytes", map[string]string{"job": "gpu-pod-exporter", "ClusterName": "c",
 		"instance": "node-1", "gpu": "0"}}
-	published := func(s series) [][]string {
-		var dims [][]string
-		for _, d := range c.Logs.MetricsCollected.Prometheus.EMFProcessor.MetricDeclaration {
-			sep := d.LabelSeparator
-			if sep == "" {
-				sep = ";"
-			}
-			var vals []string
-			for _, l := range d.SourceLabels {
-				vals = append(vals, s.labels[l])
-			}
-			if !regexp.MustCompile(d.LabelMatcher).MatchString(strings.Join(vals, sep)) {
-				continue
-			}
-			if !slices.ContainsFunc(d.MetricSelectors, func(sel string) bool { return regexp.MustCompile(sel).MatchString(s.name) }) {
-				continue
-			}
-			for _, set := range d.Dimensions {
-				for _, dim := range set {
-					if _, ok := s.labels[dim]; !ok {
-						t.Errorf("%s: dimension %s is not a label of the series", s.name, dim)
-					}
-				}
-				dims = append(dims, set)
-			}
-		}
-		return dims
-	}
+	published := func(s series) [][]string { return cwPublished(t, c, s.name, s.labels) }
 	if got := published(pod); !slices.ContainsFunc(got, func(d []string) bool { return slices.Contains(d, "pod") }) {
 		t.Errorf("a pod's GPU memory is published with dimensions %v, want pod and namespace", got)
 	}
@@ -181,5 +156,101 @@ func TestCloudWatchDeclarationsMatchExporterSeries(t *testing.T) {
 	}
 	if got := published(device); len(got) == 0 || slices.ContainsFunc(got, func(d []string) bool { return slices.Contains(d, "pod") }) {
 		t.Errorf("device memory is published with dimensions %v, want node and GPU", got)
+	}
+}
+
+// cwPublished applies the declarations of c as the agent does to one series (its name and labels as the agent sees
+// them): the source labels' values joined by the separator (";") are matched against label_matcher, the name
+// against metric_selectors. It returns the dimension sets the series is published with; a dimension that is not a
+// label of the series is an error.
+func cwPublished(t *testing.T, c *cwAgentConfig, name string, labels map[string]string) [][]string {
+	t.Helper()
+	var dims [][]string
+	for _, d := range c.Logs.MetricsCollected.Prometheus.EMFProcessor.MetricDeclaration {
+		sep := d.LabelSeparator
+		if sep == "" {
+			sep = ";"
+		}
+		var vals []string
+		for _, l := range d.SourceLabels {
+			vals = append(vals, labels[l])
+		}
+		if !regexp.MustCompile(d.LabelMatcher).MatchString(strings.Join(vals, sep)) {
+			continue
+		}
+		if !slices.ContainsFunc(d.MetricSelectors, func(sel string) bool { return regexp.MustCompile(sel).MatchString(name) }) {
+			continue
+		}
+		for _, set := range d.Dimensions {
+			for _, dim := range set {
+				if _, ok := labels[dim]; !ok {
+					t.Errorf("%s: dimension %s is not a label of the series", name, dim)
+				}
+			}
+			dims = append(dims, set)
+		}
+	}
+	return dims
+}
+
+// ec2TargetCommand is the command that prometheus-ec2.yaml's comment tells each instance to run: the lines of the
+// comment indented by three spaces, joined at their trailing backslashes.
+func ec2TargetCommand(t testing.TB) string {
+	t.Helper()
+	var cmd strings.Builder
+	for _, line := range strings.Split(string(readRepoFile(t, "deploy/cloudwatch/prometheus-ec2.yaml")), "\n") {
+		if rest, ok := strings.CutPrefix(line, "#   "); ok {
+			cmd.WriteString(strings.TrimSuffix(strings.TrimSpace(rest), "\\") + " ")
+		}
+	}
+	if cmd.Len() == 0 {
+		t.Fatal("prometheus-ec2.yaml: no command in its comment (lines starting with '#   ')")
+	}
+	return strings.TrimSpace(cmd.String())
+}
+
+// On EC2 every instance runs the same scrape file against its own exporter. A static target there is the same on
+// every instance ("localhost:9402" as the instance label), and the per-GPU dimensions (ClusterName, instance, gpu)
+// would merge every instance into one metric: each target must name its instance. The file's own target comes from
+// a file_sd file that the documented command writes with an instance label (test/deploy's e2e test runs that
+// command and the scrape in a real Prometheus).
+func TestCloudWatchEC2TargetNamesTheInstance(t *testing.T) {
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `json:"job_name"`
+			StaticConfigs []struct {
+				Targets []string          `json:"targets"`
+				Labels  map[string]string `json:"labels"`
+			} `json:"static_configs"`
+			FileSDConfigs []struct {
+				Files []string `json:"files"`
+			} `json:"file_sd_configs"`
+		} `json:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(readRepoFile(t, "deploy/cloudwatch/prometheus-ec2.yaml"), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range cfg.ScrapeConfigs {
+		for _, sc := range job.StaticConfigs {
+			if sc.Labels["instance"] == "" {
+				t.Errorf("job %s: static targets %v have no instance label: every EC2 instance would publish as %q",
+					job.JobName, sc.Targets, sc.Targets)
+			}
+		}
+	}
+	cmd := ec2TargetCommand(t)
+	for _, job := range cfg.ScrapeConfigs {
+		written := false
+		for _, sd := range job.FileSDConfigs {
+			for _, f := range sd.Files {
+				written = written || strings.Contains(cmd, ">"+f)
+			}
+		}
+		if len(job.StaticConfigs) == 0 && !written {
+			t.Errorf("job %s: the documented command %q writes none of its file_sd files", job.JobName, cmd)
+		}
+	}
+	if !strings.Contains(cmd, `"instance"`) {
+		t.Errorf("the documented command %q does not set the instance label", cmd)
 	}
 }

@@ -267,6 +267,83 @@ func TestCloudWatchScrapeConfigs(t *testing.T) {
 	}
 }
 
+// TestCloudWatchEC2InstancesStaySeparate runs prometheus-ec2.yaml as two EC2 instances would: each runs the
+// command its comment documents (with a stand-in cloud-init that knows the instance's ID) to write its target
+// file, then scrapes its own exporter with the file's scrape configuration (every second instead of every minute)
+// in a real Prometheus. The series must carry the instance's ID, and cwagent-config.json's per-GPU declaration
+// must publish the two instances as distinct CloudWatch metrics. (AWS's own EC2 example uses file_sd_configs the
+// same way: CloudWatch-Agent-PrometheusEC2 in the CloudWatch user guide.)
+func TestCloudWatchEC2InstancesStaySeparate(t *testing.T) {
+	c := loadCWAgentConfig(t)
+	const sdDir = "/etc/prometheusconfig/"
+	cmd := ec2TargetCommand(t)
+	if !strings.Contains(cmd, sdDir) || !strings.Contains(cmd, "localhost:9402") {
+		t.Fatalf("the documented command %q does not write into %s or name localhost:9402", cmd, sdDir)
+	}
+	metricsByInstance := map[string]map[string]bool{} // instance ID → published per-GPU dimension values
+	for _, id := range []string{"i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2"} {
+		addr := e2eutil.StartExporter(t, exporterBinary(t), "--demo").Addr
+		dir := t.TempDir()
+		bin := filepath.Join(dir, "bin")
+		if err := os.Mkdir(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// cloud-init query v1.instance_id prints the instance's ID; this one prints the ID of the instance it plays.
+		fake := fmt.Sprintf("#!/bin/sh\n[ \"$*\" = \"query v1.instance_id\" ] || exit 1\necho %s\n", id)
+		if err := os.WriteFile(filepath.Join(bin, "cloud-init"), []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The exporter of this "instance" listens on its own loopback port rather than 9402.
+		script := strings.NewReplacer(sdDir, dir+"/", "localhost:9402", addr).Replace(cmd)
+		sh := exec.Command("sh", "-c", script)
+		sh.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		if out, err := sh.CombinedOutput(); err != nil {
+			t.Fatalf("the documented command (%s): %v\n%s", script, err, out)
+		}
+		cfg := strings.ReplaceAll(string(readRepoFile(t, "deploy/cloudwatch/prometheus-ec2.yaml")), sdDir, dir+"/")
+		cfg = strings.Replace(cfg, "scrape_interval: 1m", "scrape_interval: 1s", 1)
+		cfg = strings.Replace(cfg, "scrape_timeout: 10s", "scrape_timeout: 1s", 1)
+		p := filepath.Join(dir, "prometheus.yaml")
+		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("promtool", "check", "config", p).CombinedOutput(); err != nil {
+			t.Errorf("promtool check config (with %s's target file): %v\n%s", id, err, out)
+		}
+		prom := e2eutil.StartPrometheus(t, cfg)
+		var res []e2eutil.Sample
+		e2eutil.WaitFor(t, 60*time.Second, id+"'s GPU series in Prometheus", func() bool {
+			res, _ = e2eutil.TryQuery(prom, "gpu_memory_used_bytes")
+			return len(res) > 0
+		})
+		metricsByInstance[id] = map[string]bool{}
+		for _, s := range res {
+			if s.Metric["instance"] != id {
+				t.Errorf("%s: series %v, want instance=%q", id, s.Metric, id)
+			}
+			labels := map[string]string{"ClusterName": "my-gpu-cluster"} // the agent adds it from cluster_name
+			for k, v := range s.Metric {
+				labels[k] = v
+			}
+			for _, dims := range cwPublished(t, c, "gpu_memory_used_bytes", labels) {
+				var vals []string
+				for _, d := range dims {
+					vals = append(vals, d+"="+labels[d])
+				}
+				metricsByInstance[id][strings.Join(vals, ",")] = true
+			}
+		}
+		if len(metricsByInstance[id]) == 0 {
+			t.Errorf("%s: gpu_memory_used_bytes is not published", id)
+		}
+	}
+	for m := range metricsByInstance["i-0aaaaaaaaaaaaaaa1"] {
+		if metricsByInstance["i-0bbbbbbbbbbbbbbb2"][m] {
+			t.Errorf("both instances publish the CloudWatch metric %s: one instance's values overwrite the other's", m)
+		}
+	}
+}
+
 // TestChartPrometheusRuleWithPromtool checks the rules the chart renders into its PrometheusRule with promtool.
 func TestChartPrometheusRuleWithPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
