@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-// TestDocsLinks: every relative link of the install guide and of the README points at a file or directory that
+// TestDocsLinks: every relative link of the install guide, the reference and the README points at a file or directory that
 // exists, and every deployment artifact is linked from the guide.
 func TestDocsLinks(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
 	linked := map[string]bool{}
-	for _, doc := range []string{"docs/install.md", "README.md"} {
+	for _, doc := range []string{"docs/install.md", "README.md", "docs/reference.md"} {
 		for _, m := range link.FindAllStringSubmatch(string(readRepoFile(t, doc)), -1) {
 			target := m[1]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {

@@ -1,0 +1,118 @@
+package deploy
+
+import (
+	"log/slog"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+)
+
+// docs/reference.md is the contract users read: every flag of both commands is named there.
+func TestReferenceNamesEveryFlag(t *testing.T) {
+	ref := string(readRepoFile(t, "docs/reference.md"))
+	flag := regexp.MustCompile(`(?m)^\s+(?:-\w, )?--(?:\[no-\])?([a-z][a-z0-9.-]*)`)
+	seen := map[string]bool{}
+	for _, cmd := range []string{"serve", "ps"} {
+		out, err := exec.Command(exporterBinary(t), "help", cmd).CombinedOutput()
+		if err != nil {
+			t.Fatalf("help %s: %v\n%s", cmd, err, out)
+		}
+		for _, m := range flag.FindAllStringSubmatch(string(out), -1) {
+			name := m[1]
+			switch name {
+			case "help", "help-long", "help-man", "version":
+				continue
+			}
+			seen[name] = true
+			if !strings.Contains(ref, "`--"+name+"`") {
+				t.Errorf("docs/reference.md does not name --%s (gpu-pod-exporter help %s lists it)", name, cmd)
+			}
+		}
+	}
+	if len(seen) < 20 {
+		t.Errorf("found only %d flags in the help output: %v", len(seen), seen)
+	}
+}
+
+// Every metric family the exporter can write is named in docs/reference.md (compatibility families in
+// docs/compat.md), and every family that a table of docs/reference.md names exists. The families are those the
+// collector describes with every part on (processes, allocations, both compatibility outputs) and the attribution
+// and kubelet self-metrics, plus what the real binary serves on the demo node (build information and whatever the
+// server registers).
+func TestReferenceNamesEveryMetricFamily(t *testing.T) {
+	families := map[string]bool{}
+	kc, err := kubelet.New(kubelet.Config{Endpoint: "unix:///nonexistent/kubelet.sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	attr := attribution.New(attribution.Config{})
+	c := collector.New(scrape.New(simulated.Demo(), attr, time.Minute, slog.New(slog.DiscardHandler)),
+		collector.Options{Processes: true, Compat: []string{collector.CompatNvidiasmi, collector.CompatDCGM}, Allocations: kc},
+		attr, kc)
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		c.Describe(ch)
+		close(ch)
+	}()
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			families[m[1]] = true
+		}
+	}
+	_, served := e2eutil.Scrape(t, e2eutil.StartExporter(t, exporterBinary(t), "--demo", "--compat=nvidiasmi,dcgm").Addr)
+	for name := range served {
+		families[name] = true
+	}
+	for _, name := range []string{"gpu_info", "gpu_process_memory_used_bytes", "gpu_pod_exporter_resolver_requests_total",
+		"gpu_pod_exporter_kubelet_up", "gpu_pod_exporter_build_info", "DCGM_FI_DEV_FB_USED"} {
+		if !families[name] {
+			t.Fatalf("%s is not among the exporter's families %v: the test does not see them all", name, families)
+		}
+	}
+
+	ref := string(readRepoFile(t, "docs/reference.md"))
+	compat := string(readRepoFile(t, "docs/compat.md"))
+	for name := range families {
+		doc, text := "docs/reference.md", ref
+		if strings.HasPrefix(name, "DCGM_") || strings.HasPrefix(name, "nvidiasmi_") {
+			doc, text = "docs/compat.md", compat
+		}
+		if !strings.Contains(text, "`"+name+"`") {
+			t.Errorf("%s does not name the metric family %s", doc, name)
+		}
+	}
+	// The first cell of each row of the tables whose first column is "metric".
+	var named []string
+	inMetricTable := false
+	for _, line := range strings.Split(ref, "\n") {
+		switch {
+		case !strings.HasPrefix(line, "|"):
+			inMetricTable = false
+		case strings.HasPrefix(line, "| metric |"):
+			inMetricTable = true
+		case inMetricTable && strings.HasPrefix(line, "| `"):
+			name := strings.Trim(strings.TrimSpace(strings.Split(line, "|")[1]), "`")
+			if !families[name] {
+				t.Errorf("docs/reference.md documents %s, which the exporter does not write", name)
+			}
+			named = append(named, name)
+		}
+	}
+	if !slices.Contains(named, "gpu_workload_memory_used_bytes") {
+		t.Errorf("no metric table rows found in docs/reference.md (found %v)", named)
+	}
+}
