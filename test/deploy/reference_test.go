@@ -116,3 +116,16 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 		t.Errorf("no metric table rows found in docs/reference.md (found %v)", named)
 	}
 }
+
+// The README gives a way to test without root, and scripts/test.sh (make test) honours it.
+func TestREADMETestsWithoutRoot(t *testing.T) {
+	readme := string(readRepoFile(t, "README.md"))
+	for _, want := range []string{"needs root", "go test ./...", "E2E=0 make test"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+	if script := string(readRepoFile(t, "scripts/test.sh")); !strings.Contains(script, `if [ "${E2E:-1}" != 0 ]; then`) {
+		t.Error("scripts/test.sh no longer skips the end-to-end tests for E2E=0, which README.md documents")
+	}
+}
