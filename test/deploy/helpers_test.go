@@ -18,9 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -29,14 +27,6 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/kubernetes/*.yaml and the chart's copies of the dashboard and rules")
-
-// helmVersion is the helm the tests build from the Go module proxy (GPE_HELM overrides it with a binary), linked
-// like helm's own release builds with the Kubernetes version of its client-go (1.37 for v3.22.0), which is its
-// default for rendering and for lint's deprecated-API checks.
-const (
-	helmVersion     = "v3.22.0"
-	helmKubeVersion = "1.37"
-)
 
 // kubeVersion is the Kubernetes version helm renders for: a go-installed helm defaults to v1.20, below the chart's
 // kubeVersion constraint.
@@ -56,73 +46,8 @@ func readRepoFile(t testing.TB, rel string) []byte {
 	return b
 }
 
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
-)
-
-// helm returns a helm binary: $GPE_HELM, else helmVersion built once from the Go module proxy into the user's cache
-// directory ($GPE_TOOLS_CACHE overrides it) and reused by later runs.
-func helm(t testing.TB) string {
-	t.Helper()
-	helmOnce.Do(func() {
-		if p := os.Getenv("GPE_HELM"); p != "" {
-			helmPath = p
-			return
-		}
-		cache := os.Getenv("GPE_TOOLS_CACHE")
-		if cache == "" {
-			dir, err := os.UserCacheDir()
-			if err != nil {
-				helmErr = fmt.Errorf("no cache directory for helm (set GPE_HELM or GPE_TOOLS_CACHE): %v", err)
-				return
-			}
-			cache = filepath.Join(dir, "gpu-pod-exporter")
-		}
-		bin := filepath.Join(cache, "helm-"+helmVersion+"-k8s"+helmKubeVersion, "helm")
-		if _, err := os.Stat(bin); err == nil {
-			helmPath = bin
-			return
-		}
-		fmt.Fprintf(os.Stderr, "test/deploy: building helm %s from the Go module proxy into %s "+
-			"(once; about 3 minutes on 2 cores; set GPE_HELM to use your own helm)\n", helmVersion, bin)
-		start := time.Now()
-		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-			helmErr = err
-			return
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(bin), "build-")
-		if err != nil {
-			helmErr = err
-			return
-		}
-		defer os.RemoveAll(tmp)
-		major, minor, _ := strings.Cut(helmKubeVersion, ".")
-		ldflags := "-s -w"
-		for _, pkg := range []string{"helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"} {
-			ldflags += fmt.Sprintf(" -X %s.k8sVersionMajor=%s -X %s.k8sVersionMinor=%s", pkg, major, pkg, minor)
-		}
-		cmd := exec.Command("go", "install", "-trimpath", "-ldflags="+ldflags, "helm.sh/helm/v3/cmd/helm@"+helmVersion)
-		// Outside our module: no -mod flag from the caller's GOFLAGS, its own go.sum checked against the sum database.
-		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "GOWORK=off")
-		cmd.Dir = tmp
-		if out, err := cmd.CombinedOutput(); err != nil {
-			helmErr = fmt.Errorf("building helm %s (go install; needs the Go module proxy): %v\n%s", helmVersion, err, out)
-			return
-		}
-		if err := os.Rename(filepath.Join(tmp, "helm"), bin); err != nil {
-			helmErr = err
-			return
-		}
-		fmt.Fprintf(os.Stderr, "test/deploy: built helm %s in %s\n", helmVersion, time.Since(start).Round(time.Second))
-		helmPath = bin
-	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
-	}
-	return helmPath
-}
+// helm returns the helm binary the tests share (e2eutil.Helm: $GPE_HELM, else built once and cached).
+func helm(t testing.TB) string { return e2eutil.Helm(t) }
 
 // run runs a command in the repository root and returns its stdout; a failure fails the test with its output.
 func run(t testing.TB, name string, args ...string) []byte {

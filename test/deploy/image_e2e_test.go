@@ -33,7 +33,7 @@ func TestImage(t *testing.T) {
 
 	start := time.Now()
 	dir := t.TempDir()
-	importImage(t, base, glibcRootfs(t, filepath.Join(dir, "base")))
+	importImage(t, base, e2eutil.GlibcRootfs(t, filepath.Join(dir, "base")))
 	binDir := filepath.Join(dir, "bin")
 	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, "out/gpu-pod-exporter"), "./cmd/gpu-pod-exporter")
 	build.Dir = repoRoot(t)
@@ -174,50 +174,6 @@ gpus:
 			return regexp.MustCompile(`gpu_pod_exporter_resolver_requests_total\{[^}]*result="error"[^}]*\} [1-9]`).MatchString(body)
 		})
 	})
-}
-
-// glibcRootfs writes a root filesystem of the host's glibc (Debian's libc6 package files), passwd and group
-// entries, and /tmp: a stand-in for gcr.io/distroless/base-debian12 with no shell.
-func glibcRootfs(t *testing.T, root string) string {
-	t.Helper()
-	out, err := exec.Command("dpkg-query", "-L", "libc6").Output()
-	if err != nil {
-		t.Fatalf("dpkg-query -L libc6: %v", err)
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if !regexp.MustCompile(`^/(usr/)?lib(64|/x86_64-linux-gnu)/[^/]+\.so[.0-9]*$`).MatchString(f) {
-			continue
-		}
-		dst := filepath.Join(root, f)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command("cp", "-a", f, dst).CombinedOutput(); err != nil {
-			t.Fatalf("cp %s: %v\n%s", f, err, out)
-		}
-	}
-	if _, err := os.Lstat(filepath.Join(root, "lib64/ld-linux-x86-64.so.2")); err != nil {
-		os.MkdirAll(filepath.Join(root, "lib64"), 0o755)
-		if err := os.Symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", filepath.Join(root, "lib64/ld-linux-x86-64.so.2")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	files := map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n" +
-			"nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
-		"etc/group": "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
-	}
-	for name, body := range files {
-		p := filepath.Join(root, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	return root
 }
 
 // importImage makes an image of a directory with docker import.
