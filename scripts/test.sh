@@ -83,4 +83,8 @@ if [ "${E2E:-1}" != 0 ]; then
 	fi
 	grep -qE '^ok ' "$log" || { keep_work=1; echo "end-to-end tests did not run; full log in $log" >&2; exit 1; }
 fi
+if [ "${E2E:-1}" != 0 ] && [ "${K8S_E2E:-1}" != 0 ]; then
+	step "Kubernetes end-to-end test (scripts/e2e/k8s.sh; K8S_E2E=0 skips it)"
+	scripts/e2e/k8s.sh
+fi
 step "all tests passed"
