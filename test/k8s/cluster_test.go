@@ -261,7 +261,7 @@ syncFrequency: 5s
 	write(t, filepath.Join(work, "cni/conf/10-gpe-loopback.conflist"),
 		`{"cniVersion": "1.0.0", "name": "gpe-loopback", "plugins": [{"type": "loopback"}]}`)
 
-	c.saveKernelTunables(t)
+	c.saveHostState(t)
 	// The kubelet's device-plugin directory is /var/lib/kubelet/device-plugins whatever its root directory.
 	const pluginParent = "/var/lib/kubelet"
 	if _, err := os.Stat(pluginParent); os.IsNotExist(err) {
@@ -306,15 +306,25 @@ func (c *cluster) stop(t *testing.T) {
 }
 
 // kernelTunables are the sysctls the kubelet sets at start as on every node (kernel.panic=10, panic_on_oops=1,
-// vm.overcommit_memory=1, ...). This machine is shared with other tests: they are put back when the test ends.
+// vm.overcommit_memory=1, ...).
 var kernelTunables = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
 
-func (c *cluster) saveKernelTunables(t *testing.T) {
+// saveHostState records what the kubelet changes on the host besides cgroups, the sysctls and its iptables chains
+// (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT), and puts them back once the kubelet has stopped: this
+// machine is shared with other tests.
+func (c *cluster) saveHostState(t *testing.T) {
 	saved := map[string][]byte{}
 	for _, k := range kernelTunables {
 		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
 			saved[k] = b
+		}
+	}
+	// Where the host has no KUBE- chains of its own, the kubelet's are removed afterwards.
+	var clean []string
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		if out, err := exec.Command(tool + "-save").Output(); err == nil && !bytes.Contains(out, []byte("KUBE-")) {
+			clean = append(clean, tool)
 		}
 	}
 	t.Cleanup(func() {
@@ -324,6 +334,20 @@ func (c *cluster) saveKernelTunables(t *testing.T) {
 		for k, b := range saved {
 			if err := os.WriteFile("/proc/sys/"+k, b, 0o644); err != nil {
 				t.Errorf("restoring %s: %v", k, err)
+			}
+		}
+		for _, tool := range clean {
+			for _, args := range [][]string{
+				{"-D", "INPUT", "-j", "KUBE-FIREWALL"}, {"-D", "OUTPUT", "-j", "KUBE-FIREWALL"},
+				{"-t", "filter", "-F", "KUBE-FIREWALL"}, {"-t", "filter", "-X", "KUBE-FIREWALL"},
+				{"-t", "mangle", "-X", "KUBE-IPTABLES-HINT"},
+				{"-t", "mangle", "-X", "KUBE-KUBELET-CANARY"}, {"-t", "filter", "-X", "KUBE-KUBELET-CANARY"},
+				{"-t", "nat", "-X", "KUBE-KUBELET-CANARY"},
+			} {
+				exec.Command(tool, args...).Run() // absent in one family or the other
+			}
+			if out, _ := exec.Command(tool + "-save").Output(); bytes.Contains(out, []byte("KUBE-")) {
+				t.Errorf("the kubelet's %s chains are still there:\n%s", tool, out)
 			}
 		}
 	})
