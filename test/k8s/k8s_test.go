@@ -218,6 +218,21 @@ func TestKubernetes(t *testing.T) {
 				t.Errorf("gpu_allocation_info lacks %s; it has %v", k, got)
 			}
 		}
+		// The kubelet's allocations went through the device plugins' Allocate, one call per container.
+		var called, reported []string
+		for _, ids := range append(whole.Allocations(), shared.Allocations()...) {
+			called = append(called, strings.Join(ids, ","))
+		}
+		for _, devs := range allocs {
+			for _, d := range devs {
+				reported = append(reported, d.id)
+			}
+		}
+		slices.Sort(called)
+		slices.Sort(reported)
+		if !slices.Equal(called, reported) {
+			t.Errorf("the device plugins allocated %v, the kubelet reports %v", called, reported)
+		}
 		procs := e2eutil.ByLabel(e2eutil.Query(t, prom, `sum by (pod) (gpu_allocation_processes)`), "pod")
 		if procs["idle"] != 0 || len(procs) != 3 {
 			t.Errorf("gpu_allocation_processes by pod = %v, want idle at 0 (and trainer, sharing)", procs)
