@@ -29,8 +29,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(postRenderEnv); dir != "" {
-		if err := postRender(os.Stdin, os.Stdout, dir); err != nil {
+	if env := os.Getenv(postRenderEnv); env != "" {
+		var p patch
+		if err := json.Unmarshal([]byte(env), &p); err != nil {
+			fmt.Fprintln(os.Stderr, "post-renderer:", err)
+			os.Exit(1)
+		}
+		if err := postRender(os.Stdin, os.Stdout, p); err != nil {
 			fmt.Fprintln(os.Stderr, "post-renderer:", err)
 			os.Exit(1)
 		}
@@ -170,7 +175,8 @@ func TestKubernetes(t *testing.T) {
 	// The exporter, installed with helm into its own namespace, labelled as docs/install.md says.
 	createNamespace(t, c, exporterNS, map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
 	exporterPort, _ := strconv.Atoi(port(t))
-	helmInstall(t, c, exporterPort)
+	healthPort, _ := strconv.Atoi(port(t))
+	helmInstall(t, c, exporterPort, healthPort)
 	exporter := waitDaemonSetPod(t, c)
 	exporterAddr := fmt.Sprintf("127.0.0.1:%d", exporterPort)
 	t.Logf("exporter pod %s ready; node up in %s", exporter.Name, time.Since(begin).Round(time.Second))

@@ -124,16 +124,20 @@ func buildImage(t *testing.T, runtimes map[string]string) {
 // --- helm's post-renderer -------------------------------------------------------------------------------------------
 
 // postRenderEnv makes the test binary act as helm's --post-renderer (see TestMain): it reads the rendered
-// manifests on stdin, and writes them patched as postRender says.
-const postRenderEnv = "GPE_K8S_POST_RENDER_NODE_DIR"
+// manifests on stdin, and writes them patched as the patch (JSON) in this variable says.
+const postRenderEnv = "GPE_K8S_POST_RENDER"
 
-// postRender changes the chart's DaemonSet only where this machine differs from a GPU node, the way a user would
-// with a post-renderer (kustomize), leaving the chart as users get it:
-//   - the simulated node file's directory is mounted read-only at /etc/gpe (a real node has a GPU instead);
-//   - hostNetwork: there is no CNI here, so every pod is on the host's network (the chart's own hostNetwork value is
-//     set too, where the chart has one);
-//   - the probes ask 127.0.0.1: the pod's address is then this machine's, and the tests target loopback only.
-func postRender(in io.Reader, out io.Writer, nodeDir string) error {
+// patch is what the post-renderer changes in the chart's DaemonSet: only where this machine differs from a GPU node,
+// and only what the chart has no value for, the way a user would with a post-renderer (kustomize):
+//   - the probes ask 127.0.0.1: the pod is on the host's network, and the tests target loopback only;
+//   - HostNetwork: there is no CNI here, so every pod is on the host's network;
+//   - NodeDir: the simulated node file's directory, mounted read-only at /etc/gpe (a real node has a GPU instead).
+type patch struct {
+	HostNetwork bool   `json:"hostNetwork,omitempty"`
+	NodeDir     string `json:"nodeDir,omitempty"`
+}
+
+func postRender(in io.Reader, out io.Writer, p patch) error {
 	b, err := io.ReadAll(in)
 	if err != nil {
 		return err
@@ -149,13 +153,17 @@ func postRender(in io.Reader, out io.Writer, nodeDir string) error {
 		}
 		if obj["kind"] == "DaemonSet" {
 			spec := dig(obj, "spec", "template", "spec")
-			spec["hostNetwork"] = true
-			spec["volumes"] = append(list(spec["volumes"]), map[string]any{
-				"name": "simulated-node", "hostPath": map[string]any{"path": nodeDir, "type": "Directory"}})
+			if p.HostNetwork {
+				spec["hostNetwork"] = true
+			}
+			if p.NodeDir != "" {
+				spec["volumes"] = append(list(spec["volumes"]), nodeVolume(p.NodeDir))
+			}
 			for _, c := range list(spec["containers"]) {
 				c := c.(map[string]any)
-				c["volumeMounts"] = append(list(c["volumeMounts"]), map[string]any{
-					"name": "simulated-node", "mountPath": "/etc/gpe", "readOnly": true})
+				if p.NodeDir != "" {
+					c["volumeMounts"] = append(list(c["volumeMounts"]), nodeMount)
+				}
 				for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
 					if p, ok := c[probe].(map[string]any); ok {
 						if get, ok := p["httpGet"].(map[string]any); ok {
@@ -175,6 +183,12 @@ func postRender(in io.Reader, out io.Writer, nodeDir string) error {
 	return err
 }
 
+func nodeVolume(dir string) map[string]any {
+	return map[string]any{"name": "simulated-node", "hostPath": map[string]any{"path": dir, "type": "Directory"}}
+}
+
+var nodeMount = map[string]any{"name": "simulated-node", "mountPath": "/etc/gpe", "readOnly": true}
+
 func dig(obj map[string]any, keys ...string) map[string]any {
 	for _, k := range keys {
 		next, _ := obj[k].(map[string]any)
@@ -189,22 +203,30 @@ func dig(obj map[string]any, keys ...string) map[string]any {
 
 func list(v any) []any { l, _ := v.([]any); return l }
 
-// helmInstall installs the chart as docs/install.md says, with the values this node needs.
-func helmInstall(t *testing.T, c *cluster, exporterPort int) {
+// helmInstall installs the chart as docs/install.md says, with the values this node needs. Values the chart has
+// are set as values; what it has no value for is patched by the post-renderer.
+func helmInstall(t *testing.T, c *cluster, exporterPort, healthPort int) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	chart := filepath.Join(e2eutil.RepoRoot(), "deploy/helm/gpu-pod-exporter")
+	var defaults map[string]any
+	if b, err := os.ReadFile(filepath.Join(chart, "values.yaml")); err != nil {
+		t.Fatal(err)
+	} else if err := yaml.Unmarshal(b, &defaults); err != nil {
+		t.Fatal(err)
+	}
+	has := func(key string) bool { _, ok := defaults[key]; return ok }
+
 	repo, tag, _ := strings.Cut(exporterImage, ":")
 	podResources := filepath.Join(c.kubelet, "pod-resources")
 	sock := c.runtimes["GPE_E2E_CONTAINERD_SOCK"]
-	values, err := yaml.Marshal(map[string]any{
-		"image":       map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
-		"nvidia":      map[string]any{"runtimeClassName": ""}, // runc is the node's runtime: no NVIDIA runtime class here
-		"hostNetwork": true,
-		"port":        exporterPort,
-		"runtime":     map[string]any{"socketDirectory": filepath.Dir(sock), "socket": filepath.Base(sock)},
+	nodeDir := filepath.Join(c.dir, "node")
+	values := map[string]any{
+		"image":   map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
+		"runtime": map[string]any{"socketDirectory": filepath.Dir(sock), "socket": filepath.Base(sock)},
 		"kubelet": map[string]any{"podResources": map[string]any{
 			"directory": podResources, "endpoint": "unix://" + podResources + "/kubelet.sock"}},
 		// No prometheus-operator CRDs here.
@@ -212,22 +234,50 @@ func helmInstall(t *testing.T, c *cluster, exporterPort int) {
 		"prometheusRule": map[string]any{"enabled": false},
 		"extraArgs": []string{"--gpu.simulated-config=/etc/gpe/node.yaml",
 			"--kubelet.gpu-resources=nvidia.com/gpu,nvidia.com/gpu.shared", "--kubelet.refresh-interval=1s"},
-	})
+	}
+	// The exporter's port is on the host's network: a free one.
+	if svc, _ := defaults["service"].(map[string]any); svc != nil && svc["port"] != nil {
+		values["service"] = map[string]any{"port": exporterPort}
+	} else {
+		values["port"] = exporterPort
+	}
+	// runc is the node's runtime: no NVIDIA runtime class here.
+	if has("runtimeClassName") {
+		values["runtimeClassName"] = ""
+	} else {
+		values["nvidia"] = map[string]any{"runtimeClassName": ""}
+	}
+	if has("healthPort") {
+		values["healthPort"] = healthPort
+	}
+	var p patch
+	if has("hostNetwork") {
+		values["hostNetwork"] = true
+	} else {
+		p.HostNetwork = true
+	}
+	if has("extraVolumes") && has("extraVolumeMounts") {
+		values["extraVolumes"] = []any{nodeVolume(nodeDir)}
+		values["extraVolumeMounts"] = []any{nodeMount}
+	} else {
+		p.NodeDir = nodeDir
+	}
+	y, err := yaml.Marshal(values)
 	if err != nil {
 		t.Fatal(err)
 	}
 	valuesFile := filepath.Join(c.dir, "values.yaml")
-	write(t, valuesFile, string(values))
-	args := []string{"install", release, filepath.Join(e2eutil.RepoRoot(), "deploy/helm/gpu-pod-exporter"),
-		"--kubeconfig", filepath.Join(c.dir, "pki/admin.kubeconfig"), "--namespace", exporterNS,
-		"--post-renderer", self, "--values", valuesFile}
+	write(t, valuesFile, string(y))
+	pj, _ := json.Marshal(p)
+	args := []string{"install", release, chart, "--kubeconfig", filepath.Join(c.dir, "pki/admin.kubeconfig"),
+		"--namespace", exporterNS, "--post-renderer", self, "--values", valuesFile}
 	cmd := exec.Command(e2eutil.Helm(t), args...)
-	cmd.Env = append(os.Environ(), postRenderEnv+"="+filepath.Join(c.dir, "node"))
+	cmd.Env = append(os.Environ(), postRenderEnv+"="+string(pj))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	t.Logf("helm install with values:\n%s%s", values, firstLines(string(out), 6))
+	t.Logf("helm install with values:\n%spost-renderer patch (beyond the probes' host): %s\n%s", y, pj, firstLines(string(out), 6))
 }
 
 func firstLines(s string, n int) string {
