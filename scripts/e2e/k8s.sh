@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The end-to-end test on a real single-node Kubernetes (test/k8s): what `make e2e-k8s` runs, and scripts/test.sh
 # after the other end-to-end tests. Needs root. Installs Debian's etcd-server when it is missing, builds the
-# Kubernetes binaries once (scripts/e2e/build-k8s.sh; cached, about 15 minutes cold on 2 cores), then runs the test,
-# which starts containerd, etcd, the control plane and a kubelet, and tears them all down (about 3 minutes).
+# Kubernetes binaries once (scripts/e2e/build-k8s.sh; cached; 11 CPU-minutes cold), then runs the test,
+# which starts containerd, etcd, the control plane and a kubelet, and tears them all down (about a minute).
 #
 #   GPE_E2E_KEEP=1   leave everything running (clean up with E2E_WORK=/tmp/gpe-e2e-k8s scripts/e2e/teardown-runtimes.sh)
 set -euo pipefail
