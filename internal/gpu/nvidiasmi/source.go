@@ -17,9 +17,12 @@ import (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultPath           = "nvidia-smi"
-	DefaultTimeout        = 6 * time.Second
-	DefaultMaxOutputBytes = 64 << 20
+	DefaultPath    = "nvidia-smi"
+	DefaultTimeout = 6 * time.Second
+	// DefaultMaxOutputBytes is sized to real outputs: one GPU prints about 45 KB (testdata's RTX 3090s: 178 KB
+	// for four, most of it the supported clocks table), so 4 MiB holds 16 GPUs and their processes several times
+	// over, while a flooding or broken nvidia-smi costs a few MiB, not hundreds.
+	DefaultMaxOutputBytes = 4 << 20
 	// waitDelay bounds how long a run waits for stdout and stderr to close after nvidia-smi exited or was killed:
 	// a helper that escaped the process group and holds the pipe must not hold the scrape.
 	waitDelay = 500 * time.Millisecond
@@ -34,8 +37,8 @@ type Config struct {
 	// Timeout bounds one run of nvidia-smi, which can hang for minutes on a GPU that fell off the bus.
 	// Default 6s.
 	Timeout time.Duration
-	// MaxOutputBytes bounds what is read from nvidia-smi's stdout; a run that prints more fails. Default 64 MiB
-	// (one GPU takes about 45 KiB, most of it the supported clocks table).
+	// MaxOutputBytes bounds what is read from nvidia-smi's stdout; a run that prints more fails. Default
+	// DefaultMaxOutputBytes.
 	MaxOutputBytes int
 	Logger         *slog.Logger
 }

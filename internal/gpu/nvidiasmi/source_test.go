@@ -176,6 +176,9 @@ func TestSourceFailures(t *testing.T) {
 			want: "nvidia-smi timed out after 500ms"},
 		{name: "endless output", mode: "flood", maxOutput: 1 << 20, kind: "output",
 			want: "nvidia-smi printed more than 1048576 bytes"},
+		// The default cap, not 64 MiB: a flooding nvidia-smi must not cost hundreds of MiB of memory.
+		{name: "endless output, default cap", mode: "flood", kind: "output",
+			want: "nvidia-smi printed more than 4194304 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, pidfile := fake(t, tc.mode, tc.env...)
@@ -315,5 +318,38 @@ func TestLimitedBuffer(t *testing.T) {
 	}
 	if got := firstLine([]byte("\n  \nfirst\nsecond")); got != "first" {
 		t.Errorf("firstLine = %q", got)
+	}
+}
+
+// TestSourceDefaultCapHoldsRealOutput: the default output cap is sized to real outputs (one GPU prints about 45 KB),
+// so a node with twice 16 GPUs of a real card's output, 32 GPUs, is read in full under it.
+func TestSourceDefaultCapHoldsRealOutput(t *testing.T) {
+	b, err := os.ReadFile("testdata/500farm__4-geforce-rtx-3090.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	first, last := strings.Index(doc, "<gpu id="), strings.LastIndex(doc, "</gpu>")+len("</gpu>")
+	if first < 0 || last < first {
+		t.Fatal("fixture has no <gpu> elements")
+	}
+	const copies = 8 // 4 GPUs each
+	gpus := strings.Repeat(doc[first:last]+"\n", copies)
+	doc = strings.Replace(doc[:first], "<attached_gpus>4</attached_gpus>", "<attached_gpus>32</attached_gpus>", 1) +
+		gpus + doc[last:]
+	if len(doc) > DefaultMaxOutputBytes/2 {
+		t.Fatalf("32 GPUs print %d bytes: want the default cap (%d) to hold them twice", len(doc), DefaultMaxOutputBytes)
+	}
+	path := filepath.Join(t.TempDir(), "32gpus.xml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake(t, "file", "FAKESMI_FILE="+path)
+	snap, err := newSource(t, Config{Timeout: 20 * time.Second}).Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Devices) != 32 {
+		t.Errorf("read %d devices, want 32", len(snap.Devices))
 	}
 }

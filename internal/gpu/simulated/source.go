@@ -7,6 +7,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -41,6 +42,21 @@ func Demo() *Source {
 		panic("built-in demo node is invalid: " + err.Error())
 	}
 	return &Source{cfg: cfg, now: time.Now, loaded: time.Now()}
+}
+
+// MaxFileBytes bounds a simulated node file. Parsing YAML costs several times the file's size in memory; the demo
+// node, eight GPUs with all their processes and comments, takes 16 KB, so 4 MiB is room for a thousand GPUs.
+const MaxFileBytes = 4 << 20
+
+// readCapped reads at most one byte more than MaxFileBytes of the file at path, so that a file over the cap is
+// seen as such without reading all of it.
+func readCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 }
 
 // Open reads a node file. The file is re-read when its modification time or size changes; a version that does
@@ -118,9 +134,14 @@ func (s *Source) reload() error {
 	if s.lastErr != nil && fi.ModTime().Equal(s.failedAt) {
 		return nil
 	}
-	data, err := os.ReadFile(s.path)
+	data, err := readCapped(s.path)
 	if err != nil {
 		return fmt.Errorf("reading simulated node file: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		s.lastErr = fmt.Errorf("simulated node file %s is larger than %d bytes", s.path, MaxFileBytes)
+		s.failedAt = fi.ModTime()
+		return nil
 	}
 	cfg, err := parse(data)
 	if err != nil {

@@ -143,6 +143,29 @@ func TestOpenFailsOnBadFile(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesOversizedFile: a file over MaxFileBytes is refused without being read whole or parsed, even when
+// it is valid YAML (here a valid node followed by a long comment).
+func TestOpenRefusesOversizedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	node := "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1000\n"
+	for _, tc := range []struct {
+		size int
+		ok   bool
+	}{{MaxFileBytes, true}, {MaxFileBytes + 1, false}} {
+		pad := "#" + strings.Repeat("x", tc.size-len(node)-2) + "\n"
+		if err := os.WriteFile(path, []byte(node+pad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(path)
+		if tc.ok && err != nil {
+			t.Errorf("Open of a %d-byte file: %v", tc.size, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "larger than 4194304 bytes") || !strings.Contains(err.Error(), path)) {
+			t.Errorf("Open of a %d-byte file = %v, want an error naming the file and the cap", tc.size, err)
+		}
+	}
+}
+
 func TestEnergyGrowsWithPower(t *testing.T) {
 	s, err := Open("testdata/node.yaml")
 	if err != nil {
