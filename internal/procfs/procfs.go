@@ -5,7 +5,6 @@ package procfs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -22,15 +21,31 @@ import (
 // Reader reads the small procfs files of many processes through one buffer. procfs reports a size of 0, so
 // os.ReadFile's Stat and size guess are wasted work; at two files per GPU process per scrape the allocations show.
 // A Reader is used by one goroutine.
+//
+// Every read is bounded by what the kernel writes to that file, and opens the file itself, never what a symlink
+// points at, nor anything but a regular file: a --path.procfs that is not the kernel's (a fake tree, a mistaken
+// mount) must not make the exporter read /etc/shadow into a label, nor hang on a FIFO.
 type Reader struct {
 	root string
 	path []byte
 	buf  []byte
 }
 
-// maxProcFile bounds what is read of one file: comm is 16 bytes, a cgroup file a few KiB even with every v1
-// controller listed.
+// maxCommFile is the most the kernel writes to <pid>/comm: a process's name is at most TASK_COMM_LEN-1 (15) bytes
+// and a newline, but proc_task_name formats a workqueue worker's into a 64-byte buffer ("kworker/u8:2-events…").
+const maxCommFile = 64
+
+// maxProcFile bounds the other files: a cgroup file has one line per hierarchy, a dozen at most on cgroup v1,
+// each path far shorter than PATH_MAX in practice; a stat line is a few hundred bytes.
 const maxProcFile = 64 << 10
+
+// maxSize is the most that is read of one file of a process.
+func maxSize(file string) int {
+	if file == "comm" {
+		return maxCommFile
+	}
+	return maxProcFile
+}
 
 // NewReader returns a Reader of the proc filesystem at root.
 func NewReader(root string) *Reader {
@@ -55,33 +70,64 @@ func (r *Reader) Cgroup(pid uint32) (string, error) {
 	return string(b), nil
 }
 
-// read returns the contents of <procfs>/<pid>/<file>, valid until the next read.
+// errNotRegular is the error of a file that is not a regular file, as procfs files are.
+var errNotRegular = errors.New("not a regular file, as procfs files are")
+
+// read returns the contents of <procfs>/<pid>/<file>, valid until the next read. It opens the file with
+// O_NOFOLLOW (a symlink fails with ELOOP) and O_NONBLOCK (a FIFO does not block the open), refuses anything but a
+// regular file, and fails rather than read more than maxSize(file).
 func (r *Reader) read(pid uint32, file string) ([]byte, error) {
 	r.path = append(r.path[:0], r.root...)
 	r.path = append(r.path, '/')
 	r.path = strconv.AppendUint(r.path, uint64(pid), 10)
 	r.path = append(r.path, '/')
 	r.path = append(r.path, file...)
-	f, err := os.Open(string(r.path))
+	path := string(r.path)
+	fd, err := ignoringEINTR(func() (int, error) {
+		return syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	})
 	if err != nil {
-		return nil, err
+		if errors.Is(err, syscall.ELOOP) {
+			err = fmt.Errorf("a symlink, not followed: %w", err)
+		}
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: errNotRegular}
+	}
+	limit := maxSize(file)
 	r.buf = r.buf[:0]
 	for {
+		// One byte more than the limit tells a file at the limit from a longer one.
+		if len(r.buf) > limit {
+			return nil, fmt.Errorf("%s: larger than the %d bytes the kernel writes", path, limit)
+		}
 		if len(r.buf) == cap(r.buf) {
-			if len(r.buf) >= maxProcFile {
-				return nil, fmt.Errorf("%s: larger than %d bytes", f.Name(), maxProcFile)
-			}
 			r.buf = append(r.buf, 0)[:len(r.buf)]
 		}
-		n, err := f.Read(r.buf[len(r.buf):cap(r.buf)])
-		r.buf = r.buf[:len(r.buf)+n]
-		if errors.Is(err, io.EOF) {
+		end := min(cap(r.buf), limit+1)
+		n, err := ignoringEINTR(func() (int, error) { return syscall.Read(fd, r.buf[len(r.buf):end]) })
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
 			return r.buf, nil
 		}
-		if err != nil {
-			return nil, err
+		r.buf = r.buf[:len(r.buf)+n]
+	}
+}
+
+// ignoringEINTR retries a system call that a signal interrupted.
+func ignoringEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if !errors.Is(err, syscall.EINTR) {
+			return n, err
 		}
 	}
 }
