@@ -218,6 +218,7 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 func (a *Attributor) procfsFailed(pid uint32, err error, tally *procfs.Tally) {
 	if procfs.Exited(err) {
 		a.metrics.procfsErrors.WithLabelValues("exited").Inc()
+		tally.Missing(pid)
 		a.logger.Debug("GPU process exited before it could be attributed", "pid", pid, "err", err)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -190,5 +191,32 @@ func TestProcFSMixedScrapeDoesNotFlap(t *testing.T) {
 	a.Attribute(t.Context(), snapshot(4))
 	if n := logs.count(slog.LevelInfo); n != 1 {
 		t.Errorf("%d info records once every process is readable, want 1", n)
+	}
+}
+
+// A reading whose PIDs are all missing from procfs (a --path.procfs that is not the host's, a container's own
+// /proc) warns once, not once per reading; a reading with one process in procfs ends it, logged once.
+func TestAllPIDsMissingWarnsOncePerChange(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(4, "ok", "0::/system.slice/ollama.service\n")
+	logs := &logRecorder{}
+	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
+	for range 3 {
+		a.Attribute(t.Context(), snapshot(7, 8))
+	}
+	if n := logs.count(slog.LevelWarn); n != 1 {
+		t.Fatalf("%d warnings over three readings with every PID missing, want 1", n)
+	}
+	if msg := logs.records[0].Message; !strings.Contains(msg, "--path.procfs") {
+		t.Errorf("warning %q does not point at --path.procfs", msg)
+	}
+	a.Attribute(t.Context(), snapshot(4, 7)) // one found, one exited: normal
+	a.Attribute(t.Context(), snapshot(4))
+	if w, i := logs.count(slog.LevelWarn), logs.count(slog.LevelInfo); w != 1 || i != 1 {
+		t.Errorf("after PIDs are found again: %d warnings, %d info records; want 1 and 1", w, i)
+	}
+	a.Attribute(t.Context(), snapshot(9))
+	if n := logs.count(slog.LevelWarn); n != 2 {
+		t.Errorf("%d warnings after every PID goes missing again, want 2", n)
 	}
 }
