@@ -10,7 +10,9 @@ package attribution
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
@@ -127,7 +129,7 @@ type pending struct {
 }
 
 // Attribute returns the owner of every process in the snapshot, keyed by PID. It never fails: what cannot be
-// learned is left empty. It waits at most the lookup budget (or until ctx ends) for the runtimes.
+// learned is left empty. Every value is valid UTF-8, as label values must be. It waits at most the lookup budget (or until ctx ends) for the runtimes.
 func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint32]Owner {
 	owners := make(map[uint32]Owner)
 	var procs []pending
@@ -178,6 +180,13 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 		} else if c, ok := named[p.outer]; ok && unnamed[o.Identity.ContainerID] {
 			c.apply(&o.Identity, true)
 			owners[p.pid] = o
+		}
+	}
+	for pid, o := range owners {
+		if !utf8.ValidString(o.Name) || !o.Identity.isValidUTF8() {
+			o.Name = strings.ToValidUTF8(o.Name, "\uFFFD")
+			o.Identity = o.Identity.validUTF8()
+			owners[pid] = o
 		}
 	}
 	return owners

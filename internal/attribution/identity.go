@@ -1,5 +1,10 @@
 package attribution
 
+import (
+	"strings"
+	"unicode/utf8"
+)
+
 // Identity is who owns a GPU process, as SPEC's identity labels name it: its Kubernetes pod and container, plain
 // container, Slurm job or systemd service. Every field is empty when unknown.
 type Identity struct {
@@ -59,4 +64,40 @@ func (l labelAllowlist) keep(labels map[string]string) map[string]string {
 		return nil
 	}
 	return out
+}
+
+// validUTF8 returns the identity with every value made valid UTF-8, invalid bytes replaced by U+FFFD. A label value
+// must be valid UTF-8, or the whole series fails to export; the cgroup path is the user's to name below a
+// delegated subtree (a "\xff.service" unit), and runtimes pass names through.
+func (id Identity) validUTF8() Identity {
+	if id.isValidUTF8() {
+		return id // the common case: no copy
+	}
+	for _, f := range []*string{&id.Namespace, &id.Pod, &id.Container, &id.PodUID, &id.ContainerID, &id.Runtime,
+		&id.QoS, &id.SlurmJobID, &id.SystemdUnit} {
+		*f = strings.ToValidUTF8(*f, "\uFFFD")
+	}
+	if len(id.PodLabels) > 0 {
+		labels := make(map[string]string, len(id.PodLabels)) // the original is shared by the container's identities
+		for k, v := range id.PodLabels {
+			labels[strings.ToValidUTF8(k, "\uFFFD")] = strings.ToValidUTF8(v, "\uFFFD")
+		}
+		id.PodLabels = labels
+	}
+	return id
+}
+
+func (id Identity) isValidUTF8() bool {
+	for _, s := range []string{id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.Runtime, id.QoS,
+		id.SlurmJobID, id.SystemdUnit} {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	for k, v := range id.PodLabels {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return false
+		}
+	}
+	return true
 }

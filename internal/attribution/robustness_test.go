@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // A runtime without a socket (a node without Docker) answers ErrUnavailable: counted as such, never as an error,
@@ -218,5 +219,39 @@ func TestAllPIDsMissingWarnsOncePerChange(t *testing.T) {
 	a.Attribute(t.Context(), snapshot(9))
 	if n := logs.count(slog.LevelWarn); n != 2 {
 		t.Errorf("%d warnings after every PID goes missing again, want 2", n)
+	}
+}
+
+// Every identity value is valid UTF-8, however invalid the bytes of the cgroup path (a delegated user's
+// "\xff.service"), the process name or the runtime's answers: a label value that is not valid UTF-8 fails its whole
+// series at export.
+func TestIdentityIsValidUTF8(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "a\xffb", "0::/system.slice/\xff.service\n")
+	p.writeProc(2, "ok", crioCgroup(puid(2), cid(2)))
+	cri := newResolver("cri")
+	cri.set(cid(2), Container{Namespace: "ns\xfe", Pod: "pod\xff", PodUID: puid(2), Name: "c\xc3",
+		PodLabels: map[string]string{"team": "ml\xff"}})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"team"}, LookupBudget: time.Minute})
+	owners := a.Attribute(t.Context(), snapshot(1, 2))
+	if got := owners[1]; got.Name != "a\uFFFDb" || got.Identity.SystemdUnit != "\uFFFD.service" {
+		t.Errorf("process 1: name %q, unit %q; want both with U+FFFD for the invalid byte", got.Name, got.Identity.SystemdUnit)
+	}
+	got := owners[2].Identity
+	if got.Namespace != "ns\uFFFD" || got.Pod != "pod\uFFFD" || got.Container != "c\uFFFD" || got.PodLabels["team"] != "ml\uFFFD" {
+		t.Errorf("process 2: %+v; want every runtime value made valid", got)
+	}
+	for pid, o := range owners {
+		id := o.Identity
+		for _, v := range []string{o.Name, id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.Runtime,
+			id.QoS, id.SlurmJobID, id.SystemdUnit} {
+			if !utf8.ValidString(v) {
+				t.Errorf("PID %d: %q is not valid UTF-8", pid, v)
+			}
+		}
+	}
+	// The resolver's answer is shared by the container's identities and cached: it is not changed in place.
+	if c, _ := cri.Resolve(t.Context(), cid(2)); c.PodLabels["team"] != "ml\xff" {
+		t.Errorf("the cached answer was changed: %q", c.PodLabels["team"])
 	}
 }
