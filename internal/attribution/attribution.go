@@ -25,6 +25,7 @@ const (
 	DefaultLookupTimeout        = 2 * time.Second
 	DefaultNegativeTTL          = 30 * time.Second
 	DefaultMaxConcurrentLookups = 8
+	DefaultMaxPendingLookups    = 256
 )
 
 // Owner is what attribution learned about one PID.
@@ -57,7 +58,10 @@ type Config struct {
 	NegativeTTL time.Duration
 	// MaxConcurrentLookups bounds the runtime calls in flight (a node starting many containers at once).
 	MaxConcurrentLookups int
-	Logger               *slog.Logger
+	// MaxPendingLookups bounds the lookups started and not ended, running or waiting for one of the
+	// MaxConcurrentLookups: a container found beyond it keeps its cgroup labels and is looked up at a later scrape.
+	MaxPendingLookups int
+	Logger            *slog.Logger
 	// Now is the clock for NegativeTTL; tests inject one. Default time.Now.
 	Now func() time.Time
 }
@@ -97,6 +101,9 @@ func New(cfg Config) *Attributor {
 	}
 	if cfg.MaxConcurrentLookups <= 0 {
 		cfg.MaxConcurrentLookups = DefaultMaxConcurrentLookups
+	}
+	if cfg.MaxPendingLookups <= 0 {
+		cfg.MaxPendingLookups = DefaultMaxPendingLookups
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -412,10 +412,12 @@ func TestLookupBudgetWithSlowRuntime(t *testing.T) {
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "pending"}); v != 1 {
 		t.Errorf("cache_entries{pending} = %v, want 1", v)
 	}
-	// A second scrape while the lookup is in flight does not start another one, even when the container left a
-	// snapshot in between.
+	// A second scrape while the lookup is in flight does not start another one, even when the container left an
+	// incomplete snapshot in between (a complete one cancels it: TestLookupOfGoneContainerIsCancelled).
+	incomplete := snapshot()
+	incomplete.Devices[0].ProcessesListed = false
 	a.Attribute(t.Context(), snapshot(5))
-	a.Attribute(t.Context(), snapshot())
+	a.Attribute(t.Context(), incomplete)
 	a.Attribute(t.Context(), snapshot(5))
 	if n := cri.calls.Load(); n != 1 {
 		t.Errorf("%d lookups in flight for one container, want 1", n)

@@ -19,7 +19,8 @@ func newMetrics(resolvers []Resolver) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_pod_exporter_resolver_requests_total",
 			Help: "Container runtime lookups, by resolver and result (success, not_found, error, " +
-				"unavailable: the runtime's socket does not exist, so it was not asked).",
+				"unavailable: the runtime's socket does not exist, so it was not asked; " +
+				"backoff: the runtime timed out recently, so it was not asked).",
 		}, []string{"resolver", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpu_pod_exporter_resolver_request_duration_seconds",
@@ -43,7 +44,7 @@ func newMetrics(resolvers []Resolver) *metrics {
 	}
 	// Start the series at zero so that rate() and absent() work from the first scrape.
 	for _, r := range resolvers {
-		for _, result := range []string{"success", "not_found", "error", "unavailable"} {
+		for _, result := range []string{"success", "not_found", "error", "unavailable", "backoff"} {
 			m.requests.WithLabelValues(r.Name(), result)
 		}
 	}

@@ -3,8 +3,11 @@ package attribution
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
 // names asks the runtimes for containers' names and caches the answers per container ID.
@@ -12,8 +15,11 @@ import (
 // A name is kept while its container has GPU processes: the cache holds only the containers of the last complete
 // snapshot, so it is bounded by the node's GPU containers and a removed container's entry goes at the next scrape.
 // A container that no runtime knows, or that could not be looked up, is left unasked for NegativeTTL.
-// Each container has at most one lookup in flight, all lookups together at most MaxConcurrentLookups, and a scrape
-// waits for them at most LookupBudget; a slower lookup completes in the background and serves the next scrape.
+// Each container has at most one lookup in flight, all lookups together at most MaxConcurrentLookups runtime calls
+// and MaxPendingLookups lookups (running or queued), and a scrape waits for them at most LookupBudget; a slower
+// lookup completes in the background and serves the next scrape. A lookup of a container that a complete snapshot
+// no longer lists is cancelled: on a node that churns containers while a runtime hangs, lookups must not pile up
+// for containers that are gone.
 type names struct {
 	resolvers   *resolvers
 	metrics     *metrics
@@ -22,13 +28,17 @@ type names struct {
 	negativeTTL time.Duration
 	now         func() time.Time
 	sem         chan struct{}
+	maxPending  int
+	logger      *slog.Logger
+	backlog     logstate.State // "full" while new lookups are deferred for want of room
 
 	ctx    context.Context // ends at close: background lookups stop
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	entries map[string]*entry
+	mu       sync.Mutex
+	entries  map[string]*entry
+	inFlight int // lookups started and not ended, including cancelled ones still unwinding
 }
 
 // entry is the cache state of one container ID. Its fields other than done are guarded by names.mu.
@@ -37,12 +47,13 @@ type names struct {
 // nil: no runtime knew the container or none could be asked). A partial or unnamed entry expires, and its
 // container is looked up again; a partial answer is served meanwhile (prev).
 type entry struct {
-	done    chan struct{} // closed when the lookup has ended
-	named   *Container    // the answer; nil while pending or when no runtime could name the container
-	partial bool          // named is incomplete (ErrIncomplete): it is used, and looked up again at expires
-	prev    *Container    // a partial answer of the entry this one replaces, served while this lookup runs
-	expires time.Time     // when an unanswered or partial lookup may be retried
-	seen    time.Time     // when a snapshot last listed the container
+	done    chan struct{}      // closed when the lookup has ended
+	cancel  context.CancelFunc // ends the lookup early: its container is gone
+	named   *Container         // the answer; nil while pending or when no runtime could name the container
+	partial bool               // named is incomplete (ErrIncomplete): it is used, and looked up again at expires
+	prev    *Container         // a partial answer of the entry this one replaces, served while this lookup runs
+	expires time.Time          // when an unanswered or partial lookup may be retried
+	seen    time.Time          // when a snapshot last listed the container
 }
 
 // pending reports whether the entry's lookup is still running.
@@ -80,6 +91,8 @@ func newNames(cfg Config, m *metrics) *names {
 		negativeTTL: cfg.NegativeTTL,
 		now:         cfg.Now,
 		sem:         make(chan struct{}, cfg.MaxConcurrentLookups),
+		maxPending:  cfg.MaxPendingLookups,
+		logger:      cfg.Logger,
 		entries:     make(map[string]*entry),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -88,11 +101,26 @@ func newNames(cfg Config, m *metrics) *names {
 
 // lookup names the containers in want. It starts lookups for those not cached, waits for them within the budget,
 // and returns the names known by then, and the containers whose lookup has ended without a name. When complete is
-// true (the snapshot lists every GPU process), entries of containers not in want are dropped.
+// true (the snapshot lists every GPU process), entries of containers not in want are dropped, and their lookups
+// cancelled.
 func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete bool) (map[string]Container, map[string]bool) {
 	now := n.now()
 	var waits []chan struct{}
+	deferred := 0
 	n.mu.Lock()
+	// Drop the gone first, so that their lookups make room for the new.
+	for id, e := range n.entries {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		// A container missing from an incomplete snapshot may still be there, and its lookup runs on; past
+		// staleAfter it is gone in any case, which keeps the cache bounded on a node whose process lists keep
+		// failing.
+		if complete || now.Sub(e.seen) > staleAfter {
+			e.cancel()
+			delete(n.entries, id)
+		}
+	}
 	for id, h := range want {
 		e := n.entries[id]
 		if e != nil {
@@ -108,29 +136,27 @@ func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete
 		if len(chain) == 0 || n.ctx.Err() != nil {
 			continue // no runtime to ask: the cgroup labels are all there is
 		}
+		if n.inFlight >= n.maxPending {
+			// A runtime that answers slower than containers come: the container keeps its cgroup labels (and an
+			// expired partial answer) and is looked up at a later scrape, when there is room.
+			deferred++
+			continue
+		}
 		var prev *Container
 		if e != nil && e.partial {
 			prev = e.named
 		}
-		e = &entry{done: make(chan struct{}), seen: now, prev: prev}
+		lctx, cancel := context.WithCancel(n.ctx)
+		e = &entry{done: make(chan struct{}), cancel: cancel, seen: now, prev: prev}
 		n.entries[id] = e
 		waits = append(waits, e.done)
+		n.inFlight++
 		n.wg.Add(1)
-		go n.resolve(id, e, chain)
+		go n.resolve(lctx, id, e, chain)
 	}
-	for id, e := range n.entries {
-		if _, ok := want[id]; ok || e.pending() {
-			// A lookup in flight stays until it ends, so that a container that comes back meanwhile is not
-			// looked up twice at once; the next scrape drops it.
-			continue
-		}
-		// A container missing from an incomplete snapshot may still be there; past staleAfter it is gone in any
-		// case, which keeps the cache bounded on a node whose process lists keep failing.
-		if complete || now.Sub(e.seen) > staleAfter {
-			delete(n.entries, id)
-		}
-	}
+	inFlight := n.inFlight
 	n.mu.Unlock()
+	n.logBacklog(deferred, inFlight)
 
 	if len(waits) > 0 {
 		n.wait(ctx, waits)
@@ -173,13 +199,33 @@ func (n *names) wait(ctx context.Context, waits []chan struct{}) {
 	}
 }
 
-// resolve asks the chain's resolvers in turn until one knows the container, and stores the answer in e.
-func (n *names) resolve(id string, e *entry, chain []resolverRef) {
+// logBacklog logs, once per change, that lookups are deferred because MaxPendingLookups are in flight.
+func (n *names) logBacklog(deferred, inFlight int) {
+	state := ""
+	if deferred > 0 {
+		state = "full"
+	}
+	if _, changed := n.backlog.Set(state); !changed {
+		return
+	}
+	if state != "" {
+		n.logger.Warn("container runtimes answer slower than containers come: new containers keep their cgroup "+
+			"labels until the lookups in flight end", "in_flight", inFlight, "deferred", deferred)
+	} else {
+		n.logger.Info("container runtime lookups keep up again")
+	}
+}
+
+// resolve asks the chain's resolvers in turn until one knows the container, and stores the answer in e. ctx ends
+// when the container is gone or at close.
+func (n *names) resolve(ctx context.Context, id string, e *entry, chain []resolverRef) {
 	defer n.wg.Done()
+	defer e.cancel()
 	var answer *Container
 	partial := false
 	defer func() {
 		n.mu.Lock()
+		n.inFlight--
 		if answer == nil && e.prev != nil {
 			// The refresh of a partial answer failed: keep what was known and try again later.
 			answer, partial = e.prev, true
@@ -195,11 +241,11 @@ func (n *names) resolve(id string, e *entry, chain []resolverRef) {
 	select {
 	case n.sem <- struct{}{}:
 		defer func() { <-n.sem }()
-	case <-n.ctx.Done():
+	case <-ctx.Done():
 		return
 	}
 	for _, ref := range chain {
-		c, err := n.resolvers.call(n.ctx, ref, id)
+		c, err := n.resolvers.call(ctx, ref, id)
 		if err == nil || errors.Is(err, ErrIncomplete) {
 			// An incomplete answer (names without pod labels) beats none; it is looked up again after the
 			// negative TTL rather than kept for the container's life.
@@ -207,7 +253,7 @@ func (n *names) resolve(id string, e *entry, chain []resolverRef) {
 			answer, partial = &c, err != nil
 			return
 		}
-		if n.ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
@@ -11,15 +12,67 @@ import (
 )
 
 // resolvers routes a container to the resolvers of its runtime, and makes each call: under its own deadline,
-// counted in the self-metrics, and logged when a runtime starts or stops answering.
+// counted in the self-metrics, logged when a runtime starts or stops answering, and not at all while a runtime
+// that timed out is backed off from.
 type resolvers struct {
 	all     []resolverRef
 	chains  map[lookupHint][]resolverRef
 	timeout time.Duration
 	metrics *metrics
 	logger  *slog.Logger
+	now     func() time.Time
 	health  []logstate.State // per resolver (index in all): "down" while its last call failed
+	backoff []backoff        // per resolver (index in all)
 }
+
+// maxBackoff bounds how long a runtime that keeps timing out is left unasked.
+const maxBackoff = time.Minute
+
+// backoff spares a runtime that times out, and the exporter the goroutines that would wait on it: after a timeout
+// the runtime is not asked for one timeout, then for twice as long after each further one, up to maxBackoff. When
+// the time is up one call probes it while the others still skip it; the first call that does not time out ends
+// the backoff.
+type backoff struct {
+	mu       sync.Mutex
+	timeouts int       // consecutive timeouts
+	until    time.Time // no call before
+	probing  bool      // a call is in flight after the backoff time
+}
+
+// allow reports whether a call may be made now.
+func (b *backoff) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timeouts == 0 {
+		return true
+	}
+	if now.Before(b.until) || b.probing {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// done records how an allowed call ended: answered (anything but a timeout), timed out, or abandoned (its lookup
+// was cancelled: it says nothing about the runtime).
+func (b *backoff) done(now time.Time, timedOut, abandoned bool, base time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+	switch {
+	case abandoned:
+	case !timedOut:
+		b.timeouts = 0
+	case now.Before(b.until):
+		// A call started before the backoff did, timing out with the one that began it: one outage, one step.
+	default:
+		b.timeouts++
+		b.until = now.Add(min(base<<min(b.timeouts-1, 16), maxBackoff))
+	}
+}
+
+// errBackoff is the error of a call that was not made because its runtime is backed off from.
+var errBackoff = errors.New("container runtime timed out recently: not asked")
 
 // resolverRef is one configured resolver and its index in resolvers.all (resolvers may share a name, e.g. several
 // CRI endpoints).
@@ -39,7 +92,9 @@ func newResolvers(cfg Config, m *metrics) *resolvers {
 		timeout: cfg.LookupTimeout,
 		metrics: m,
 		logger:  cfg.Logger,
+		now:     cfg.Now,
 		health:  make([]logstate.State, len(cfg.Resolvers)),
+		backoff: make([]backoff, len(cfg.Resolvers)),
 		chains:  make(map[lookupHint][]resolverRef),
 	}
 	for i, r := range cfg.Resolvers {
@@ -102,15 +157,30 @@ func (rs *resolvers) chainFor(h lookupHint) []resolverRef {
 }
 
 // call makes one runtime call under its own deadline (and ctx's), counts it, and logs when the runtime changes
-// between answering and failing.
+// between answering and failing. While the runtime is backed off from, it makes no call and returns errBackoff.
 func (rs *resolvers) call(ctx context.Context, ref resolverRef, id string) (Container, error) {
-	ctx, cancel := context.WithTimeout(ctx, rs.timeout)
+	name := ref.r.Name()
+	b := &rs.backoff[ref.index]
+	if !b.allow(rs.now()) {
+		rs.metrics.requests.WithLabelValues(name, "backoff").Inc()
+		rs.logger.Debug("container runtime backed off from after a timeout", "resolver", name, "container_id", id)
+		return Container{}, errBackoff
+	}
+	callCtx, cancel := context.WithTimeout(ctx, rs.timeout)
 	defer cancel()
 	start := time.Now()
-	c, err := ref.r.Resolve(ctx, id)
+	c, err := ref.r.Resolve(callCtx, id)
 	elapsed := time.Since(start)
+	if err != nil && ctx.Err() != nil {
+		// The lookup was cancelled (its container is gone, or the exporter stops): neither the runtime's answer
+		// nor its failure.
+		b.done(rs.now(), false, true, rs.timeout)
+		rs.logger.Debug("container runtime lookup abandoned", "resolver", name, "container_id", id, "err", err)
+		return c, err
+	}
+	// Timed out: the call's own deadline passed.
+	b.done(rs.now(), err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded), false, rs.timeout)
 
-	name := ref.r.Name()
 	result := "success"
 	switch {
 	case err == nil:
