@@ -133,6 +133,9 @@ type pending struct {
 	// outer is the pod's container that holds the process's container (Docker-in-Docker in a pod), named in its
 	// stead when the runtimes cannot name the inner one.
 	outer string
+	// delegated is set for a process below a user manager, whose cgroup names the user chose: its container ID is
+	// not looked up in the runtimes, which would give it the names of whichever container has that ID.
+	delegated bool
 }
 
 // Attribute returns the owner of every process in the snapshot, keyed by PID. It never fails: what cannot be
@@ -158,9 +161,9 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 			if r == nil {
 				r = procfs.NewReader(a.procfs)
 			}
-			o, outer := a.fromProcFS(r, p, &tally)
+			o, outer, delegated := a.fromProcFS(r, p, &tally)
 			owners[p.PID] = o
-			procs = append(procs, pending{pid: p.PID, owner: o, outer: outer})
+			procs = append(procs, pending{pid: p.PID, owner: o, outer: outer, delegated: delegated})
 		}
 	}
 	a.health.Update(tally)
@@ -168,6 +171,9 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	// One lookup per container, however many of its processes use GPUs.
 	want := make(map[string]lookupHint)
 	for _, p := range procs {
+		if p.delegated {
+			continue
+		}
 		if id := p.owner.Identity; id.ContainerID != "" {
 			want[id.ContainerID] = lookupHint{runtime: id.Runtime, inPod: id.PodUID != ""}
 		}
@@ -200,14 +206,14 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 }
 
 // fromProcFS reads what procfs tells about one process, and returns it with the ID of the pod's container that
-// holds the process's container, if any (cgroup.Info.OuterContainerID). A process that has exited keeps the
-// source's name and an empty identity.
-func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.Tally) (Owner, string) {
+// holds the process's container, if any (cgroup.Info.OuterContainerID), and whether its cgroup is below a user
+// manager (cgroup.Info.UserManager). A process that has exited keeps the source's name and an empty identity.
+func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.Tally) (Owner, string, bool) {
 	o := Owner{Name: p.Name}
 	comm, err := r.Comm(p.PID)
 	if err != nil {
 		a.procfsFailed(p.PID, err, tally)
-		return o, ""
+		return o, "", false
 	}
 	if comm != "" {
 		o.Name = comm
@@ -215,7 +221,7 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 	content, err := r.Cgroup(p.PID)
 	if err != nil {
 		a.procfsFailed(p.PID, err, tally)
-		return o, ""
+		return o, "", false
 	}
 	tally.Read++
 	info := cgroup.Parse(content)
@@ -227,7 +233,7 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 		SlurmJobID:  info.SlurmJobID,
 		SystemdUnit: info.SystemdUnit,
 	}
-	return o, info.OuterContainerID
+	return o, info.OuterContainerID, info.UserManager != ""
 }
 
 // procfsFailed counts a failed procfs read: an exited process is normal, anything else tells on procfs's health.

@@ -255,3 +255,28 @@ func TestIdentityIsValidUTF8(t *testing.T) {
 		t.Errorf("the cached answer was changed: %q", c.PodLabels["team"])
 	}
 }
+
+// A container ID below a user manager is a name the user chose: it is never looked up in the system's runtimes,
+// which would give the process the names (and the pod) of whichever container really has that ID.
+func TestContainerBelowUserManagerIsNotLookedUp(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "rootless", "0::/user.slice/user-1000.slice/user@1000.service/user.slice/docker-"+cid(1)+".scope\n")
+	p.writeProc(2, "forged", "0::/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-burstable-pod"+
+		strings.ReplaceAll(puid(2), "-", "_")+".slice/cri-containerd-"+cid(2)+".scope\n")
+	docker, cri := newResolver("docker"), newResolver("cri")
+	victim := Container{Namespace: "prod", Pod: "victim", PodUID: puid(2), Name: "trainer"}
+	docker.set(cid(1), victim)
+	cri.set(cid(2), victim)
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri, docker}, LookupBudget: time.Minute})
+	owners := a.Attribute(t.Context(), snapshot(1, 2))
+	if got := owners[1].Identity; got.ContainerID != cid(1) || got.Runtime != "docker" || got.Pod != "" || got.Namespace != "" {
+		t.Errorf("rootless container: %+v, want its cgroup labels only", got)
+	}
+	if got := owners[2].Identity; got.IsKubernetes() || got.ContainerID != "" ||
+		got.SystemdUnit != "user@1000.service/cri-containerd-"+cid(2)+".scope" {
+		t.Errorf("forged pod: %+v, want the user's unit", got)
+	}
+	if n := docker.calls.Load() + cri.calls.Load(); n != 0 {
+		t.Errorf("%d runtime calls for containers below a user manager, want 0", n)
+	}
+}

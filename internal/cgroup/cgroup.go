@@ -8,6 +8,12 @@
 // of the path segments (prefixes, suffixes, hex IDs, UUIDs) rather than on fixed layouts, because the same pieces
 // are nested in many ways: a kind node is a Docker container holding a whole kubelet hierarchy, a cgroup namespace
 // makes paths relative (/../..), and v1 controllers may each show a different path.
+//
+// The structure is anchored where it can be forged: a pod is read only under the kubelet's roots (a kubepods
+// directory, or a systemd slice named after it), a Slurm job only under Slurm's root (slurm, slurm_<node>,
+// slurmstepd.scope), and below a systemd user manager (user@<uid>.service, whose subtree is delegated to the user,
+// who may create any cgroup there) only the user's own units and rootless Podman and Docker containers are read:
+// never a pod, a Slurm job or a system service.
 package cgroup
 
 import "strings"
@@ -46,8 +52,13 @@ type Info struct {
 	// SlurmJobID is the Slurm job: a decimal job ID or a Slurm 26 SLUID.
 	SlurmJobID string
 	// SystemdUnit is the innermost .service or .scope unit, set only for a process in no container, pod or Slurm
-	// job (for those the unit is the runtime's or slurmstepd's, not the workload's).
+	// job (for those the unit is the runtime's or slurmstepd's, not the workload's). A user manager's unit is
+	// prefixed with the manager, "user@1000.service/foo.service", so that it is never taken for a system service.
 	SystemdUnit string
+	// UserManager is the systemd user manager ("user@1000.service") whose delegated subtree holds the path, empty
+	// when there is none. The user named every cgroup below it: a container ID there is only a name the user chose,
+	// which callers must not look up in the system's runtimes as if it were that container.
+	UserManager string
 }
 
 // Parse reads the whole contents of /proc/<pid>/cgroup (cgroup v1, v2 or hybrid) and returns what the most specific
@@ -105,9 +116,8 @@ func rank(info Info) int {
 func parsePath(path string) Info {
 	info := Info{Path: path}
 	var (
-		prev    string // the previous token, without a .slice/.scope suffix
-		unit    string // innermost .service/.scope segment
-		inSlurm bool   // below a segment that Slurm created
+		at   where  // what the segments above the current token are
+		unit string // innermost .service/.scope segment
 	)
 	rest := path
 	for rest != "" {
@@ -120,9 +130,13 @@ func parsePath(path string) Info {
 		if strings.HasSuffix(seg, ".service") || strings.HasSuffix(seg, ".scope") {
 			unit = seg
 		}
-		if isSlurmSegment(seg) || isSlurmUID(prev) && strings.HasPrefix(seg, "job_") {
-			// Slurm's own segment, or cgroup/v1's uid_<uid>/job_<id> shape below a slurmd root of another name.
-			inSlurm = true
+		if info.UserManager == "" && isUserManager(seg) {
+			// Everything below is the user's to name; the first (outermost) manager is the real one.
+			info.UserManager = seg
+			at.user = true
+		}
+		if !at.user && isSlurmSegment(seg) {
+			at.slurm = true
 		}
 		// runc's systemd driver on cgroup v1 writes "kubepods-…-pod<uid>.slice:cri-containerd:<id>" as one
 		// segment: its tokens read like segments of their own, the runtime name standing before the bare ID.
@@ -133,12 +147,15 @@ func parsePath(path string) Info {
 				continue
 			}
 			base := trimUnitSuffix(tok)
-			parseToken(&info, base, prev, inSlurm)
-			prev = base
+			parseToken(&info, base, at)
+			at.prev2, at.prev = at.prev, base
 		}
 	}
 	if info.ContainerID == "" && info.PodUID == "" && info.SlurmJobID == "" {
 		info.SystemdUnit = unit
+		if info.UserManager != "" && unit != info.UserManager {
+			info.SystemdUnit = info.UserManager + "/" + unit
+		}
 	}
 	if info.OuterContainerID == info.ContainerID {
 		info.OuterContainerID = "" // the pod's container nested in itself further down: nothing outer to name
@@ -146,25 +163,47 @@ func parsePath(path string) Info {
 	return info
 }
 
-// parseToken applies what one path token names to info. base has its .slice/.scope suffix removed; prev is the
-// token before it.
-func parseToken(info *Info, base, prev string, inSlurm bool) {
-	if id, runtime, ok := containerToken(base, prev); ok {
+// where is what the path above a token tells.
+type where struct {
+	prev, prev2 string // the two tokens before, without a .slice/.scope suffix
+	slurm       bool   // below a segment that Slurm created
+	user        bool   // below a user manager: the user's delegated subtree
+}
+
+// parseToken applies what one path token names to info. base has its .slice/.scope suffix removed.
+func parseToken(info *Info, base string, at where) {
+	if id, runtime, ok := containerToken(base, at.prev); ok {
+		if at.user && runtime != RuntimeDocker && runtime != RuntimePodman {
+			return // only rootless Podman and Docker run containers in a user's subtree
+		}
 		if info.PodUID != "" && info.ContainerID != "" && info.OuterContainerID == "" && info.ContainerID != id {
 			info.OuterContainerID = info.ContainerID // the pod's container, holding this one
 		}
 		info.ContainerID, info.Runtime = id, runtime
 		return
 	}
-	if uid, qos, ok := podToken(base, prev); ok {
+	if uid, qos, ok := podToken(base, at.prev, at.prev2); ok {
+		if at.user {
+			return // a user's cgroup named like a pod is not the kubelet's
+		}
 		// A container above the pod is the node that runs it (kind), not the pod's container.
 		info.PodUID, info.QoS = uid, qos
 		info.ContainerID, info.Runtime, info.OuterContainerID = "", "", ""
 		return
 	}
-	if job, ok := slurmJobToken(base, inSlurm); ok {
+	if job, ok := slurmJobToken(base, at.slurm); ok {
 		info.SlurmJobID = job
 	}
+}
+
+// isUserManager reports whether a segment is a systemd user manager's unit, "user@<uid>.service".
+func isUserManager(seg string) bool {
+	uid, ok := strings.CutPrefix(seg, "user@")
+	if !ok {
+		return false
+	}
+	uid, ok = strings.CutSuffix(uid, ".service")
+	return ok && isDecimal(uid)
 }
 
 // containerToken recognizes a container's cgroup: "<prefix>-<64 hex>" (systemd drivers and CRI-O/Podman's
@@ -208,10 +247,11 @@ func runtimeOf(prefix string) string {
 	return ""
 }
 
-// podToken recognizes a pod's cgroup: "pod<uid>" (cgroupfs, under "kubepods[/<qos>]") or
-// "[<root>-]kubepods[-<qos>]-pod<uid with _>" (systemd driver; kind nodes prefix "kubelet-"). The QoS class comes
-// from the name itself, or from the directory above; a pod directly under kubepods is Guaranteed.
-func podToken(base, prev string) (uid, qos string, ok bool) {
+// podToken recognizes a pod's cgroup under the kubelet's root: "pod<uid>" directly under "kubepods" or under
+// "kubepods/<qos>" (cgroupfs), or "[<root>-]kubepods[-<qos>]-pod<uid with _>" (systemd driver, whose slice names
+// spell out their parents; kind nodes prefix "kubelet-"). The QoS class comes from the name itself, or from the
+// directory above; a pod directly under kubepods is Guaranteed. A pod<uid> anywhere else is not the kubelet's.
+func podToken(base, prev, prev2 string) (uid, qos string, ok bool) {
 	i := strings.LastIndex(base, "pod")
 	if i < 0 || (i > 0 && base[i-1] != '-') {
 		return "", "", false
@@ -221,13 +261,18 @@ func podToken(base, prev string) (uid, qos string, ok bool) {
 		return "", "", false
 	}
 	if i > 0 {
-		return uid, qosOf(base[:i-1]), true
+		if qos = qosOf(base[:i-1]); qos == "" {
+			return "", "", false
+		}
+		return uid, qos, true
 	}
-	switch prev {
-	case "burstable", "besteffort":
-		return uid, prev, true
+	switch {
+	case (prev == "burstable" || prev == "besteffort") && qosOf(prev2) == QoSGuaranteed:
+		return uid, prev, true // kubepods/<qos>/pod<uid>
+	case qosOf(prev) != "":
+		return uid, qosOf(prev), true
 	}
-	return uid, qosOf(prev), true
+	return "", "", false
 }
 
 // qosOf reads the QoS class from a name that ends in "kubepods" (Guaranteed) or "kubepods-<qos>".
@@ -273,18 +318,20 @@ func normalizeUID(s string) (string, bool) {
 	return "", false
 }
 
-// slurmJobToken recognizes Slurm's job cgroup, "job_<id>" with a decimal ID or a SLUID. A decimal ID is taken only
-// below a Slurm segment (a CI runner's /system.slice/runner.service/job_42 is not a Slurm job); a SLUID is
-// distinctive enough anywhere. Below a Slurm segment a bare SLUID is taken too, for hierarchies named by SLUID
-// alone.
+// slurmJobToken recognizes Slurm's job cgroup below a Slurm segment: "job_<id>" with a decimal ID or a SLUID, or
+// a bare SLUID, for hierarchies named by SLUID alone. Elsewhere (a CI runner's /system.slice/runner.service/job_42,
+// a user's own cgroups) it is not a Slurm job, however it is spelled.
 func slurmJobToken(base string, inSlurm bool) (string, bool) {
+	if !inSlurm {
+		return "", false
+	}
 	if id, ok := strings.CutPrefix(base, "job_"); ok {
-		if inSlurm && isDecimal(id) || isSLUID(id) {
+		if isDecimal(id) || isSLUID(id) {
 			return id, true
 		}
 		return "", false
 	}
-	if inSlurm && isSLUID(base) {
+	if isSLUID(base) {
 		return base, true
 	}
 	return "", false
@@ -294,12 +341,6 @@ func slurmJobToken(base string, inSlurm bool) (string, bool) {
 // "slurm_<node>" (several slurmd per host), "slurmstepd.scope" (cgroup/v2).
 func isSlurmSegment(seg string) bool {
 	return seg == "slurm" || strings.HasPrefix(seg, "slurm_") || strings.HasPrefix(seg, "slurmstepd")
-}
-
-// isSlurmUID reports whether a segment is Slurm cgroup/v1's per-user one, "uid_<uid>", found above "job_<id>".
-func isSlurmUID(seg string) bool {
-	uid, ok := strings.CutPrefix(seg, "uid_")
-	return ok && isDecimal(uid)
 }
 
 // isSLUID reports whether s is a Slurm 26 SLUID: "s" and 13 Crockford base32 digits (SchedMD's sluid2str writes

@@ -21,13 +21,26 @@ type corpusCase struct {
 		QoS         string `json:"qos"`
 		SlurmJobID  string `json:"slurm_job_id"`
 		SystemdUnit string `json:"systemd_unit"`
+		UserManager string `json:"user_manager"`
 	} `json:"expect"`
 	Source string `json:"source"`
 }
 
+// corpusFiles are the corpus: the project's shared cases, and the shapes of delegated and forged paths.
+var corpusFiles = []string{"testdata/cases.jsonl", "testdata/delegated.jsonl"}
+
 func loadCorpus(t testing.TB) []corpusCase {
 	t.Helper()
-	f, err := os.Open("testdata/cases.jsonl")
+	var cases []corpusCase
+	for _, file := range corpusFiles {
+		cases = append(cases, loadCorpusFile(t, file)...)
+	}
+	return cases
+}
+
+func loadCorpusFile(t testing.TB, file string) []corpusCase {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +54,7 @@ func loadCorpus(t testing.TB) []corpusCase {
 		}
 		var c corpusCase
 		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			t.Fatalf("cases.jsonl: %v", err)
+			t.Fatalf("%s: %v", file, err)
 		}
 		cases = append(cases, c)
 	}
@@ -49,7 +62,7 @@ func loadCorpus(t testing.TB) []corpusCase {
 		t.Fatal(err)
 	}
 	if len(cases) == 0 {
-		t.Fatal("cases.jsonl is empty")
+		t.Fatalf("%s is empty", file)
 	}
 	return cases
 }
@@ -63,6 +76,7 @@ func TestParseCorpus(t *testing.T) {
 			want := Info{
 				Runtime: c.Expect.Runtime, ContainerID: c.Expect.ContainerID, PodUID: c.Expect.PodUID,
 				QoS: c.Expect.QoS, SlurmJobID: c.Expect.SlurmJobID, SystemdUnit: c.Expect.SystemdUnit,
+				UserManager: c.Expect.UserManager,
 			}
 			got := Parse(c.Cgroup)
 			if fields(got) != want {
@@ -167,17 +181,17 @@ func TestParseShapes(t *testing.T) {
 		{
 			name:  "rootless podman under the user manager",
 			input: "0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + id1 + ".scope/container\n",
-			want:  Info{Runtime: "podman", ContainerID: id1},
+			want:  Info{Runtime: "podman", ContainerID: id1, UserManager: "user@1000.service"},
 		},
 		{
 			name:  "rootless docker under the user manager",
 			input: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/docker.service/docker/" + id1 + "\n",
-			want:  Info{Runtime: "docker", ContainerID: id1},
+			want:  Info{Runtime: "docker", ContainerID: id1, UserManager: "user@1000.service"},
 		},
 		{
-			name:  "systemd user service",
+			name:  "systemd user service: named with its manager, never taken for a system service",
 			input: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service\n",
-			want:  Info{SystemdUnit: "foo.service"},
+			want:  Info{SystemdUnit: "user@1000.service/foo.service", UserManager: "user@1000.service"},
 		},
 		{
 			name:  "session scope",
@@ -312,22 +326,42 @@ func TestParseShapes(t *testing.T) {
 		{
 			name:  "decimal job_ under a user's slice is not a Slurm job",
 			input: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_7\n",
-			want:  Info{SystemdUnit: "user@1000.service"},
+			want:  Info{SystemdUnit: "user@1000.service", UserManager: "user@1000.service"},
 		},
 		{
-			name:  "slurm v1 uid_/job_ shape under a root of another name",
+			name:  "slurm v1 uid_/job_ shape under a root of another name is not Slurm's",
 			input: v1("/hpc/uid_1000/job_42/step_0/task_0"),
-			want:  Info{SlurmJobID: "42"},
+			want:  Info{},
 		},
 		{
-			name:  "slurm SLUID in a job_ segment needs no Slurm segment",
+			name:  "slurm SLUID in a job_ segment outside Slurm's root is not a job",
 			input: "0::/job_sBR1JB8J1YM400/step_0\n",
-			want:  Info{SlurmJobID: "sBR1JB8J1YM400"},
+			want:  Info{},
 		},
 		{
 			name:  "docker-in-docker in a pod: the innermost ID, and the pod's container as the outer one",
 			input: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uidU + ".slice/cri-containerd-" + id1 + ".scope/docker/" + id2 + "\n",
 			want:  Info{Runtime: "docker", ContainerID: id2, OuterContainerID: id1, PodUID: uid, QoS: "burstable"},
+		},
+		{
+			name:  "a user manager nested in a user's subtree is the user's cgroup: the outer one counts",
+			input: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/user@0.service/system.slice/sshd.service\n",
+			want:  Info{SystemdUnit: "user@1000.service/sshd.service", UserManager: "user@1000.service"},
+		},
+		{
+			name:  "containerd and CRI-O containers are never rootless: below a user manager they are the user's units",
+			input: "0::/user.slice/user-1000.slice/user@1000.service/app.slice/crio-" + id1 + ".scope\n",
+			want:  Info{SystemdUnit: "user@1000.service/crio-" + id1 + ".scope", UserManager: "user@1000.service"},
+		},
+		{
+			name:  "a systemd pod slice that does not spell out kubepods is not the kubelet's",
+			input: "0::/system.slice/foo-pod" + uidU + ".slice/cri-containerd-" + id1 + ".scope\n",
+			want:  Info{Runtime: "containerd", ContainerID: id1},
+		},
+		{
+			name:  "a session scope is logind's, not the user's: not delegated",
+			input: "0::/user.slice/user-1000.slice/session-3.scope/kubepods/burstable/pod" + uid + "/" + id1 + "\n",
+			want:  Info{ContainerID: id1, PodUID: uid, QoS: "burstable"},
 		},
 		{
 			name:  "docker-in-docker outside a pod has no outer container",
@@ -384,6 +418,17 @@ func FuzzParse(f *testing.F) {
 		}
 		if info.Runtime != "" && info.ContainerID == "" {
 			t.Errorf("runtime %q without a container: %+v", info.Runtime, info)
+		}
+		if info.UserManager != "" {
+			if info.PodUID != "" || info.SlurmJobID != "" {
+				t.Errorf("a pod or Slurm job below a user manager: %+v", info)
+			}
+			if info.ContainerID != "" && info.Runtime != RuntimeDocker && info.Runtime != RuntimePodman {
+				t.Errorf("a container below a user manager that is not rootless Podman or Docker: %+v", info)
+			}
+			if info.SystemdUnit != "" && info.SystemdUnit != info.UserManager && !strings.HasPrefix(info.SystemdUnit, info.UserManager+"/") {
+				t.Errorf("a unit below a user manager not named with it: %+v", info)
+			}
 		}
 		if info.Path != "" && !strings.Contains(s, info.Path) {
 			t.Errorf("Path %q is not in the input", info.Path)

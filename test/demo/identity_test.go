@@ -36,8 +36,8 @@ func TestInvalidUTF8IdentityKeepsItsSeries(t *testing.T) {
 		_, families := e2eutil.Scrape(t, e.Addr)
 		for _, name := range []string{"gpu_process_memory_used_bytes", "gpu_workload_memory_used_bytes"} {
 			ms := families[name].GetMetric()
-			if len(ms) != 1 || e2eutil.Label(ms[0], "systemd_unit") != "\uFFFD.service" {
-				t.Fatalf("%s = %v, want one series with systemd_unit=\"\\uFFFD.service\"", name, ms)
+			if len(ms) != 1 || e2eutil.Label(ms[0], "systemd_unit") != "user@1000.service/\uFFFD.service" {
+				t.Fatalf("%s = %v, want one series with systemd_unit=\"user@1000.service/\\uFFFD.service\"", name, ms)
 			}
 		}
 		if ms := families["gpu_process_memory_used_bytes"].GetMetric(); e2eutil.Label(ms[0], "process_name") != "train\uFFFD" {
