@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,51 +202,73 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 		pid  uint32
 		born time.Time
 	}
-	var alive []proc
-	next := uint32(1000)
-	maxPending, lastPending, maxGoroutines, maxRSS, created := 0.0, 0.0, 0, int64(0), 0
+	var (
+		mu    sync.Mutex
+		alive []proc
+	)
+	// The churn runs on its own, at its own pace, while attributions run once a second as scrapes do.
+	stop, churned := make(chan struct{}), make(chan int)
+	go func() {
+		next, created := uint32(1000), 0
+		defer func() { churned <- created }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			now := time.Now()
+			var born []proc
+			for range perTick {
+				next++
+				id := fmt.Sprintf("%064x", 0x50a4000000+uint64(next))
+				uid := fmt.Sprintf("%08x_0000_4000_8000_%012x", next, next)
+				dir := filepath.Join(procfs, strconv.FormatUint(uint64(next), 10))
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					panic(err)
+				}
+				cg := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + id + ".scope\n"
+				for name, content := range map[string]string{"cgroup": cg, "comm": "train\n"} {
+					if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+						panic(err)
+					}
+				}
+				born = append(born, proc{next, now})
+				created++
+			}
+			mu.Lock()
+			alive = append(alive, born...)
+			var gone []proc
+			for len(alive) > 0 && now.Sub(alive[0].born) > life {
+				gone, alive = append(gone, alive[0]), alive[1:]
+			}
+			mu.Unlock()
+			for _, p := range gone {
+				os.RemoveAll(filepath.Join(procfs, strconv.FormatUint(uint64(p.pid), 10)))
+			}
+			time.Sleep(tick - time.Since(now))
+		}
+	}()
+	maxPending, lastPending, maxGoroutines, maxRSS := 0.0, 0.0, 0, int64(0)
 	start := time.Now()
-	lastScrape := start
 	for time.Since(start) < duration {
-		now := time.Now()
-		for range perTick {
-			next++
-			id := fmt.Sprintf("%064x", 0x50a4000000+uint64(next))
-			uid := fmt.Sprintf("%08x_0000_4000_8000_%012x", next, next)
-			dir := filepath.Join(procfs, strconv.FormatUint(uint64(next), 10))
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			cg := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + id + ".scope\n"
-			if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cg), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "comm"), []byte("train\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			alive = append(alive, proc{next, now})
-			created++
+		mu.Lock()
+		pids := make([]uint32, len(alive))
+		for i, p := range alive {
+			pids[i] = p.pid
 		}
-		for len(alive) > 0 && now.Sub(alive[0].born) > life {
-			os.RemoveAll(filepath.Join(procfs, strconv.FormatUint(uint64(alive[0].pid), 10)))
-			alive = alive[1:]
-		}
-		if now.Sub(lastScrape) >= time.Second {
-			lastScrape = now
-			pids := make([]uint32, len(alive))
-			for i, p := range alive {
-				pids[i] = p.pid
-			}
-			scrape(pids)
-			maxPending = max(maxPending, pendingEntries(t, a))
-			maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
-			maxRSS = max(maxRSS, rssBytes(t))
-			lastPending = pendingEntries(t, a)
-		}
-		time.Sleep(tick - time.Since(now))
+		mu.Unlock()
+		scrape(pids)
+		lastPending = pendingEntries(t, a)
+		maxPending = max(maxPending, lastPending)
+		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
+		maxRSS = max(maxRSS, rssBytes(t))
+		time.Sleep(time.Second) // the scrape interval
 	}
-	t.Logf("churn: %d containers in %v; at most %v pending entries (%v at the last scrape), %d goroutines, RSS %.1f MB",
-		created, duration, maxPending, lastPending, maxGoroutines, mb(maxRSS))
+	close(stop)
+	created := <-churned
+	t.Logf("churn: %d containers in %v (%.0f/s); at most %v pending entries (%v at the last scrape), %d goroutines, RSS %.1f MB",
+		created, duration, float64(created)/duration.Seconds(), maxPending, lastPending, maxGoroutines, mb(maxRSS))
 
 	// The churn stops: every container is gone.
 	for _, p := range alive {
