@@ -62,6 +62,7 @@ func Main(m *testing.M, binary *string) {
 
 // Process is a command started by Start.
 type Process struct {
+	Pid    int // its process ID
 	out    syncBuffer
 	exited chan struct{}
 	err    error // set when exited is closed
@@ -92,6 +93,7 @@ func Start(t testing.TB, cmd *exec.Cmd) *Process {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", cmd.Path, err)
 	}
+	p.Pid = cmd.Process.Pid
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)
