@@ -5,7 +5,8 @@
 #   scripts/release.sh snapshot          goreleaser --snapshot (binaries, archives, deb/rpm, checksums in dist/),
 #                                        then the chart; publishes nothing
 #   scripts/release.sh chart [URL]       dist/charts: the chart packaged with the release's version, and a Helm
-#                                        repository index whose chart URLs start with URL
+#                                        repository index whose chart URLs start with URL (relative without);
+#                                        MERGE_INDEX names an earlier index.yaml whose versions it keeps
 #   scripts/release.sh image REPO BASE   the multi-arch image from dist/'s linux/amd64 and linux/arm64 binaries:
 #                                        one image per architecture on BASE (a glibc image; its index or an image
 #                                        of each architecture), pushed as REPO:<version>-<arch>, and the OCI image
@@ -40,6 +41,11 @@ snapshot() {
 	goreleaser=$(scripts/tools.sh goreleaser)
 	command -v aarch64-linux-gnu-gcc >/dev/null ||
 		die "aarch64-linux-gnu-gcc is missing: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+	# goreleaser reads the commit only where git names a remote; a clone has one, a fresh `git init` or a worktree
+	# of one without a remote would give revision "none". The URL is only read, never contacted.
+	if [ -z "$(git remote)" ]; then
+		export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0="$SOURCE_URL.git"
+	fi
 	step "goreleaser release --snapshot"
 	start=$SECONDS
 	"$goreleaser" release --snapshot --clean
@@ -56,11 +62,10 @@ chart() {
 	mkdir -p dist/charts
 	# Chart and app version are the release's: appVersion is the default image tag.
 	"$helm" package "$CHART_DIR" --version "$v" --app-version "$v" --destination dist/charts >&2
-	if [ -n "$url" ]; then
-		"$helm" repo index dist/charts --url "$url" >&2
-	else
-		"$helm" repo index dist/charts >&2
-	fi
+	local args=()
+	[ -z "$url" ] || args+=(--url "$url")
+	[ -z "${MERGE_INDEX:-}" ] || args+=(--merge "$MERGE_INDEX")
+	"$helm" repo index dist/charts "${args[@]}" >&2
 }
 
 # binary ARCH: the path of goreleaser's linux binary for ARCH (dist/gpu-pod-exporter_linux_amd64_v1/..., _arm64_v8.0).
@@ -94,7 +99,7 @@ image() {
 			--new_tag "$repo:$v-$arch" >/dev/null
 		# The Dockerfile's runtime stage, as configuration: the entrypoint, non-root user 65532, the port, OCI labels.
 		"$crane" mutate "$repo:$v-$arch" --tag "$repo:$v-$arch" \
-			--entrypoint /usr/bin/gpu-pod-exporter --cmd "" --user 65532:65532 --exposed-ports 9402/tcp \
+			--entrypoint /usr/bin/gpu-pod-exporter --user 65532:65532 --exposed-ports 9402/tcp \
 			--label "org.opencontainers.image.title=gpu-pod-exporter" \
 			--label "org.opencontainers.image.description=Which pod, container, Slurm job or service uses each GPU" \
 			--label "org.opencontainers.image.source=$SOURCE_URL" \

@@ -20,10 +20,12 @@ CRANE_VERSION=v0.22.1
 cache="${GPE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-pod-exporter}"
 
 # build DIR PACKAGE@VERSION [LDFLAGS]: go install into a private directory, then move the binary into DIR, so that
-# two builds at once, or one killed half way, never leave a partial binary at the cached path.
+# two builds at once, or one killed half way, never leave a partial binary at the cached path. The binary is named
+# after DIR's tool (go install would name goreleaser/v2's "goreleaser" too, but not by the path's last element).
 build() {
-	local dir="$1" pkg="$2" ldflags="${3:--s -w}" bin tmp start
-	bin="$dir/$(basename "${pkg%@*}")"
+	local dir="$1" pkg="$2" ldflags="${3:--s -w}" name bin tmp start
+	name="${dir##*/}"
+	bin="$dir/${name%%-*}"
 	[ -x "$bin" ] && return 0
 	mkdir -p "$dir"
 	tmp=$(mktemp -d "$dir/build-XXXXXX")
@@ -36,7 +38,7 @@ build() {
 		echo "scripts/tools.sh: building $pkg failed (it needs the Go module proxy)" >&2
 		return 1
 	fi
-	mv "$tmp/$(basename "$bin")" "$bin"
+	mv "$tmp"/* "$bin"
 	rm -rf "$tmp"
 	echo "scripts/tools.sh: built $(basename "$bin") in $((SECONDS - start))s" >&2
 }
