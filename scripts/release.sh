@@ -84,8 +84,9 @@ image() {
 	local repo="$1" base="$2" v crane revision created work arch refs=() b
 	v=$(version)
 	crane=$(scripts/tools.sh crane)
-	revision=$(git rev-parse HEAD)
-	created=$(git show -s --format=%cI HEAD)
+	# The commit goreleaser built, not whatever is checked out now.
+	revision=$(sed -n 's/.*"commit":"\([^"]*\)".*/\1/p' dist/metadata.json)
+	created=$(git show -s --format=%cI "$revision")
 	work=$(mktemp -d)
 	trap 'rm -rf "$work"' RETURN
 	for arch in amd64 arm64; do

@@ -32,10 +32,11 @@ need=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || need+=(prometheus)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 # The release (scripts/release.sh, tested in test/deploy): the arm64 cross compiler for cgo, qemu to run the arm64
-# binary, rpm and cpio to read the .rpm.
+# binary, rpm and cpio to read the .rpm, shellcheck for actionlint to check the workflow's run steps.
 command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 command -v rpm >/dev/null && command -v cpio >/dev/null || need+=(rpm cpio)
+command -v shellcheck >/dev/null || need+=(shellcheck)
 if [ "${#need[@]}" -gt 0 ]; then
 	step "installing ${need[*]}"
 	[ "$(id -u)" = 0 ] || { echo "installing ${need[*]} needs root (or install them yourself)" >&2; exit 1; }

@@ -36,7 +36,7 @@ func TestImage(t *testing.T) {
 	dir := t.TempDir()
 	importImage(t, base, e2eutil.GlibcRootfs(t, filepath.Join(dir, "base")))
 	binDir := filepath.Join(dir, "bin")
-	revision := headRevision(t)
+	revision := strings.TrimSpace(string(run(t, "git", "rev-parse", "HEAD")))
 	buildArgs := map[string]string{"VERSION": "9.8.7-test", "REVISION": revision, "BRANCH": "test", "BUILD_DATE": "20261130-12:34:56"}
 	build := exec.Command("sh", "-c", dockerfileBuildCommand(t, filepath.Join(binDir, "out")))
 	build.Dir = repoRoot(t)

@@ -75,10 +75,6 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func headRevision(t *testing.T) string {
-	return strings.TrimSpace(string(run(t, "git", "rev-parse", "HEAD")))
-}
-
 // TestReleaseArtifacts: what a release page lists, each checksum right.
 func TestReleaseArtifacts(t *testing.T) {
 	dist := releaseDist(t)
@@ -174,7 +170,7 @@ func extractArchive(t *testing.T, arch string) string {
 // checkVersionOutput: --version names the release's version, the commit, and a build date.
 func checkVersionOutput(t *testing.T, out, version string) {
 	t.Helper()
-	for _, want := range []string{"version " + version + " ", "revision: " + headRevision(t)} {
+	for _, want := range []string{"version " + version + " ", "revision: " + distMeta.Commit} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--version lacks %q:\n%s", want, out)
 		}
@@ -266,8 +262,8 @@ func checkDemoScrape(t *testing.T, addr string) {
 	if got := e2eutil.Label(bi.Metric[0], "version"); got != distMeta.Version {
 		t.Errorf("build_info version %q, want %q", got, distMeta.Version)
 	}
-	if got := e2eutil.Label(bi.Metric[0], "revision"); got != headRevision(t) {
-		t.Errorf("build_info revision %q, want HEAD", got)
+	if got := e2eutil.Label(bi.Metric[0], "revision"); got != distMeta.Commit {
+		t.Errorf("build_info revision %q, want the release's commit %s", got, distMeta.Commit)
 	}
 }
 
@@ -325,7 +321,8 @@ func TestReleasePackages(t *testing.T) {
 				}
 			}
 			root := t.TempDir()
-			extract := exec.Command("sh", "-c", `rpm2cpio "$1" | cpio -idm --quiet`, "sh", rpm)
+			// The archive's names are absolute (/usr/bin/...): --no-absolute-filenames keeps them under root.
+			extract := exec.Command("sh", "-c", `rpm2cpio "$1" | cpio -idm --quiet --no-absolute-filenames`, "sh", rpm)
 			extract.Dir = root
 			if out, err := extract.CombinedOutput(); err != nil {
 				t.Fatalf("rpm2cpio | cpio: %v\n%s", err, out)

@@ -125,7 +125,7 @@ func TestReleaseImage(t *testing.T) {
 		for k, want := range map[string]string{
 			"org.opencontainers.image.source":   "https://github.com/gpu-pod-exporter/gpu-pod-exporter",
 			"org.opencontainers.image.version":  v,
-			"org.opencontainers.image.revision": headRevision(t),
+			"org.opencontainers.image.revision": distMeta.Commit,
 			"org.opencontainers.image.licenses": "Apache-2.0",
 		} {
 			if c.Labels[k] != want {
