@@ -426,3 +426,28 @@ func TestPackageScripts(t *testing.T) {
 		})
 	}
 }
+
+// TestMakeBuildVersion runs the command `make build` runs (make -n), writing elsewhere: --version shows the version,
+// revision, branch, build user and build date it stamps.
+func TestMakeBuildVersion(t *testing.T) {
+	cmdline := strings.TrimSpace(string(run(t, "make", "-s", "-n", "build", "VERSION=9.9.9-make")))
+	if strings.Count(cmdline, "\n") != 0 || !strings.Contains(cmdline, "-o gpu-pod-exporter ") {
+		t.Fatalf("make -n build printed an unexpected command:\n%s", cmdline)
+	}
+	bin := filepath.Join(t.TempDir(), "gpu-pod-exporter")
+	run(t, "sh", "-c", strings.Replace(cmdline, "-o gpu-pod-exporter ", "-o "+bin+" ", 1))
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--version: %v\n%s", err, out)
+	}
+	revision := strings.TrimSpace(string(run(t, "git", "rev-parse", "HEAD")))
+	branch := strings.TrimSpace(string(run(t, "git", "rev-parse", "--abbrev-ref", "HEAD")))
+	for _, want := range []string{"version 9.9.9-make (branch: " + branch + ", revision: " + revision + ")", "build user:       "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("--version lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`build user:\s+\S+@\S+`).Match(out) || !regexp.MustCompile(`build date:\s+20\d{6}-\d\d:\d\d:\d\d`).Match(out) {
+		t.Errorf("--version lacks the build user or date:\n%s", out)
+	}
+}
