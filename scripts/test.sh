@@ -83,8 +83,12 @@ if [ "${E2E:-1}" != 0 ]; then
 	# slow part.
 	step "release snapshot (make release-snapshot)"
 	start=$SECONDS
-	scripts/release.sh snapshot >/tmp/gpu-pod-exporter-release.log 2>&1 ||
-		{ tail -n 40 /tmp/gpu-pod-exporter-release.log >&2; echo "release snapshot failed; full log in /tmp/gpu-pod-exporter-release.log" >&2; exit 1; }
+	if ! scripts/release.sh snapshot >"$work/release.log" 2>&1; then
+		keep_work=1
+		tail -n 40 "$work/release.log" >&2
+		echo "release snapshot failed; full log in $work/release.log" >&2
+		exit 1
+	fi
 	echo "built in $((SECONDS - start))s"
 	export GPE_RELEASE_DIST="$PWD/dist"
 

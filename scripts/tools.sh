@@ -33,7 +33,7 @@ build() {
 	echo "scripts/tools.sh: building $pkg into $dir (once)" >&2
 	# Outside our module: no -mod flag from the caller's GOFLAGS, the tool's own go.sum checked against the sum
 	# database.
-	if ! (cd "$tmp" && GOBIN="$tmp" GOFLAGS= GOWORK=off CGO_ENABLED=0 go install -trimpath -ldflags="$ldflags" "$pkg") >&2; then
+	if ! (cd "$tmp" && GOBIN="$tmp" GOFLAGS='' GOWORK=off CGO_ENABLED=0 go install -trimpath -ldflags="$ldflags" "$pkg") >&2; then
 		rm -rf "$tmp"
 		echo "scripts/tools.sh: building $pkg failed (it needs the Go module proxy)" >&2
 		return 1
