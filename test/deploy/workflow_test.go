@@ -70,3 +70,24 @@ func TestReleaseConfigNames(t *testing.T) {
 		t.Error("LICENSE is not the Apache License 2.0")
 	}
 }
+
+// TestGoreleaserCheck validates .goreleaser.yaml with the pinned goreleaser (deprecated keys fail it too), and that
+// the check catches a misspelt key.
+func TestGoreleaserCheck(t *testing.T) {
+	goreleaser := tool(t, "goreleaser")
+	if out, err := runErr(t, goreleaser, "check"); err != nil {
+		t.Errorf("goreleaser check: %v\n%s", err, out)
+	}
+	cfg := string(readRepoFile(t, ".goreleaser.yaml"))
+	broken := strings.Replace(cfg, "mod_timestamp:", "mod_timestmp:", 1)
+	if broken == cfg {
+		t.Fatal(".goreleaser.yaml no longer has the key this test breaks")
+	}
+	p := filepath.Join(t.TempDir(), "goreleaser.yaml")
+	if err := os.WriteFile(p, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runErr(t, goreleaser, "check", "--config", p); err == nil || !strings.Contains(string(out), "mod_timestmp") {
+		t.Errorf("goreleaser check passed a misspelt key (%v):\n%s", err, out)
+	}
+}
