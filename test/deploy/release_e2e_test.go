@@ -288,6 +288,9 @@ func TestReleasePackages(t *testing.T) {
 			if got := strings.TrimSpace(string(run(t, "dpkg-deb", "-f", deb, "Architecture"))); got != arch.deb {
 				t.Errorf("Architecture %q", got)
 			}
+			if got := strings.TrimSpace(string(run(t, "dpkg-deb", "-f", deb, "Depends"))); got != "libc6 (>= 2.34)" {
+				t.Errorf("Depends %q, want libc6 (>= 2.34)", got)
+			}
 			control := t.TempDir()
 			run(t, "dpkg-deb", "-e", deb, control)
 			if b, _ := os.ReadFile(filepath.Join(control, "conffiles")); !strings.Contains(string(b), "/etc/default/gpu-pod-exporter") {
@@ -309,6 +312,9 @@ func TestReleasePackages(t *testing.T) {
 			checkFileList(t, files, append(common, "/etc/sysconfig/gpu-pod-exporter"), "/etc/default/gpu-pod-exporter")
 			if got := string(run(t, "rpm", "-qp", "--queryformat", "%{ARCH}", rpm)); got != arch.rpm {
 				t.Errorf("rpm ARCH %q, want %s", got, arch.rpm)
+			}
+			if got := string(run(t, "rpm", "-qp", "--requires", rpm)); !strings.Contains(got, "glibc >= 2.34") {
+				t.Errorf("the .rpm does not require glibc >= 2.34: %q", got)
 			}
 			if got := string(run(t, "rpm", "-qcp", rpm)); !strings.Contains(got, "/etc/sysconfig/gpu-pod-exporter") {
 				t.Errorf("/etc/sysconfig/gpu-pod-exporter is not a %%config file: %q", got)
