@@ -274,11 +274,6 @@ func TestHelmTemplateDefault(t *testing.T) {
 	if pod.HostNetwork {
 		t.Error("hostNetwork by default")
 	}
-	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-		if p.HTTPGet == nil || p.HTTPGet.Path != "/" {
-			t.Errorf("probe %+v, want an HTTP GET of / without a web configuration", p.ProbeHandler)
-		}
-	}
 	if c.Image != imageRepo+":0.1.0" {
 		t.Errorf("image = %s, want the chart's appVersion as the tag", c.Image)
 	}
@@ -499,22 +494,30 @@ func checkCommon(t *testing.T, r *rendered) {
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
 		t.Errorf("Service ports = %+v, want one named metrics targeting the container port metrics", svc.Spec.Ports)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != c.Ports[0].ContainerPort {
+	webConfig := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--web.config.file=") })
+	wantPorts := 1
+	if webConfig {
+		wantPorts = 2 // and "health", for the probes
+	}
+	if len(c.Ports) != wantPorts || c.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != c.Ports[0].ContainerPort {
 		t.Errorf("container ports = %+v", c.Ports)
 	}
 	if want := fmt.Sprintf("--web.listen-address=:%d", c.Ports[0].ContainerPort); !slices.Contains(c.Args, want) {
 		t.Errorf("args %v lack %s", c.Args, want)
 	}
-	// Behind basic auth a GET of / is refused, so with a web configuration the probes only connect.
-	webConfig := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--web.config.file=") })
-	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-		switch {
-		case p == nil:
-			t.Error("no liveness or readiness probe")
-		case webConfig && (p.TCPSocket == nil || p.TCPSocket.Port.StrVal != "metrics"):
-			t.Errorf("probe %+v with --web.config.file, want a TCP connect to port metrics", p.ProbeHandler)
-		case !webConfig && (p.HTTPGet == nil || p.HTTPGet.Port.StrVal != "metrics"):
-			t.Errorf("probe %+v, want an HTTP GET on port metrics", p.ProbeHandler)
+	// /healthz and /readyz; behind a web configuration (basic auth, client certificates), which the kubelet cannot
+	// satisfy, on the plain-HTTP listener that serves only them.
+	probePort := "metrics"
+	if webConfig {
+		probePort = "health"
+		i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "health" })
+		if i < 0 || !slices.Contains(c.Args, fmt.Sprintf("--web.health-listen-address=:%d", c.Ports[i].ContainerPort)) {
+			t.Errorf("with --web.config.file, no health port served by --web.health-listen-address: ports %+v, args %v", c.Ports, c.Args)
+		}
+	}
+	for p, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.StrVal != probePort || p.HTTPGet.Scheme != "" {
+			t.Errorf("probe %+v, want an HTTP GET of %s on port %s", p, path, probePort)
 		}
 	}
 
@@ -764,6 +767,8 @@ func checkArgsAccepted(t *testing.T, args []string) {
 		case strings.HasPrefix(arg, "--web.listen-address="):
 		case strings.HasPrefix(arg, "--web.config.file="):
 			// The web configuration is the pod's Secret, absent here: TestHelmWebConfigProbes runs it.
+		case strings.HasPrefix(arg, "--web.health-listen-address="):
+			a = append(a, "--web.health-listen-address=127.0.0.1:0")
 		case arg == "--path.procfs=/host/proc":
 			// The exporter checks that procfs exists; /host/proc is the pod's mount of this host's /proc.
 			a = append(a, "--path.procfs=/proc")

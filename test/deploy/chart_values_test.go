@@ -256,9 +256,12 @@ serviceMonitor:
 		t.Errorf("tls.key changed on its way through the chart")
 	}
 
-	// The exporter with the rendered arguments, the config path moved under root, on a free loopback port.
-	addr := e2eutil.FreeAddr(t)
+	// The exporter with the rendered arguments, the config path moved under root, on free loopback ports: the
+	// container's port names map to them.
+	addr, healthAddr := e2eutil.FreeAddr(t), e2eutil.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
+	_, healthPort, _ := net.SplitHostPort(healthAddr)
+	ports := map[string]string{"metrics": port, "health": healthPort}
 	var args []string
 	for _, a := range c.Args {
 		switch {
@@ -266,6 +269,8 @@ serviceMonitor:
 			args = append(args, "--web.config.file="+filepath.Join(root, strings.TrimPrefix(a, "--web.config.file=")))
 		case strings.HasPrefix(a, "--web.listen-address="):
 			args = append(args, "--web.listen-address="+addr)
+		case strings.HasPrefix(a, "--web.health-listen-address="):
+			args = append(args, "--web.health-listen-address="+healthAddr)
 		default:
 			args = append(args, a)
 		}
@@ -289,14 +294,17 @@ serviceMonitor:
 		return true
 	})
 
-	// Auth is on: a GET without credentials is refused, so an httpGet probe of / would fail; with them /metrics serves.
-	resp, err := client.Get("https://" + addr + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("GET / without credentials: %s, want 401", resp.Status)
+	// Auth is on: a GET without credentials is refused on the main listener, /healthz included, so probes there
+	// would fail; with them /metrics serves.
+	for _, path := range []string{"/", "/healthz", "/readyz"} {
+		resp, err := client.Get("https://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without credentials: %s, want 401", path, resp.Status)
+		}
 	}
 	req, _ := http.NewRequest("GET", "https://"+addr+"/metrics", nil)
 	req.SetBasicAuth("prometheus", "scrape-secret")
@@ -306,40 +314,33 @@ serviceMonitor:
 		resp.Body.Close()
 	}
 
-	// The rendered probes, as the kubelet runs them.
-	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if err := runProbe(p, c, port); err != nil {
-			t.Errorf("%s probe %+v: %v", name, p.ProbeHandler, err)
-		}
+	// The rendered probes, as the kubelet runs them (readiness once the demo's first reading is done).
+	probes := map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
+	for name, p := range probes {
+		var err error
+		e2eutil.WaitFor(t, 30*time.Second, "the "+name+" probe to pass", func() bool {
+			err = runProbe(p, ports)
+			return err == nil
+		})
 	}
 	// And the probes fail when the exporter is gone: they test something.
 	cmd.Process.Kill()
 	e2eutil.WaitFor(t, 10*time.Second, "the exporter to exit", func() bool { done, _ := proc.Exited(); return done })
-	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if err := runProbe(p, c, port); err == nil {
+	for name, p := range probes {
+		if err := runProbe(p, ports); err == nil {
 			t.Errorf("%s probe passed with the exporter stopped", name)
 		}
 	}
 }
 
 // runProbe runs a probe against 127.0.0.1 as the kubelet does: tcpSocket connects; httpGet succeeds on 200-399,
-// without verifying a certificate.
-func runProbe(p *corev1.Probe, c *corev1.Container, port string) error {
-	named := func(name string) string {
-		for _, cp := range c.Ports {
-			if cp.Name == name {
-				return fmt.Sprint(cp.ContainerPort)
-			}
-		}
-		return ""
-	}
-	if named("metrics") == "" {
-		return fmt.Errorf("no container port named metrics")
-	}
+// without verifying a certificate. ports maps the container's port names to the local ports.
+func runProbe(p *corev1.Probe, ports map[string]string) error {
 	timeout := time.Duration(p.TimeoutSeconds) * time.Second
 	switch {
 	case p.TCPSocket != nil:
-		if p.TCPSocket.Port.StrVal != "metrics" {
+		port, ok := ports[p.TCPSocket.Port.StrVal]
+		if !ok {
 			return fmt.Errorf("tcpSocket port %v", p.TCPSocket.Port)
 		}
 		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), timeout)
@@ -348,7 +349,8 @@ func runProbe(p *corev1.Probe, c *corev1.Container, port string) error {
 		}
 		return conn.Close()
 	case p.HTTPGet != nil:
-		if p.HTTPGet.Port.StrVal != "metrics" {
+		port, ok := ports[p.HTTPGet.Port.StrVal]
+		if !ok {
 			return fmt.Errorf("httpGet port %v", p.HTTPGet.Port)
 		}
 		scheme := strings.ToLower(string(p.HTTPGet.Scheme))
