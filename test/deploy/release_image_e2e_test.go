@@ -151,7 +151,7 @@ func TestReleaseImage(t *testing.T) {
 	checkDemoScrape(t, addr)
 }
 
-// arm64GlibcRootfs writes the arm64 counterpart of glibcRootfs from Debian's libc6-arm64-cross.
+// arm64GlibcRootfs writes the arm64 counterpart of e2eutil.GlibcRootfs from Debian's libc6-arm64-cross.
 func arm64GlibcRootfs(t *testing.T, root string) string {
 	t.Helper()
 	const sysroot = "/usr/aarch64-linux-gnu/lib"
