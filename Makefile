@@ -1,8 +1,16 @@
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION) -X github.com/prometheus/common/version.Revision=$(REVISION)
+# Versions come from vX.Y.Z tags; every build path (make, goreleaser, the Dockerfile) stamps the same variables of
+# github.com/prometheus/common/version, which --version and gpu_pod_exporter_build_info show.
+VERSION    ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo $${v\#v} || echo dev)
+REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null)
+BRANCH     ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null)
+BUILD_USER ?= $(shell id -un 2>/dev/null)@$(shell hostname 2>/dev/null)
+BUILD_DATE ?= $(shell date -u +%Y%m%d-%H:%M:%S)
+VERSION_PKG := github.com/prometheus/common/version
+LDFLAGS    := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) \
+              -X $(VERSION_PKG).Branch=$(BRANCH) -X '$(VERSION_PKG).BuildUser=$(BUILD_USER)' \
+              -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 
-.PHONY: build test e2e-k8s soak demo
+.PHONY: build test e2e-k8s soak demo release-snapshot
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o gpu-pod-exporter ./cmd/gpu-pod-exporter
@@ -21,3 +29,8 @@ soak:
 
 demo: build
 	./gpu-pod-exporter --demo
+
+# The release, built locally and published nowhere: dist/ gets the linux/amd64 and linux/arm64 archives, deb and rpm
+# packages, checksums and the packaged Helm chart with its repository index (scripts/release.sh).
+release-snapshot:
+	scripts/release.sh snapshot

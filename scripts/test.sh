@@ -31,6 +31,12 @@ trap cleanup EXIT
 need=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || need+=(prometheus)
 command -v systemd-analyze >/dev/null || need+=(systemd)
+# The release (scripts/release.sh, tested in test/deploy): the arm64 cross compiler for cgo, qemu to run the arm64
+# binary, rpm and cpio to read the .rpm, shellcheck for actionlint to check the workflow's run steps.
+command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+command -v rpm >/dev/null && command -v cpio >/dev/null || need+=(rpm cpio)
+command -v shellcheck >/dev/null || need+=(shellcheck)
 if [ "${#need[@]}" -gt 0 ]; then
 	step "installing ${need[*]}"
 	[ "$(id -u)" = 0 ] || { echo "installing ${need[*]} needs root (or install them yourself)" >&2; exit 1; }
@@ -48,6 +54,11 @@ fi
 
 step "go mod download"
 go mod download
+
+# The release and deployment tools, pinned in scripts/tools.sh: built once from the Go module proxy into
+# ~/.cache/gpu-pod-exporter (cold: several minutes on 2 cores), then only looked up.
+step "release tools (helm, goreleaser, actionlint, crane)"
+scripts/tools.sh helm goreleaser actionlint crane
 
 step "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -69,6 +80,19 @@ for pkg in $(go list ./internal/...); do
 done
 
 if [ "${E2E:-1}" != 0 ]; then
+	# Built once per run and shared by every release test (GPE_RELEASE_DIST); goreleaser's two cgo builds are the
+	# slow part.
+	step "release snapshot (make release-snapshot)"
+	start=$SECONDS
+	if ! scripts/release.sh snapshot >"$work/release.log" 2>&1; then
+		keep_work=1
+		tail -n 40 "$work/release.log" >&2
+		echo "release snapshot failed; full log in $work/release.log" >&2
+		exit 1
+	fi
+	echo "built in $((SECONDS - start))s"
+	export GPE_RELEASE_DIST="$PWD/dist"
+
 	step "end-to-end tests"
 	log="$work/e2e.log"
 	# The full log goes to a file and a summary to the terminal; the status is go test's own, not the filter's

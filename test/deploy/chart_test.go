@@ -31,6 +31,8 @@ type rendered struct {
 	serviceAccount  *corev1.ServiceAccount
 	configMaps      []*corev1.ConfigMap
 	namespaces      []*corev1.Namespace
+	secrets         []*corev1.Secret
+	resourceQuotas  []*corev1.ResourceQuota
 	serviceMonitor  *monitoringv1.ServiceMonitor
 	prometheusRule  *monitoringv1.PrometheusRule
 	kinds           []string
@@ -51,8 +53,8 @@ serviceAccount:
   name: gpe-sa
   annotations: {example.com/owner: gpu-team}
 nodeSelector:
-  nvidia.com/gpu.present: null # how Helm removes a default key
   node-role.example.com/gpu: ""
+gpuNodeSelectorTerms: [] # replaced by affinity anyway
 affinity:
   nodeAffinity:
     requiredDuringSchedulingIgnoredDuringExecution:
@@ -61,10 +63,11 @@ affinity:
             - {key: nvidia.com/gpu.count, operator: Gt, values: ["0"]}
 tolerations:
   - {key: dedicated, operator: Equal, value: gpu, effect: NoExecute}
-priorityClassName: system-node-critical
+priorityClassName: gpu-exporters
+priorityClassQuota: {create: false}
 hostPID: false
+runtimeClassName: nvidia
 nvidia:
-  runtimeClassName: ""
   visibleDevices: all
   driverCapabilities: utility
 runtime:
@@ -81,16 +84,23 @@ logLevel: debug
 extraArgs: [--collection.timeout=3s]
 extraEnv:
   - {name: GODEBUG, value: "madvdontneed=1"}
-port: 9500
+extraVolumes:
+  - {name: ca, configMap: {name: gpu-ca}}
+extraVolumeMounts:
+  - {name: ca, mountPath: /etc/gpu-ca, readOnly: true}
+hostNetwork: true
+webConfig:
+  existingSecret: gpe-web
+service:
+  port: 9500
+  annotations: {example.com/internal: "true"}
 podAnnotations: {example.com/scrape: "false"}
 podLabels: {team: gpu}
 resources:
   requests: {cpu: 100m, memory: 128Mi}
   limits: {cpu: "1", memory: 512Mi}
-service:
-  annotations: {example.com/internal: "true"}
 serviceMonitor:
-  labels: {release: kube-prometheus-stack}
+  additionalLabels: {release: kube-prometheus-stack}
   interval: 15s
   scrapeTimeout: 5s
   instanceIsNodeName: false
@@ -98,8 +108,13 @@ serviceMonitor:
     - {sourceLabels: [__meta_kubernetes_pod_node_name], targetLabel: node}
   metricRelabelings:
     - {sourceLabels: [__name__], regex: "gpu_process_.*", action: drop}
+  scheme: https
+  tlsConfig: {insecureSkipVerify: true}
+  basicAuth:
+    username: {name: gpe-scrape, key: username}
+    password: {name: gpe-scrape, key: password}
 prometheusRule:
-  labels: {release: kube-prometheus-stack}
+  additionalLabels: {release: kube-prometheus-stack}
 dashboard:
   labelValue: "yes"
   annotations: {grafana_folder: GPU}
@@ -114,8 +129,9 @@ kubelet: {podResources: {enabled: false}}
 serviceMonitor: {enabled: false}
 prometheusRule: {enabled: false}
 dashboard: {enabled: false}
-nodeSelector: {}
+gpuNodeSelectorTerms: []
 tolerations: []
+priorityClassName: ""
 `
 
 func valuesFile(t *testing.T, values string) string {
@@ -143,6 +159,16 @@ var typeByKind = map[string]func(r *rendered) any{
 		cm := &corev1.ConfigMap{}
 		r.configMaps = append(r.configMaps, cm)
 		return cm
+	},
+	"v1/Secret": func(r *rendered) any {
+		sec := &corev1.Secret{}
+		r.secrets = append(r.secrets, sec)
+		return sec
+	},
+	"v1/ResourceQuota": func(r *rendered) any {
+		q := &corev1.ResourceQuota{}
+		r.resourceQuotas = append(r.resourceQuotas, q)
+		return q
 	},
 	"v1/Namespace": func(r *rendered) any {
 		ns := &corev1.Namespace{}
@@ -227,18 +253,28 @@ func TestHelmTemplateDefault(t *testing.T) {
 	if hasArgPrefix(c.Args, "--path.procfs") {
 		t.Errorf("--path.procfs with hostPID: %v", c.Args)
 	}
-	if pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
-		t.Errorf("runtimeClassName = %v, want nvidia", pod.RuntimeClassName)
+	// EKS GPU AMIs, GKE and AKS make the NVIDIA runtime the default and create no RuntimeClass: a default
+	// runtimeClassName would leave every pod unschedulable there.
+	if pod.RuntimeClassName != nil {
+		t.Errorf("runtimeClassName = %q by default", *pod.RuntimeClassName)
 	}
-	if got := pod.NodeSelector["nvidia.com/gpu.present"]; got != "true" {
-		t.Errorf("nodeSelector = %v, want nvidia.com/gpu.present=true", pod.NodeSelector)
+	if len(pod.NodeSelector) != 0 {
+		t.Errorf("nodeSelector = %v by default, want the node affinity alone", pod.NodeSelector)
 	}
-	if !slices.ContainsFunc(pod.Tolerations, func(tol corev1.Toleration) bool {
-		return tol.Key == "nvidia.com/gpu" && tol.Operator == corev1.TolerationOpExists
-	}) {
-		t.Errorf("no toleration of the nvidia.com/gpu taint: %v", pod.Tolerations)
+	checkGPUNodeAffinity(t, pod)
+	// Every taint: GPU nodes carry nvidia.com/gpu (GPU operator, GKE), sku=gpu (AKS) or a team's own.
+	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "" || pod.Tolerations[0].Operator != corev1.TolerationOpExists ||
+		pod.Tolerations[0].Effect != "" {
+		t.Errorf("tolerations = %v, want one that tolerates every taint", pod.Tolerations)
 	}
-	if c.Image != "ghcr.io/gpu-pod-exporter/gpu-pod-exporter:0.1.0" {
+	if pod.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName = %q, want system-node-critical", pod.PriorityClassName)
+	}
+	checkCriticalPodsQuota(t, r, "system-node-critical")
+	if pod.HostNetwork {
+		t.Error("hostNetwork by default")
+	}
+	if c.Image != imageRepo+":0.1.0" {
 		t.Errorf("image = %s, want the chart's appVersion as the tag", c.Image)
 	}
 	wantMounts := map[string]string{ // mount path → host path
@@ -254,7 +290,7 @@ func TestHelmTemplateDefault(t *testing.T) {
 	if hasArgPrefix(c.Args, "--kubelet.pod-resources-endpoint") {
 		t.Errorf("--kubelet.pod-resources-endpoint set although the default endpoint is mounted: %v", c.Args)
 	}
-	if r.serviceMonitor == nil || r.prometheusRule == nil || len(r.configMaps) != 1 || r.serviceAccount == nil {
+	if r.serviceMonitor == nil || r.prometheusRule == nil || len(r.configMaps) != 1 || r.serviceAccount == nil || len(r.secrets) != 0 {
 		t.Fatalf("default objects: %v", r.kinds)
 	}
 	relabel := r.serviceMonitor.Spec.Endpoints[0].RelabelConfigs
@@ -290,8 +326,28 @@ func TestHelmTemplateNonDefault(t *testing.T) {
 		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
 	})
 	checkRuntimeSocketDir(t, pod, c, "/var/run/crio")
-	if pod.RuntimeClassName != nil {
-		t.Errorf("runtimeClassName = %q with nvidia.runtimeClassName empty", *pod.RuntimeClassName)
+	if pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
+		t.Errorf("runtimeClassName = %v, want nvidia", pod.RuntimeClassName)
+	}
+	if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork %v, dnsPolicy %q, want true and ClusterFirstWithHostNet", pod.HostNetwork, pod.DNSPolicy)
+	}
+	if len(r.resourceQuotas) != 0 {
+		t.Errorf("a ResourceQuota for priority class %s", pod.PriorityClassName)
+	}
+	if !slices.Contains(c.Args, "--web.config.file=/etc/gpu-pod-exporter/web/web-config.yml") {
+		t.Errorf("no --web.config.file with webConfig.existingSecret: %v", c.Args)
+	}
+	if i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "web-config" }); i < 0 ||
+		pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != "gpe-web" {
+		t.Errorf("no volume of the existing web-config Secret gpe-web: %+v", pod.Volumes)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "ca" && m.MountPath == "/etc/gpu-ca" }) ||
+		!slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "ca" && v.ConfigMap != nil }) {
+		t.Errorf("extraVolumes/extraVolumeMounts not rendered: %+v %+v", pod.Volumes, c.VolumeMounts)
+	}
+	if len(r.secrets) != 0 {
+		t.Errorf("a web-config Secret although existingSecret is set")
 	}
 	for _, want := range []string{
 		"--runtime.endpoint=unix:///var/run/crio/crio.sock",
@@ -318,7 +374,7 @@ func TestHelmTemplateNonDefault(t *testing.T) {
 	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" {
 		t.Errorf("tolerations = %v", pod.Tolerations)
 	}
-	if pod.PriorityClassName != "system-node-critical" || pod.ServiceAccountName != "gpe-sa" ||
+	if pod.PriorityClassName != "gpu-exporters" || pod.ServiceAccountName != "gpe-sa" ||
 		r.serviceAccount.Name != "gpe-sa" || len(pod.ImagePullSecrets) != 1 {
 		t.Errorf("priorityClassName %q, serviceAccountName %q (%s), pull secrets %v",
 			pod.PriorityClassName, pod.ServiceAccountName, r.serviceAccount.Name, pod.ImagePullSecrets)
@@ -335,7 +391,9 @@ func TestHelmTemplateNonDefault(t *testing.T) {
 	sm := r.serviceMonitor
 	if sm.Labels["release"] != "kube-prometheus-stack" || string(sm.Spec.Endpoints[0].Interval) != "15s" ||
 		len(sm.Spec.Endpoints[0].RelabelConfigs) != 1 || sm.Spec.Endpoints[0].RelabelConfigs[0].TargetLabel != "node" ||
-		len(sm.Spec.Endpoints[0].MetricRelabelConfigs) != 1 {
+		len(sm.Spec.Endpoints[0].MetricRelabelConfigs) != 1 || sm.Spec.Endpoints[0].Scheme == nil ||
+		*sm.Spec.Endpoints[0].Scheme != "https" || sm.Spec.Endpoints[0].BasicAuth == nil ||
+		sm.Spec.Endpoints[0].BasicAuth.Password.Name != "gpe-scrape" {
 		t.Errorf("ServiceMonitor: %+v", sm.Spec.Endpoints[0])
 	}
 	if r.prometheusRule.Labels["release"] != "kube-prometheus-stack" {
@@ -436,15 +494,30 @@ func checkCommon(t *testing.T, r *rendered) {
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
 		t.Errorf("Service ports = %+v, want one named metrics targeting the container port metrics", svc.Spec.Ports)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != c.Ports[0].ContainerPort {
+	webConfig := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--web.config.file=") })
+	wantPorts := 1
+	if webConfig {
+		wantPorts = 2 // and "health", for the probes
+	}
+	if len(c.Ports) != wantPorts || c.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != c.Ports[0].ContainerPort {
 		t.Errorf("container ports = %+v", c.Ports)
 	}
 	if want := fmt.Sprintf("--web.listen-address=:%d", c.Ports[0].ContainerPort); !slices.Contains(c.Args, want) {
 		t.Errorf("args %v lack %s", c.Args, want)
 	}
-	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.StrVal != "metrics" {
-			t.Errorf("probe %+v, want an HTTP GET on port metrics", p)
+	// /healthz and /readyz; behind a web configuration (basic auth, client certificates), which the kubelet cannot
+	// satisfy, on the plain-HTTP listener that serves only them.
+	probePort := "metrics"
+	if webConfig {
+		probePort = "health"
+		i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "health" })
+		if i < 0 || !slices.Contains(c.Args, fmt.Sprintf("--web.health-listen-address=:%d", c.Ports[i].ContainerPort)) {
+			t.Errorf("with --web.config.file, no health port served by --web.health-listen-address: ports %+v, args %v", c.Ports, c.Args)
+		}
+	}
+	for p, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.StrVal != probePort || p.HTTPGet.Scheme != "" {
+			t.Errorf("probe %+v, want an HTTP GET of %s on port %s", p, path, probePort)
 		}
 	}
 
@@ -468,8 +541,11 @@ func checkCommon(t *testing.T, r *rendered) {
 	if psc := pod.SecurityContext; psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("pod securityContext %+v, want the RuntimeDefault seccomp profile", psc)
 	}
-	if pod.HostNetwork || pod.HostIPC {
-		t.Error("hostNetwork or hostIPC")
+	if pod.HostIPC {
+		t.Error("hostIPC")
+	}
+	if pod.HostNetwork && pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork with dnsPolicy %q: the pod would not resolve cluster names", pod.DNSPolicy)
 	}
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Error("the API token is mounted; the exporter never calls the API server")
@@ -486,8 +562,11 @@ func checkCommon(t *testing.T, r *rendered) {
 		}
 	}
 	for _, v := range pod.Volumes {
+		if v.Secret != nil || v.ConfigMap != nil {
+			continue // the web configuration, extraVolumes
+		}
 		if v.HostPath == nil {
-			t.Errorf("volume %s is not a hostPath", v.Name)
+			t.Errorf("volume %s is neither a hostPath, a Secret nor a ConfigMap", v.Name)
 			continue
 		}
 		// Directories only. An untyped hostPath creates an empty directory on the node where the path is missing; a
@@ -686,6 +765,10 @@ func checkArgsAccepted(t *testing.T, args []string) {
 	for _, arg := range args {
 		switch {
 		case strings.HasPrefix(arg, "--web.listen-address="):
+		case strings.HasPrefix(arg, "--web.config.file="):
+			// The web configuration is the pod's Secret, absent here: TestHelmWebConfigProbes runs it.
+		case strings.HasPrefix(arg, "--web.health-listen-address="):
+			a = append(a, "--web.health-listen-address=127.0.0.1:0")
 		case arg == "--path.procfs=/host/proc":
 			// The exporter checks that procfs exists; /host/proc is the pod's mount of this host's /proc.
 			a = append(a, "--path.procfs=/proc")

@@ -21,8 +21,9 @@ import (
 
 // TestImage builds the Dockerfile's runtime stage under a real dockerd and runs it. There is no registry here, so
 // the runtime base is a glibc image made from the host's own libc6 files (what distroless base provides: glibc,
-// passwd entries, no shell), and the binary stage is an image holding the exporter built on the host with the
-// Dockerfile's build command; BuildKit then builds only the stages the runtime stage needs.
+// passwd entries, no shell), and the binary stage is an image holding the exporter built on the host by the
+// Dockerfile's own build command (its RUN line, with its build arguments); BuildKit then builds only the stages the
+// runtime stage needs.
 func TestImage(t *testing.T) {
 	dockerHost(t)
 	tag := fmt.Sprintf("e2e-%d", os.Getpid())
@@ -35,15 +36,24 @@ func TestImage(t *testing.T) {
 	dir := t.TempDir()
 	importImage(t, base, e2eutil.GlibcRootfs(t, filepath.Join(dir, "base")))
 	binDir := filepath.Join(dir, "bin")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, "out/gpu-pod-exporter"), "./cmd/gpu-pod-exporter")
+	revision := strings.TrimSpace(string(run(t, "git", "rev-parse", "HEAD")))
+	buildArgs := map[string]string{"VERSION": "9.8.7-test", "REVISION": revision, "BRANCH": "test", "BUILD_DATE": "20261130-12:34:56"}
+	build := exec.Command("sh", "-c", dockerfileBuildCommand(t, filepath.Join(binDir, "out")))
 	build.Dir = repoRoot(t)
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	build.Env = os.Environ()
+	for k, v := range buildArgs {
+		build.Env = append(build.Env, k+"="+v)
+	}
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("the Dockerfile's go build: %v\n%s", err, out)
 	}
 	importImage(t, binImage, binDir)
-	out := mustDocker(t, "build", "--progress=plain", "--target", "runtime",
-		"--build-arg", "RUNTIME_IMAGE="+base, "--build-arg", "BINARY_FROM="+binImage, "-t", image, ".")
+	dockerBuild := []string{"build", "--progress=plain", "--target", "runtime",
+		"--build-arg", "RUNTIME_IMAGE=" + base, "--build-arg", "BINARY_FROM=" + binImage, "-t", image}
+	for k, v := range buildArgs {
+		dockerBuild = append(dockerBuild, "--build-arg", k+"="+v)
+	}
+	out := mustDocker(t, append(dockerBuild, ".")...)
 	if strings.Contains(out, "golang") {
 		t.Errorf("the build touched the Go builder image although BINARY_FROM was set:\n%s", out)
 	}
@@ -55,12 +65,30 @@ func TestImage(t *testing.T) {
 			User         string
 			Entrypoint   []string
 			ExposedPorts map[string]any
+			Labels       map[string]string
 		}
 	}
 	if err := json.Unmarshal([]byte(mustDocker(t, "image", "inspect", image)), &cfg); err != nil || len(cfg) != 1 {
 		t.Fatalf("docker image inspect: %v", err)
 	}
 	c := cfg[0].Config
+	for k, want := range map[string]string{
+		"org.opencontainers.image.source":   "https://github.com/gpu-pod-exporter/gpu-pod-exporter",
+		"org.opencontainers.image.version":  "9.8.7-test",
+		"org.opencontainers.image.revision": revision,
+		"org.opencontainers.image.licenses": "Apache-2.0",
+	} {
+		if c.Labels[k] != want {
+			t.Errorf("image label %s = %q, want %q", k, c.Labels[k], want)
+		}
+	}
+	version := mustDocker(t, "run", "--rm", image, "--version")
+	for _, want := range []string{"version 9.8.7-test (branch: test, revision: " + revision + ")", "build user:       docker",
+		"build date:       20261130-12:34:56"} {
+		if !strings.Contains(version, want) {
+			t.Errorf("--version of the Dockerfile's build lacks %q:\n%s", want, version)
+		}
+	}
 	if c.User != "65532:65532" {
 		t.Errorf("image user %q, want non-root 65532:65532", c.User)
 	}
@@ -174,6 +202,34 @@ gpus:
 			return regexp.MustCompile(`gpu_pod_exporter_resolver_requests_total\{[^}]*result="error"[^}]*\} [1-9]`).MatchString(body)
 		})
 	})
+}
+
+// dockerfileBuildCommand is the Dockerfile's RUN line that builds the exporter, writing to out instead of /out.
+func dockerfileBuildCommand(t *testing.T, out string) string {
+	t.Helper()
+	var cmd []string
+	in := false
+	for _, line := range strings.Split(string(readRepoFile(t, "Dockerfile")), "\n") {
+		if strings.HasPrefix(line, "RUN ") && strings.Contains(line, "go build") {
+			in = true
+			line = strings.TrimPrefix(line, "RUN ")
+		}
+		if !in {
+			continue
+		}
+		cmd = append(cmd, strings.TrimSuffix(strings.TrimSpace(line), "\\"))
+		if !strings.HasSuffix(line, "\\") {
+			break
+		}
+	}
+	if len(cmd) == 0 {
+		t.Fatal("the Dockerfile has no RUN ... go build")
+	}
+	c := strings.Join(cmd, " ")
+	if !strings.Contains(c, "/out/gpu-pod-exporter") {
+		t.Fatalf("the Dockerfile's build does not write /out/gpu-pod-exporter: %s", c)
+	}
+	return strings.ReplaceAll(c, "/out/", out+"/")
 }
 
 // importImage makes an image of a directory with docker import.

@@ -41,7 +41,7 @@ func TestSystemdUnitKeys(t *testing.T) {
 	want := map[string]map[string]string{
 		"Unit": {"After": "containerd.service docker.service"},
 		"Service": {
-			"ExecStart":       "/usr/local/bin/gpu-pod-exporter",
+			"EnvironmentFile": "-/etc/default/gpu-pod-exporter -/etc/sysconfig/gpu-pod-exporter",
 			"NoNewPrivileges": "yes",
 			"ProtectSystem":   "strict",
 			"ProtectHome":     "yes",
@@ -59,6 +59,11 @@ func TestSystemdUnitKeys(t *testing.T) {
 				}
 			}
 		}
+	}
+	// A bare name: systemd takes /usr/local/bin/gpu-pod-exporter (installed by hand) before /usr/bin/gpu-pod-exporter
+	// (the packages'), so one unit serves both.
+	if got := u["Service"]["ExecStart"]; len(got) != 1 || got[0] != "gpu-pod-exporter $GPU_POD_EXPORTER_OPTS" {
+		t.Errorf("ExecStart=%q, want the bare name gpu-pod-exporter with $GPU_POD_EXPORTER_OPTS", got)
 	}
 	if got := u["Service"]["CapabilityBoundingSet"]; len(got) != 1 || got[0] != "" {
 		t.Errorf("CapabilityBoundingSet=%q, want empty: no capability is needed", got)
