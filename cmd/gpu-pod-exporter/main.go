@@ -24,7 +24,6 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -80,8 +79,7 @@ func run(args []string) int {
 	kf := registerKubelet(serve)
 
 	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
-	var output string
-	enumFlag(psCmd, "output", "Output format: table or json.", "table", &output, "table", "json").Short('o')
+	psf := registerPS(psCmd)
 
 	command, err := app.Parse(args)
 	if err != nil {
@@ -92,6 +90,12 @@ func run(args []string) int {
 	if err := checkFlags(&sf, &af, kf, &wf, once); err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
 		return 2
+	}
+	if check := map[string]func() error{psCmd.FullCommand(): psf.check}[command]; check != nil {
+		if err := check(); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
+			return 2
+		}
 	}
 	logger := promslog.New(logConfig)
 	if once {
@@ -123,7 +127,7 @@ func run(args []string) int {
 
 	switch command {
 	case psCmd.FullCommand():
-		return runPS(ctx, scraper, output)
+		return runPS(ctx, scraper, psf)
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
 		compat.apply(&opts)
@@ -237,30 +241,4 @@ func (h *humanHandler) WithGroup(string) slog.Handler { return h }
 // flagGroup is a command or the application: where flags are registered.
 type flagGroup interface {
 	Flag(name, help string) *kingpin.FlagClause
-}
-
-func runPS(ctx context.Context, scraper *scrape.Scraper, output string) int {
-	r, err := scraper.Scrape(ctx)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: %v\n", err)
-		return 1
-	}
-	rows := ps.Rows(r)
-	if output == "json" {
-		err = ps.WriteJSON(os.Stdout, rows)
-	} else {
-		err = ps.WriteTable(os.Stdout, r.Snapshot, rows)
-	}
-	for _, e := range r.Snapshot.Errors {
-		if e.Index < 0 {
-			fmt.Fprintf(os.Stderr, "warning: %v\n", e)
-		} else {
-			fmt.Fprintf(os.Stderr, "warning: GPU %d: %v\n", e.Index, e)
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: writing output: %v\n", err)
-		return 1
-	}
-	return 0
 }
