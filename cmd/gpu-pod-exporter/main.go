@@ -80,27 +80,34 @@ func run(args []string) int {
 
 	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
 	psf := registerPS(psCmd)
+	topCmd, tf := registerTop(app)
 
 	command, err := app.Parse(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v (try --help)\n", err)
 		return 2
 	}
-	once := command == psCmd.FullCommand()
+	// ps and top are for a person at a terminal: the server's flags are not theirs, and each problem is one plain
+	// line, the structured log being for --log.level=debug.
+	once := command == psCmd.FullCommand() || command == topCmd.FullCommand()
 	if err := checkFlags(&sf, &af, kf, &wf, once); err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
 		return 2
 	}
-	if check := map[string]func() error{psCmd.FullCommand(): psf.check}[command]; check != nil {
+	if check := map[string]func() error{psCmd.FullCommand(): psf.check, topCmd.FullCommand(): tf.check}[command]; check != nil {
 		if err := check(); err != nil {
 			fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
 			return 2
 		}
 	}
+	stderr := io.Writer(os.Stderr)
+	if command == topCmd.FullCommand() {
+		stderr = tf.logWriter() // held back while the view owns the terminal
+	}
 	logger := promslog.New(logConfig)
 	if once {
 		// A command prints one human line per problem on stderr; its log is for --log.level=debug only.
-		logger = cliLogger(logConfig)
+		logger = cliLogger(logConfig, stderr)
 	}
 	warnings := startupWarnings(&af, kf, once)
 	for _, w := range warnings {
@@ -128,6 +135,8 @@ func run(args []string) int {
 	switch command {
 	case psCmd.FullCommand():
 		return runPS(ctx, scraper, psf)
+	case topCmd.FullCommand():
+		return tf.run(ctx, logger, offer, scraper)
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
 		compat.apply(&opts)
@@ -193,11 +202,11 @@ func registerLog(app *kingpin.Application) *promslog.Config {
 
 // cliLogger is the log of a one-shot command: warnings and errors as one plain line each on stderr, and the
 // structured log only when --log.level=debug asks for it.
-func cliLogger(c *promslog.Config) *slog.Logger {
+func cliLogger(c *promslog.Config, stderr io.Writer) *slog.Logger {
 	if c.Level.String() == "debug" {
-		return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: os.Stderr})
+		return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: stderr})
 	}
-	return slog.New(&humanHandler{w: os.Stderr})
+	return slog.New(&humanHandler{w: stderr})
 }
 
 // humanHandler writes warnings and errors as "gpu-pod-exporter: warning: message (key value, ...)".
