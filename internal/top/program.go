@@ -30,9 +30,10 @@ func Run(ctx context.Context, cfg Config, opts ...tea.ProgramOption) error {
 }
 
 // RunPlain writes a plain table every interval, for output that is not a terminal: no colours, no bars, no
-// cursor movement, a blank line between readings. It stops after count readings (0: when ctx ends). A failed
+// cursor movement, a blank line between tables. It stops after count readings (0: when ctx ends). A failed
 // reading is reported on errOut and the next one tried; output that cannot be written ends it.
 func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer) error {
+	sep := ""
 	for n := 1; ; n++ {
 		rd, err := cfg.Read(ctx)
 		switch {
@@ -42,9 +43,10 @@ func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer)
 			fmt.Fprintf(errOut, "gpu-pod-exporter top: %v\n", err)
 		default:
 			frame := Frame{Screen: Build(rd, cfg.View), View: cfg.View, Time: readingTime(rd)}
-			if _, err := fmt.Fprintln(out, Render(frame, Styles{})); err != nil {
+			if _, err := fmt.Fprintln(out, sep+Render(frame, Styles{})); err != nil {
 				return fmt.Errorf("writing output: %w", err)
 			}
+			sep = "\n"
 		}
 		if count > 0 && n >= count {
 			return nil
@@ -53,9 +55,6 @@ func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer)
 		case <-ctx.Done():
 			return nil
 		case <-time.After(cfg.Interval):
-		}
-		if _, err := fmt.Fprintln(out); err != nil {
-			return fmt.Errorf("writing output: %w", err)
 		}
 	}
 }

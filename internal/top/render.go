@@ -121,6 +121,13 @@ func Render(f Frame, st Styles) string {
 		}
 		add(footer)
 	}
+	for i, l := range lines {
+		if f.Interactive {
+			lines[i] = ansi.Truncate(l, w, "") // a last guard: a terminal wraps what is wider and the screen scrolls
+		} else {
+			lines[i] = strings.TrimRight(l, " ")
+		}
+	}
 	return strings.Join(lines, "\n")
 }
 
@@ -135,6 +142,9 @@ func gpuWidths(s Screen, w int, bars bool) (name, bar int) {
 		longest = max(longest, ansi.StringWidth(g.Name))
 	}
 	rest := w - fixed - 1
+	if bars && rest-2 < 8+2*5 {
+		bars = false // too narrow for bars worth reading: numbers only
+	}
 	if !bars {
 		return min(longest, max(rest, 8)), 0
 	}
@@ -146,6 +156,7 @@ func gpuWidths(s Screen, w int, bars bool) (name, bar int) {
 
 func gpuHeader(s Screen, w int, bars bool) string {
 	name, bar := gpuWidths(s, w, bars)
+	bars = bar > 0
 	b := []string{fit("GPU", 3, true), fit("NAME", name, false)}
 	if bars {
 		b = append(b, fit("UTIL", bar+1+4, false), fit("MEMORY", bar+1+9, false))
@@ -161,6 +172,7 @@ func gpuHeader(s Screen, w int, bars bool) string {
 
 func gpuLine(g GPU, s Screen, w int, bars bool, st Styles) string {
 	name, bar := gpuWidths(s, w, bars)
+	bars = bar > 0
 	b := []string{fit(fmt.Sprint(g.Index), 3, true), fit(g.Name, name, false)}
 	ratio := gpu.Value{}
 	if g.MemoryUsed.Valid && g.MemoryTotal.Valid && g.MemoryTotal.V > 0 {
