@@ -113,7 +113,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		if m.editing {
 			m.edit(msg)
-		} else if quit := m.key(msg); quit {
+		} else if quit := m.keys(msg); quit {
 			return m, tea.Quit
 		}
 		m.rebuild()
@@ -121,9 +121,26 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-// key acts on a key outside the filter prompt; it reports whether the person asked to quit.
-func (m *model) key(k tea.KeyMsg) bool {
-	switch k.String() {
+// keys acts on keys outside the filter prompt; it reports whether the person asked to quit. Keys typed faster
+// than the terminal is read come as one message of several runes.
+func (m *model) keys(k tea.KeyMsg) bool {
+	if k.Type != tea.KeyRunes || k.Alt {
+		return m.key(k.String())
+	}
+	for i, r := range k.Runes {
+		if m.editing { // "/" opened the prompt: the rest is the filter's
+			m.edit(tea.KeyMsg{Type: tea.KeyRunes, Runes: k.Runes[i:]})
+			return false
+		}
+		if m.key(string(r)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *model) key(k string) bool {
+	switch k {
 	case "q", "ctrl+c":
 		return true
 	case "esc":
@@ -154,7 +171,7 @@ func (m *model) edit(k tea.KeyMsg) {
 			m.view.Filter = string(r[:len(r)-1])
 		}
 	case tea.KeyRunes, tea.KeySpace:
-		if len(m.view.Filter) < 64 {
+		if !k.Alt && len(m.view.Filter) < 64 {
 			m.view.Filter += string(k.Runes)
 		}
 	}

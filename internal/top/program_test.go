@@ -67,7 +67,15 @@ func TestKeys(t *testing.T) {
 	if m.editing || m.view.Filter != "" {
 		t.Errorf("esc: editing %v, filter %q", m.editing, m.view.Filter)
 	}
-	cmd := press(m, "q")
+	// Keys typed faster than they are read arrive together, and each acts.
+	press(m, "wm/ml")
+	if !m.view.Group || m.view.Sort != ByMemory || !m.editing || m.view.Filter != "ml" {
+		t.Errorf("keys together: %+v, editing %v", m.view, m.editing)
+	}
+	cmd := press(m, "esc", "wgq")
+	if m.view.Group || m.view.Sort != ByGPU {
+		t.Errorf("wg: %+v", m.view)
+	}
 	if cmd == nil {
 		t.Fatal("q does not quit")
 	}

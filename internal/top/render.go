@@ -258,7 +258,21 @@ func processColumns(rows []Row, w int, grouped bool) columns {
 
 func (c columns) line(gpuCol, pid, process, mem, sm, owner string) string {
 	return strings.Join([]string{fit(gpuCol, c.gpu, false), fit(pid, c.pid, true), fit(process, c.process, false),
-		fit(mem, 8, true), fit(sm, 4, true), ansi.Truncate(owner, c.owner, "…")}, " ")
+		fit(mem, 8, true), fit(sm, 4, true), shorten(owner, c.owner)}, " ")
+}
+
+// shorten cuts an owner to width columns in the middle, so that a long pod name keeps its container: "pod
+// ml-training/bert-finetune-7c…/trainer".
+func shorten(owner string, width int) string {
+	if ansi.StringWidth(owner) <= width {
+		return owner
+	}
+	i := strings.LastIndex(owner, "/")
+	if i < 0 || ansi.StringWidth(owner[i:]) > width/3 {
+		return ansi.Truncate(owner, width, "…")
+	}
+	tail := owner[i:]
+	return ansi.Truncate(owner[:i], width-ansi.StringWidth(tail), "…") + tail
 }
 
 func footerLine(f Frame, st Styles) string {

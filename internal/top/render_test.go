@@ -134,6 +134,23 @@ func TestRenderPlain(t *testing.T) {
 	}
 }
 
+func TestShortenKeepsTheContainer(t *testing.T) {
+	for _, c := range []struct {
+		owner string
+		width int
+		want  string
+	}{
+		{"pod ml-training/bert-finetune-7c9d8b6f4-x2kqp/trainer", 37, "pod ml-training/bert-finetun…/trainer"},
+		{"pod ml/a/b", 37, "pod ml/a/b"},
+		{"pod ml/a-very-long-pod-name/a-very-long-container-name", 30, "pod ml/a-very-long-pod-name/a…"},
+		{"service a-very-long-unit-name.service", 20, "service a-very-long…"},
+	} {
+		if got := shorten(c.owner, c.width); got != c.want || ansi.StringWidth(got) > c.width {
+			t.Errorf("shorten(%q, %d) = %q, want %q", c.owner, c.width, got, c.want)
+		}
+	}
+}
+
 func TestMemoryAndPercent(t *testing.T) {
 	for v, want := range map[gpu.Value]string{
 		{}: "-", gpu.Known(512 << 20): "512 MiB", gpu.Known(22.5 * gib): "22.5 GiB",
