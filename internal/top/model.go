@@ -193,7 +193,7 @@ func header(r *scrape.Result, d gpu.Device) GPU {
 	g := GPU{
 		Index: d.Index, Name: strings.TrimPrefix(d.Name, "NVIDIA "), Utilization: d.UtilizationRatio,
 		MemoryUsed: d.MemoryUsedBytes, MemoryTotal: d.MemoryTotalBytes, Temperature: d.TemperatureCelsius,
-		Power: d.PowerUsageWatts, PowerLimit: d.PowerLimitWatts,
+		Power: d.PowerUsageWatts,
 	}
 	owners := make(map[string]bool)
 	mps := false

@@ -42,7 +42,7 @@ func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer)
 		case err != nil:
 			fmt.Fprintf(errOut, "gpu-pod-exporter top: %v\n", err)
 		default:
-			frame := Frame{Screen: Build(rd, cfg.View), View: cfg.View, Time: readingTime(rd)}
+			frame := Frame{Screen: Build(rd, cfg.View), View: cfg.View, Time: time.Now()}
 			if _, err := fmt.Fprintln(out, sep+Render(frame, Styles{})); err != nil {
 				return fmt.Errorf("writing output: %w", err)
 			}
@@ -57,13 +57,6 @@ func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer)
 		case <-time.After(cfg.Interval):
 		}
 	}
-}
-
-func readingTime(rd Reading) time.Time {
-	if t := rd.Result.Snapshot.Time; !t.IsZero() {
-		return t
-	}
-	return time.Now()
 }
 
 // model is the bubbletea program: the latest reading, the view the keys chose, and the terminal's size.
@@ -84,6 +77,7 @@ type model struct {
 type readingMsg struct {
 	rd  Reading
 	err error
+	at  time.Time
 }
 
 type tickMsg struct{}
@@ -93,7 +87,7 @@ func (m *model) Init() tea.Cmd { return m.read }
 // read takes a reading off the program's loop, so that keys stay responsive while the GPUs are slow to answer.
 func (m *model) read() tea.Msg {
 	rd, err := m.cfg.Read(m.ctx)
-	return readingMsg{rd, err}
+	return readingMsg{rd, err, time.Now()}
 }
 
 func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -104,7 +98,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.err != nil {
 			m.err = msg.err.Error()
 		} else {
-			m.reading, m.err, m.at = &msg.rd, "", readingTime(msg.rd)
+			m.reading, m.err, m.at = &msg.rd, "", msg.at
 			m.rebuild()
 		}
 		return m, tea.Tick(m.cfg.Interval, func(time.Time) tea.Msg { return tickMsg{} })
