@@ -60,7 +60,14 @@ func startTerminal(t *testing.T, width, height int, argv ...string) *terminal {
 func (term *terminal) tmux(args ...string) string {
 	term.t.Helper()
 	cmd := exec.Command("tmux", append([]string{"-S", term.socket}, args...)...)
-	cmd.Env = append(os.Environ(), "TERM=xterm-256color")
+	// The window is a person's terminal: CI's CI=true, which tells terminal libraries that no terminal is there and
+	// so to draw without colours, stays out of it.
+	cmd.Env = []string{"TERM=xterm-256color"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, "TERM=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		term.t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
