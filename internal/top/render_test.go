@@ -163,3 +163,13 @@ func TestMemoryAndPercent(t *testing.T) {
 		t.Errorf("percent: %q", got)
 	}
 }
+
+// One refresh of a busy node: lay out and draw 48 processes on an 80×24 terminal, in colour.
+func BenchmarkBuildAndRender(b *testing.B) {
+	rd := crowded()
+	st := Colors()
+	b.ReportAllocs()
+	for b.Loop() {
+		Render(Frame{Screen: Build(rd, View{Sort: ByMemory}), Width: 80, Height: 24, Interactive: true}, st)
+	}
+}
