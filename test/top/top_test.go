@@ -384,6 +384,13 @@ func TestTopFollowsAChangingNode(t *testing.T) {
 	term.quit()
 }
 
+// A top that cannot start says why on the terminal, not into a view that never opens.
+func TestTopThatCannotStartSaysWhy(t *testing.T) {
+	term := startTerminal(t, 80, 24, topInShell("--gpu.simulated-config=/nonexistent/node.yaml")...)
+	term.waitForText("level=ERROR", "no such file", "top exited 1")
+	term.keys("Enter")
+}
+
 // Into a pipe, top prints plain tables every interval: no escapes, no bars, owners uncut.
 func TestPipedTopPrintsPlainTables(t *testing.T) {
 	out, err := exec.Command(binary, "top", "--demo", "--interval=100ms", "-n", "2").Output()
