@@ -1,5 +1,5 @@
 // Command gpu-pod-exporter tells which pod, container, Slurm job or service uses each GPU, and how much of it.
-// It serves Prometheus metrics, or with `ps` prints one attributed process table and exits.
+// It serves Prometheus metrics, or with `ps` prints the attributed process table, or with `top` shows it live.
 package main
 
 import (
@@ -78,7 +78,7 @@ func run(args []string) int {
 	compat := registerCompat(serve)
 	kf := registerKubelet(serve)
 
-	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
+	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once (with --watch, every --interval).")
 	psf := registerPS(psCmd)
 	topCmd, tf := registerTop(app)
 
