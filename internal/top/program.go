@@ -19,9 +19,10 @@ type Config struct {
 }
 
 // Run shows the live view on the terminal until the person presses q (or Ctrl-C) or ctx ends. The terminal's
-// screen and modes are restored on the way out.
+// screen and modes are restored on the way out. Signals are the caller's to turn into ctx's end: bubbletea's own
+// handler races the caller's for SIGTERM and can hang the program's shutdown (its send on a loop that has ended).
 func Run(ctx context.Context, cfg Config, opts ...tea.ProgramOption) error {
-	opts = append([]tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen()}, opts...)
+	opts = append([]tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithoutSignalHandler()}, opts...)
 	_, err := tea.NewProgram(&model{cfg: cfg, ctx: ctx, view: cfg.View}, opts...).Run()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 		return nil // stopped by a signal: a normal way to leave

@@ -156,6 +156,12 @@ func pidColumn(lines []string) []string {
 func (term *terminal) quit() {
 	term.t.Helper()
 	term.keys("q")
+	term.restored()
+}
+
+// restored checks that top exited with status 0 and gave the terminal back as it found it.
+func (term *terminal) restored() {
+	term.t.Helper()
 	term.waitForText("top exited ")
 	screen := term.screen()
 	if !strings.Contains(screen, "top exited 0\n") {
@@ -382,6 +388,25 @@ func TestTopFollowsAChangingNode(t *testing.T) {
 		t.Errorf("grouped by workload:\n%s", strings.Join(lines, "\n"))
 	}
 	term.quit()
+}
+
+// SIGTERM (a closed session, kill) ends top as q does: status 0, the terminal restored.
+func TestTopStopsOnSIGTERM(t *testing.T) {
+	term := startTerminal(t, 80, 24, topInShell("--demo")...)
+	term.waitForText("q quit")
+	shell := term.format("#{pane_pid}")
+	children, err := os.ReadFile("/proc/" + shell + "/task/" + shell + "/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(children), &pid); err != nil {
+		t.Fatalf("the shell's child: %q: %v", children, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	term.restored()
 }
 
 // A top that cannot start says why on the terminal, not into a view that never opens.
