@@ -20,7 +20,8 @@ type Config struct {
 
 // Run shows the live view on the terminal until the person presses q (or Ctrl-C) or ctx ends. The terminal's
 // screen and modes are restored on the way out. Signals are the caller's to turn into ctx's end: bubbletea's own
-// handler races the caller's for SIGTERM and can hang the program's shutdown (its send on a loop that has ended).
+// handler races the caller's for SIGTERM and can hang the program's shutdown (its send on a loop that has ended;
+// charmbracelet/bubbletea#1806).
 func Run(ctx context.Context, cfg Config, opts ...tea.ProgramOption) error {
 	opts = append([]tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithoutSignalHandler()}, opts...)
 	_, err := tea.NewProgram(&model{cfg: cfg, ctx: ctx, view: cfg.View}, opts...).Run()
