@@ -291,6 +291,15 @@ func TestTopOnTheDemoNode(t *testing.T) {
 		t.Errorf("grouped rows:\n%s", strings.Join(lines, "\n"))
 	}
 
+	// A larger terminal gets every row and wider bars at once.
+	term.tmux("resize-window", "-t", "top", "-x", "120", "-y", "32")
+	lines = term.waitFor("the view to fill 120×32", func(lines []string) bool {
+		return len(lines) == 32 && len(pidColumn(lines)) == 13 && strings.HasSuffix(lines[31], "q quit")
+	})
+	if !regexp.MustCompile(`^  0 H100 80GB HBM3 +[█░]{20,} +71% `).MatchString(lines[2]) {
+		t.Errorf("GPU 0 at 120 columns: %q", lines[2])
+	}
+
 	term.quit()
 }
 
