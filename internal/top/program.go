@@ -72,6 +72,9 @@ type model struct {
 	at      time.Time
 	err     string
 	editing bool
+	// quitting blanks the last frame: bubbletea may draw it once more after leaving the alternate screen (after a
+	// resize it does), where it would stay on the person's terminal.
+	quitting bool
 
 	width, height int
 }
@@ -110,6 +113,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if m.editing {
 			m.edit(msg)
 		} else if quit := m.keys(msg); quit {
+			m.quitting = true
 			return m, tea.Quit
 		}
 		m.rebuild()
@@ -180,6 +184,9 @@ func (m *model) rebuild() {
 }
 
 func (m *model) View() string {
+	if m.quitting {
+		return ""
+	}
 	if m.reading == nil {
 		if m.err != "" {
 			return "gpu-pod-exporter top: " + m.err + "\n(q to quit)"
