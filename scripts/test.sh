@@ -26,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Debian packages the tests use: promtool and the Prometheus server, systemd-analyze for the unit file. The
+# Debian packages the tests use: promtool and the Prometheus server, systemd-analyze for the unit file, tmux. The
 # container runtimes are installed by scripts/e2e/setup-runtimes.sh, which the end-to-end tests run.
 need=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || need+=(prometheus)
@@ -37,6 +37,7 @@ command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 command -v rpm >/dev/null && command -v cpio >/dev/null || need+=(rpm cpio)
 command -v shellcheck >/dev/null || need+=(shellcheck)
+command -v tmux >/dev/null || need+=(tmux) # the terminal that test/top drives `top` in
 if [ "${#need[@]}" -gt 0 ]; then
 	step "installing ${need[*]}"
 	[ "$(id -u)" = 0 ] || { echo "installing ${need[*]} needs root (or install them yourself)" >&2; exit 1; }

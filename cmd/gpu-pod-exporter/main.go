@@ -1,5 +1,5 @@
 // Command gpu-pod-exporter tells which pod, container, Slurm job or service uses each GPU, and how much of it.
-// It serves Prometheus metrics, or with `ps` prints one attributed process table and exits.
+// It serves Prometheus metrics, or with `ps` prints the attributed process table, or with `top` shows it live.
 package main
 
 import (
@@ -24,7 +24,6 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -79,24 +78,36 @@ func run(args []string) int {
 	compat := registerCompat(serve)
 	kf := registerKubelet(serve)
 
-	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
-	var output string
-	enumFlag(psCmd, "output", "Output format: table or json.", "table", &output, "table", "json").Short('o')
+	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once (with --watch, every --interval).")
+	psf := registerPS(psCmd)
+	topCmd, tf := registerTop(app)
 
 	command, err := app.Parse(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v (try --help)\n", err)
 		return 2
 	}
-	once := command == psCmd.FullCommand()
+	// ps and top are for a person at a terminal: the server's flags are not theirs, and each problem is one plain
+	// line, the structured log being for --log.level=debug.
+	once := command == psCmd.FullCommand() || command == topCmd.FullCommand()
 	if err := checkFlags(&sf, &af, kf, &wf, once); err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
 		return 2
 	}
+	if check := map[string]func() error{psCmd.FullCommand(): psf.check, topCmd.FullCommand(): tf.check}[command]; check != nil {
+		if err := check(); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
+			return 2
+		}
+	}
+	stderr := io.Writer(os.Stderr)
+	if command == topCmd.FullCommand() {
+		stderr = tf.logWriter() // held back while the view owns the terminal
+	}
 	logger := promslog.New(logConfig)
 	if once {
 		// A command prints one human line per problem on stderr; its log is for --log.level=debug only.
-		logger = cliLogger(logConfig)
+		logger = cliLogger(logConfig, stderr)
 	}
 	warnings := startupWarnings(&af, kf, once)
 	for _, w := range warnings {
@@ -123,7 +134,9 @@ func run(args []string) int {
 
 	switch command {
 	case psCmd.FullCommand():
-		return runPS(ctx, scraper, output)
+		return runPS(ctx, scraper, psf)
+	case topCmd.FullCommand():
+		return tf.run(ctx, logger, offer, scraper)
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
 		compat.apply(&opts)
@@ -189,11 +202,11 @@ func registerLog(app *kingpin.Application) *promslog.Config {
 
 // cliLogger is the log of a one-shot command: warnings and errors as one plain line each on stderr, and the
 // structured log only when --log.level=debug asks for it.
-func cliLogger(c *promslog.Config) *slog.Logger {
+func cliLogger(c *promslog.Config, stderr io.Writer) *slog.Logger {
 	if c.Level.String() == "debug" {
-		return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: os.Stderr})
+		return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: stderr})
 	}
-	return slog.New(&humanHandler{w: os.Stderr})
+	return slog.New(&humanHandler{w: stderr})
 }
 
 // humanHandler writes warnings and errors as "gpu-pod-exporter: warning: message (key value, ...)".
@@ -237,30 +250,4 @@ func (h *humanHandler) WithGroup(string) slog.Handler { return h }
 // flagGroup is a command or the application: where flags are registered.
 type flagGroup interface {
 	Flag(name, help string) *kingpin.FlagClause
-}
-
-func runPS(ctx context.Context, scraper *scrape.Scraper, output string) int {
-	r, err := scraper.Scrape(ctx)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: %v\n", err)
-		return 1
-	}
-	rows := ps.Rows(r)
-	if output == "json" {
-		err = ps.WriteJSON(os.Stdout, rows)
-	} else {
-		err = ps.WriteTable(os.Stdout, r.Snapshot, rows)
-	}
-	for _, e := range r.Snapshot.Errors {
-		if e.Index < 0 {
-			fmt.Fprintf(os.Stderr, "warning: %v\n", e)
-		} else {
-			fmt.Fprintf(os.Stderr, "warning: GPU %d: %v\n", e.Index, e)
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: writing output: %v\n", err)
-		return 1
-	}
-	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
@@ -75,26 +76,54 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	return enc.Encode(rows)
 }
 
-// WriteTable writes the rows as an aligned table. The OWNER column names the workload in the user's words: the
-// Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit.
-func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if snap.Simulated {
-		fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
+// Filter keeps the rows of one namespace, or whose owner contains a text; an empty field keeps every row.
+type Filter struct {
+	Namespace string // exact
+	Owner     string // a part of the OWNER column, case-insensitive
+}
+
+// Keep returns the rows that pass the filter.
+func (f Filter) Keep(rows []Row) []Row {
+	kept := []Row{}
+	for _, r := range rows {
+		if f.Match(r) {
+			kept = append(kept, r)
+		}
 	}
-	fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
+	return kept
+}
+
+// Match reports whether a row passes the filter.
+func (f Filter) Match(r Row) bool {
+	return (f.Namespace == "" || r.Namespace == f.Namespace) &&
+		(f.Owner == "" || strings.Contains(strings.ToLower(Owner(r)), strings.ToLower(f.Owner)))
+}
+
+// WriteTable writes the rows as an aligned table, with a header line unless headers is false (for scripts). The
+// OWNER column names the workload in the user's words: the Kubernetes namespace/pod/container, a plain container, a
+// Slurm job or a systemd unit.
+func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if headers {
+		if snap.Simulated {
+			fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
+		}
+		fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
+	}
 	for _, r := range rows {
 		gpuCol := strconv.Itoa(r.GPU)
 		if r.GPUInstance != nil {
 			gpuCol += fmt.Sprintf(" (GI %d CI %d)", *r.GPUInstance, *r.ComputeInstance)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpuCol, r.PID, r.ProcessType, dash(r.ProcessName),
-			memory(r.UsedMemoryBytes), percent(r.SMUtilization), owner(r), dash(shortID(r.ContainerID)))
+			memory(r.UsedMemoryBytes), percent(r.SMUtilization), Owner(r), dash(shortID(r.ContainerID)))
 	}
 	return tw.Flush()
 }
 
-func owner(r Row) string {
+// Owner names the row's workload in the user's words: "pod namespace/pod/container", "container NAME",
+// "slurm job ID", "service UNIT", or "-" when nothing is known.
+func Owner(r Row) string {
 	switch {
 	case r.Pod != "":
 		s := r.Namespace + "/" + r.Pod

@@ -3,6 +3,7 @@ package ps
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -68,7 +69,7 @@ func TestJSONFollowsSPEC(t *testing.T) {
 func TestTable(t *testing.T) {
 	var buf bytes.Buffer
 	r := result()
-	if err := WriteTable(&buf, r.Snapshot, Rows(r)); err != nil {
+	if err := WriteTable(&buf, r.Snapshot, Rows(r), true); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -79,5 +80,41 @@ func TestTable(t *testing.T) {
 	}
 	if strings.Contains(out, "simulated") {
 		t.Error("a real snapshot's table says simulated")
+	}
+}
+
+func TestFilter(t *testing.T) {
+	rows := Rows(result())
+	for _, c := range []struct {
+		f    Filter
+		pids string
+	}{
+		{Filter{}, "[10 20 30]"},
+		{Filter{Namespace: "ml"}, "[20]"},
+		{Filter{Namespace: "m"}, "[]"}, // a namespace is matched whole
+		{Filter{Owner: "TRAIN-0"}, "[20]"},
+		{Filter{Owner: "slurm job"}, "[30]"},
+		{Filter{Namespace: "ml", Owner: "slurm"}, "[]"},
+	} {
+		var pids []uint32
+		for _, r := range c.f.Keep(rows) {
+			pids = append(pids, r.PID)
+		}
+		if got := fmt.Sprint(pids); got != c.pids {
+			t.Errorf("%+v keeps %s, want %s", c.f, got, c.pids)
+		}
+	}
+}
+
+func TestTableWithoutHeaders(t *testing.T) {
+	var buf bytes.Buffer
+	r := result()
+	r.Snapshot.Simulated = true
+	if err := WriteTable(&buf, r.Snapshot, Rows(r), false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "0 ") {
+		t.Errorf("want the three rows alone:\n%s", buf.String())
 	}
 }

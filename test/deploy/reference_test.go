@@ -19,12 +19,12 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
-// docs/reference.md is the contract users read: every flag of both commands is named there.
+// docs/reference.md is the contract users read: every flag of every command is named there.
 func TestReferenceNamesEveryFlag(t *testing.T) {
 	ref := string(readRepoFile(t, "docs/reference.md"))
 	flag := regexp.MustCompile(`(?m)^\s+(?:-\w, )?--(?:\[no-\])?([a-z][a-z0-9.-]*)`)
 	seen := map[string]bool{}
-	for _, cmd := range []string{"serve", "ps"} {
+	for _, cmd := range []string{"serve", "ps", "top"} {
 		out, err := exec.Command(exporterBinary(t), "help", cmd).CombinedOutput()
 		if err != nil {
 			t.Fatalf("help %s: %v\n%s", cmd, err, out)

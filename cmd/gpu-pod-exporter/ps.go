@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// psFlags are the flags of `ps`.
+type psFlags struct {
+	output    string
+	filter    ps.Filter
+	noHeaders bool
+	watch     bool
+	interval  time.Duration
+}
+
+func registerPS(cmd *kingpin.CmdClause) *psFlags {
+	f := &psFlags{}
+	enumFlag(cmd, "output", "Output format: table or json.", "table", &f.output, "table", "json").Short('o')
+	cmd.Flag("namespace", "Only processes of pods in this Kubernetes namespace.").PlaceHolder("NAMESPACE").StringVar(&f.filter.Namespace)
+	cmd.Flag("owner", "Only processes whose OWNER contains this text (case-insensitive), e.g. a pod, container, "+
+		"Slurm job or service name.").PlaceHolder("TEXT").StringVar(&f.filter.Owner)
+	cmd.Flag("no-headers", "Print the table without its header lines.").BoolVar(&f.noHeaders)
+	cmd.Flag("watch", "Print a new reading every --interval until interrupted, instead of once.").Short('w').BoolVar(&f.watch)
+	durationFlag(cmd, "interval", "Time between readings with --watch.", 2*time.Second, &f.interval)
+	return f
+}
+
+// minInterval keeps a refresh from reading the GPUs in a busy loop.
+const minInterval = 100 * time.Millisecond
+
+func (f *psFlags) check() error {
+	if f.interval < minInterval {
+		return flagError("interval", "must be at least %s, got %s", minInterval, f.interval)
+	}
+	return nil
+}
+
+// runPS prints one reading, or with --watch one every interval until ctx ends (Ctrl-C), which is a normal exit.
+// Under --watch a failed reading is reported and the next one tried, as a watched command is re-run; output that
+// cannot be written (a closed pipe) ends it.
+func runPS(ctx context.Context, scraper *scrape.Scraper, f *psFlags) int {
+	for {
+		readErr, writeErr := printPS(ctx, scraper, f, os.Stdout)
+		switch {
+		case ctx.Err() != nil:
+			return 0
+		case writeErr != nil:
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: writing output: %v\n", writeErr)
+			return 1
+		case readErr != nil:
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: %v\n", readErr)
+			if !f.watch {
+				return 1
+			}
+		case !f.watch:
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(f.interval):
+		}
+		if f.output == "table" && !f.noHeaders {
+			fmt.Println() // a blank line between tables
+		}
+	}
+}
+
+// printPS prints one reading and its warnings.
+func printPS(ctx context.Context, scraper *scrape.Scraper, f *psFlags, w io.Writer) (readErr, writeErr error) {
+	r, err := scraper.Scrape(ctx)
+	if err != nil {
+		return err, nil
+	}
+	rows := f.filter.Keep(ps.Rows(r))
+	if f.output == "json" {
+		writeErr = ps.WriteJSON(w, rows)
+	} else {
+		writeErr = ps.WriteTable(w, r.Snapshot, rows, !f.noHeaders)
+	}
+	for _, e := range r.Snapshot.Errors {
+		if e.Index < 0 {
+			fmt.Fprintf(os.Stderr, "warning: %v\n", e)
+		} else {
+			fmt.Fprintf(os.Stderr, "warning: GPU %d: %v\n", e.Index, e)
+		}
+	}
+	return nil, writeErr
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/charmbracelet/x/term"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
+)
+
+// topFlags are the flags of `top`. It reads the node as `ps` does, and the kubelet's allocations as the server does.
+type topFlags struct {
+	interval time.Duration
+	sort     string
+	group    bool
+	filter   string
+	count    int
+	kubelet  *kubeletFlags
+	// logs holds back what is logged while the view owns the terminal, and prints it once the terminal is restored.
+	logs *heldLog
+}
+
+func registerTop(app *kingpin.Application) (*kingpin.CmdClause, *topFlags) {
+	f := &topFlags{logs: &heldLog{out: os.Stderr, limit: 64 << 10}}
+	cmd := app.Command("top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
+		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
+		"When the output is not a terminal, prints a plain table every --interval.")
+	durationFlag(cmd, "interval", "Time between readings.", 2*time.Second, &f.interval)
+	enumFlag(cmd, "sort", "Initial order of the processes: gpu, memory or sm.", "gpu", &f.sort, "gpu", "memory", "sm")
+	cmd.Flag("group", "Start with one row per workload (pod, container, Slurm job, service).").BoolVar(&f.group)
+	cmd.Flag("filter", "Start with only the processes of this namespace, or whose owner contains this text.").
+		PlaceHolder("TEXT").StringVar(&f.filter)
+	cmd.Flag("count", "When the output is not a terminal, stop after this many readings (0: until interrupted).").
+		Short('n').Default("0").IntVar(&f.count)
+	f.kubelet = registerKubelet(cmd)
+	return cmd, f
+}
+
+// interactive reports whether top draws on a terminal, rather than printing plain tables.
+func interactive() bool { return term.IsTerminal(os.Stdout.Fd()) && term.IsTerminal(os.Stdin.Fd()) }
+
+// logWriter is where the logger writes during `top`: stderr, but held back while the view owns the terminal,
+// since a line written over the screen would garble it until the next redraw.
+func (f *topFlags) logWriter() io.Writer { return f.logs }
+
+// check validates top's flags before anything starts.
+func (f *topFlags) check() error {
+	if f.interval < minInterval {
+		return flagError("interval", "must be at least %s, got %s", minInterval, f.interval)
+	}
+	if f.count < 0 {
+		return flagError("count", "must not be negative, got %d", f.count)
+	}
+	return f.kubelet.check()
+}
+
+func (f *topFlags) run(ctx context.Context, logger *slog.Logger, offer allocationOffer, scraper *scrape.Scraper) int {
+	for _, w := range f.kubelet.warnings() {
+		logger.Warn(w)
+	}
+	sort, err := top.ParseSort(f.sort)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: %v\n", err)
+		return 2
+	}
+	allocs, err := f.kubelet.start(ctx, logger, offer)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: cannot read GPU allocations from the kubelet: %v\n", err)
+		return 1
+	}
+	defer allocs.stop()
+	allocations := allocs.source
+
+	cfg := top.Config{
+		Interval: f.interval,
+		View:     top.View{Sort: sort, Filter: f.filter, Group: f.group},
+		Read: func(ctx context.Context) (top.Reading, error) {
+			r, err := scraper.Scrape(ctx)
+			if err != nil {
+				return top.Reading{}, err
+			}
+			rd := top.Reading{Result: r}
+			if allocations != nil {
+				rd.Allocations = collector.ReadAllocationSignals(allocations, r)
+			}
+			return rd, nil
+		},
+	}
+	if !interactive() {
+		err = top.RunPlain(ctx, cfg, f.count, os.Stdout, os.Stderr)
+	} else {
+		f.logs.hold()
+		err = top.Run(ctx, cfg)
+		f.logs.release()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// heldLog passes log lines through to stderr, except while held: then it keeps up to limit bytes of them, and
+// counts the rest, until released.
+type heldLog struct {
+	mu      sync.Mutex
+	out     io.Writer
+	limit   int
+	held    bool
+	buf     []byte
+	dropped int
+}
+
+func (h *heldLog) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.held {
+		return h.out.Write(p)
+	}
+	n := min(len(p), h.limit-len(h.buf))
+	h.buf = append(h.buf, p[:n]...)
+	h.dropped += len(p) - n
+	return len(p), nil
+}
+
+func (h *heldLog) hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = true
+}
+
+// release writes what was held back and lets later lines through.
+func (h *heldLog) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = false
+	h.out.Write(h.buf)
+	if h.dropped > 0 {
+		fmt.Fprintf(h.out, "(%d more bytes of log left out)\n", h.dropped)
+	}
+	h.buf, h.dropped = nil, 0
+}

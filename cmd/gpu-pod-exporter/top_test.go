@@ -1,0 +1,29 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// Log lines pass through, except while top's view owns the terminal: then they wait, bounded, until it is restored.
+func TestHeldLog(t *testing.T) {
+	var out bytes.Buffer
+	h := &heldLog{out: &out, limit: 10}
+	fmt.Fprint(h, "before\n")
+	h.hold()
+	fmt.Fprint(h, "during 1\n")
+	fmt.Fprint(h, "during 2\n")
+	if out.String() != "before\n" {
+		t.Errorf("held lines reached the terminal: %q", out.String())
+	}
+	h.release()
+	fmt.Fprint(h, "after\n")
+	if want := "before\nduring 1\nd(8 more bytes of log left out)\nafter\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+	if strings.Count(out.String(), "during") != 1 {
+		t.Error("the limit was not kept")
+	}
+}

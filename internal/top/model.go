@@ -1,0 +1,379 @@
+// Package top is `gpu-pod-exporter top`: a live view of the node's GPUs and who uses them. Its layout model is a
+// pure function from one reading to a screen (a header line per GPU, allocation signals, process rows), which the
+// terminal program and the plain refreshing output both render.
+package top
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+)
+
+// Reading is one attributed reading of the node and what the kubelet's allocations say about it.
+type Reading struct {
+	Result      *scrape.Result
+	Allocations collector.AllocationSignals
+}
+
+// Sort orders the process rows.
+type Sort int
+
+// The orders the keys select.
+const (
+	ByGPU    Sort = iota // GPU, then PID
+	ByMemory             // most memory first
+	BySM                 // highest SM utilization first
+)
+
+func (s Sort) String() string {
+	switch s {
+	case ByMemory:
+		return "memory"
+	case BySM:
+		return "SM"
+	}
+	return "GPU"
+}
+
+// ParseSort reads a --sort value.
+func ParseSort(s string) (Sort, error) {
+	switch strings.ToLower(s) {
+	case "gpu":
+		return ByGPU, nil
+	case "memory", "mem":
+		return ByMemory, nil
+	case "sm":
+		return BySM, nil
+	}
+	return ByGPU, fmt.Errorf("unknown sort %q: want gpu, memory or sm", s)
+}
+
+// View is how the person looking wants the rows: their order, a filter and whether to group by workload.
+type View struct {
+	Sort Sort
+	// Filter keeps the rows whose namespace is the text, or whose owner contains it (case-insensitive).
+	Filter string
+	// Group shows one row per workload (a pod, a container, a Slurm job, a service) with its memory and SM
+	// utilization summed over its processes and GPUs.
+	Group bool
+}
+
+// Screen is one reading laid out for a person.
+type Screen struct {
+	Simulated bool
+	GPUs      []GPU
+	// AllocationsKnown is true when the kubelet's allocations were read (or a simulated node has them): only then
+	// do GPU.AllocatedPods and the signals mean anything.
+	AllocationsKnown bool
+	// Signals name what needs a person's attention: use of a GPU that was not allocated, allocations left idle.
+	Signals []Signal
+	Rows    []Row
+	// Processes counts the reading's GPU processes, before the filter.
+	Processes int
+	// Warnings are what could not be read.
+	Warnings []string
+}
+
+// GPU is one GPU's header line.
+type GPU struct {
+	Index                   int
+	Name                    string // without the "NVIDIA " every name starts with
+	Utilization             gpu.Value
+	MemoryUsed, MemoryTotal gpu.Value // bytes
+	Temperature             gpu.Value // °C
+	Power, PowerLimit       gpu.Value // W
+	Mode                    string    // MIG, MPS or time-slicing, and by how many
+	AllocatedPods           int       // distinct pods the kubelet allocated this GPU or its MIG devices to
+	Unrequested, IdlePods   int       // pods using it without an allocation; pods holding it and running nothing
+}
+
+// SignalKind is what a signal says.
+type SignalKind int
+
+// The allocation signals.
+const (
+	Unrequested    SignalKind = iota // a pod uses a GPU that no allocation gives it
+	IdleAllocation                   // a pod holds a GPU and runs nothing on it
+)
+
+// Signal is one allocation signal about one pod's container on one GPU or MIG device.
+type Signal struct {
+	Kind   SignalKind
+	GPU    string // as in the GPU column: "3", or "2:1/0" for a MIG device
+	Owner  string // namespace/pod/container
+	gpuIdx int
+}
+
+func (s Signal) String() string {
+	if s.Kind == Unrequested {
+		return fmt.Sprintf("unrequested use: %s on GPU %s", s.Owner, s.GPU)
+	}
+	return fmt.Sprintf("idle allocation: %s holds GPU %s", s.Owner, s.GPU)
+}
+
+// Row is one process, or with View.Group one workload.
+type Row struct {
+	GPU       string // "0"; "2:1/0" for GPU 2's MIG device GI 1 CI 0; "0,1" for a workload on two GPUs
+	PID       string // the PID, or the number of processes of a workload ("3 procs")
+	Process   string // the process name; a workload's first, with "+N" other names
+	Memory    gpu.Value
+	SM        gpu.Value
+	Owner     string // as ps's OWNER column; a grouped pod without its container
+	Namespace string
+
+	gpu int
+	pid uint32
+}
+
+// Build lays out a reading. It is pure: the same reading and view give the same screen.
+func Build(rd Reading, v View) Screen {
+	r := rd.Result
+	s := Screen{Simulated: r.Snapshot.Simulated, AllocationsKnown: rd.Allocations.Known}
+	for _, d := range r.Snapshot.Devices {
+		s.GPUs = append(s.GPUs, header(r, d))
+		s.Processes += len(d.Processes)
+	}
+	slices.SortFunc(s.GPUs, func(a, b GPU) int { return cmp.Compare(a.Index, b.Index) })
+	if rd.Allocations.Known {
+		s.Signals = signals(rd.Allocations, s.GPUs)
+	}
+	for _, e := range r.Snapshot.Errors {
+		if e.Index < 0 {
+			s.Warnings = append(s.Warnings, e.Error())
+		} else {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("GPU %d: %v", e.Index, e))
+		}
+	}
+
+	if v.Group {
+		s.Rows = group(ps.Rows(r), v.Filter)
+	} else {
+		s.Rows = processRows(ps.Rows(r), v.Filter)
+	}
+	sortRows(s.Rows, v.Sort)
+	return s
+}
+
+func processRows(all []ps.Row, filter string) []Row {
+	rows := []Row{}
+	for _, p := range all {
+		if !matches(p, filter) {
+			continue
+		}
+		row := Row{GPU: gpuColumn(p.GPU, p.GPUInstance, p.ComputeInstance), PID: strconv.FormatUint(uint64(p.PID), 10),
+			Process: p.ProcessName, Owner: ps.Owner(p), Namespace: p.Namespace, gpu: p.GPU, pid: p.PID}
+		if p.UsedMemoryBytes != nil {
+			row.Memory = gpu.Known(float64(*p.UsedMemoryBytes))
+		}
+		if p.SMUtilization != nil {
+			row.SM = gpu.Known(*p.SMUtilization)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// matches is the `/` filter: a namespace, whole, or a part of the owner.
+func matches(r ps.Row, filter string) bool {
+	if filter == "" {
+		return true
+	}
+	return strings.EqualFold(r.Namespace, filter) || ps.Filter{Owner: filter}.Match(r)
+}
+
+func header(r *scrape.Result, d gpu.Device) GPU {
+	g := GPU{
+		Index: d.Index, Name: strings.TrimPrefix(d.Name, "NVIDIA "), Utilization: d.UtilizationRatio,
+		MemoryUsed: d.MemoryUsedBytes, MemoryTotal: d.MemoryTotalBytes, Temperature: d.TemperatureCelsius,
+		Power: d.PowerUsageWatts,
+	}
+	owners := make(map[string]bool)
+	mps := false
+	for _, p := range d.Processes {
+		owners[workload(r, p)] = true
+		mps = mps || p.Type == gpu.ProcessMPS
+	}
+	switch {
+	case d.MIGMode == gpu.MIGEnabled:
+		g.Mode = fmt.Sprintf("MIG ×%d", len(d.MIG))
+	case !d.ProcessesListed:
+		g.Mode = "?"
+	case mps:
+		g.Mode = fmt.Sprintf("MPS ×%d", len(owners))
+	case len(owners) > 1:
+		g.Mode = fmt.Sprintf("shared ×%d", len(owners))
+	case len(owners) == 1:
+		g.Mode = "1 workload"
+	default:
+		g.Mode = "idle"
+	}
+	return g
+}
+
+// workload names the owner of a process as sharing counts it: one pod container, container, job or service; a
+// process nobody owns counts alone.
+func workload(r *scrape.Result, p gpu.Process) string {
+	key := r.Owner(p).Identity.Key()
+	if key == (attribution.WorkloadKey{}) {
+		return "pid " + strconv.FormatUint(uint64(p.PID), 10)
+	}
+	return fmt.Sprint(key)
+}
+
+// signals counts each GPU's allocations and lists the signals, GPU by GPU.
+func signals(a collector.AllocationSignals, gpus []GPU) []Signal {
+	byIndex := make(map[int]*GPU, len(gpus))
+	for i := range gpus {
+		byIndex[gpus[i].Index] = &gpus[i]
+	}
+	type podOnGPU struct {
+		gpu           int
+		namespace, pd string
+	}
+	allocated, idle := make(map[podOnGPU]bool), make(map[podOnGPU]bool)
+	var out []Signal
+	for _, al := range a.Allocations {
+		k := podOnGPU{al.GPU, al.Namespace, al.Pod}
+		if g := byIndex[al.GPU]; g != nil && !allocated[k] {
+			allocated[k] = true
+			g.AllocatedPods++
+		}
+		if al.Processes == 0 {
+			if g := byIndex[al.GPU]; g != nil && !idle[k] {
+				idle[k] = true
+				g.IdlePods++
+			}
+			out = append(out, Signal{Kind: IdleAllocation, GPU: gpuColumn(al.GPU, instance(al.GPUInstance), instance(al.ComputeInstance)),
+				Owner: al.Namespace + "/" + al.Pod + "/" + al.Container, gpuIdx: al.GPU})
+		}
+	}
+	unrequested := make(map[podOnGPU]bool)
+	for _, u := range a.Unrequested {
+		k := podOnGPU{u.GPU, u.Namespace, u.Pod}
+		if g := byIndex[u.GPU]; g != nil && !unrequested[k] {
+			unrequested[k] = true
+			g.Unrequested++
+		}
+		out = append(out, Signal{Kind: Unrequested, GPU: gpuColumn(u.GPU, instance(u.GPUInstance), instance(u.ComputeInstance)),
+			Owner: u.Namespace + "/" + u.Pod + "/" + u.Container, gpuIdx: u.GPU})
+	}
+	// Unrequested use first: it is the one that costs someone else their GPU.
+	slices.SortStableFunc(out, func(x, y Signal) int {
+		return cmp.Or(cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.gpuIdx, y.gpuIdx), cmp.Compare(x.GPU, y.GPU), cmp.Compare(x.Owner, y.Owner))
+	})
+	return out
+}
+
+func instance(i int) *int {
+	if i < 0 {
+		return nil
+	}
+	return &i
+}
+
+func gpuColumn(index int, gi, ci *int) string {
+	s := strconv.Itoa(index)
+	if gi != nil && ci != nil {
+		s += fmt.Sprintf(":%d/%d", *gi, *ci)
+	}
+	return s
+}
+
+// group makes one row per workload: a Kubernetes pod (all its containers), else whatever ps's OWNER names. A
+// process nobody owns stays a row of its own.
+func group(all []ps.Row, filter string) []Row {
+	type acc struct {
+		row   Row
+		gpus  []int
+		names []string
+		procs int
+	}
+	var order []string
+	groups := make(map[string]*acc)
+	for _, p := range all {
+		if !matches(p, filter) {
+			continue
+		}
+		owner := ps.Owner(p)
+		key := owner
+		switch {
+		case p.Pod != "":
+			owner = "pod " + p.Namespace + "/" + p.Pod
+			key = "pod\x00" + p.Namespace + "\x00" + p.Pod
+		case owner == "-" || owner == "container":
+			key = "pid\x00" + strconv.FormatUint(uint64(p.PID), 10)
+		}
+		g := groups[key]
+		if g == nil {
+			g = &acc{row: Row{Owner: owner, Namespace: p.Namespace, gpu: p.GPU, pid: p.PID}}
+			groups[key] = g
+			order = append(order, key)
+		}
+		g.procs++
+		if !slices.Contains(g.gpus, p.GPU) {
+			g.gpus = append(g.gpus, p.GPU)
+		}
+		if p.ProcessName != "" && !slices.Contains(g.names, p.ProcessName) {
+			g.names = append(g.names, p.ProcessName)
+		}
+		if p.UsedMemoryBytes != nil {
+			g.row.Memory = gpu.Known(g.row.Memory.V + float64(*p.UsedMemoryBytes))
+		}
+		if p.SMUtilization != nil {
+			g.row.SM = gpu.Known(g.row.SM.V + *p.SMUtilization)
+		}
+		g.row.gpu, g.row.pid = min(g.row.gpu, p.GPU), min(g.row.pid, p.PID)
+	}
+	rows := make([]Row, 0, len(order))
+	for _, k := range order {
+		g := groups[k]
+		slices.Sort(g.gpus)
+		gpus := make([]string, len(g.gpus))
+		for i, n := range g.gpus {
+			gpus[i] = strconv.Itoa(n)
+		}
+		g.row.GPU = strings.Join(gpus, ",")
+		g.row.PID = strconv.FormatUint(uint64(g.row.pid), 10)
+		if g.procs > 1 {
+			g.row.PID = fmt.Sprintf("%d procs", g.procs)
+		}
+		if len(g.names) > 0 {
+			g.row.Process = g.names[0]
+			if len(g.names) > 1 {
+				g.row.Process += fmt.Sprintf(" +%d", len(g.names)-1)
+			}
+		}
+		rows = append(rows, g.row)
+	}
+	return rows
+}
+
+// sortRows orders rows; unknown values sort last, and ties go by GPU then PID so that rows do not jump about
+// between readings.
+func sortRows(rows []Row, by Sort) {
+	value := func(r Row) gpu.Value { return gpu.Value{} }
+	switch by {
+	case ByMemory:
+		value = func(r Row) gpu.Value { return r.Memory }
+	case BySM:
+		value = func(r Row) gpu.Value { return r.SM }
+	}
+	slices.SortStableFunc(rows, func(a, b Row) int {
+		va, vb := value(a), value(b)
+		if va.Valid != vb.Valid {
+			if va.Valid {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(-cmp.Compare(va.V, vb.V), cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.pid, b.pid), cmp.Compare(a.Owner, b.Owner))
+	})
+}

@@ -1,0 +1,339 @@
+package top
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// Frame is everything one drawing shows.
+type Frame struct {
+	Screen Screen
+	View   View
+	Time   time.Time // of the reading
+	// Err is why the last reading failed; the screen then shows the reading before it.
+	Err string
+	// Width is the terminal's width in columns. Height is its height in lines, 0 for no limit (plain output).
+	Width, Height int
+	// Interactive adds the bars, the key help and the filter being typed.
+	Interactive bool
+	// Editing is true while the filter is typed; View.Filter is then the text so far.
+	Editing bool
+}
+
+// Styles colour a frame. The zero value draws plain text.
+type Styles struct {
+	Title, Header, Dim, Alert, Warn, Key lipgloss.Style
+	Low, Mid, High                       lipgloss.Style // bars by how full they are
+}
+
+// Colors are the styles of the terminal program; lipgloss leaves out what the terminal cannot show.
+func Colors() Styles {
+	return Styles{
+		Title:  lipgloss.NewStyle().Bold(true),
+		Header: lipgloss.NewStyle().Bold(true).Reverse(true),
+		Dim:    lipgloss.NewStyle().Faint(true),
+		Alert:  lipgloss.NewStyle().Foreground(lipgloss.Color("9")).Bold(true),
+		Warn:   lipgloss.NewStyle().Foreground(lipgloss.Color("11")),
+		Key:    lipgloss.NewStyle().Bold(true),
+		Low:    lipgloss.NewStyle().Foreground(lipgloss.Color("10")),
+		Mid:    lipgloss.NewStyle().Foreground(lipgloss.Color("11")),
+		High:   lipgloss.NewStyle().Foreground(lipgloss.Color("9")),
+	}
+}
+
+const (
+	minWidth   = 40
+	maxSignals = 4 // lines of signals, the last one saying how many more
+	unlimited  = 1 << 20
+)
+
+// Render draws a frame as lines no wider than f.Width and, when f.Height is set, no more than f.Height of them.
+// Without a width (plain output) nothing is cut.
+func Render(f Frame, st Styles) string {
+	w := max(f.Width, minWidth)
+	if f.Width <= 0 {
+		w = unlimited
+	}
+	var lines []string
+	add := func(s string) { lines = append(lines, s) }
+
+	s := f.Screen
+	title := fmt.Sprintf("gpu-pod-exporter top  %s  %d GPUs  %d processes", f.Time.Format("15:04:05"), len(s.GPUs), s.Processes)
+	if s.Simulated {
+		title += "  (simulated)"
+	}
+	add(st.Title.Render(ansi.Truncate(title, w, "…")))
+	if f.Err != "" {
+		add(st.Alert.Render(ansi.Truncate("reading failed: "+f.Err, w, "…")))
+	}
+
+	add(st.Header.Render(pad(gpuHeader(s, w, f.Interactive), f)))
+	for _, g := range s.GPUs {
+		add(gpuLine(g, s, w, f.Interactive, st))
+	}
+	for i, sig := range s.Signals {
+		if f.Height > 0 && i == maxSignals-1 && len(s.Signals) > maxSignals {
+			add(st.Dim.Render(fmt.Sprintf("  … %d more allocation signals", len(s.Signals)-i)))
+			break
+		}
+		mark, style := "!", st.Alert
+		if sig.Kind == IdleAllocation {
+			mark, style = "○", st.Warn
+		}
+		add(style.Render(ansi.Truncate(mark+" "+sig.String(), w, "…")))
+	}
+	for _, warning := range s.Warnings {
+		add(st.Warn.Render(ansi.Truncate("warning: "+warning, w, "…")))
+	}
+
+	cols := processColumns(s.Rows, w, f.View.Group)
+	add(st.Header.Render(pad(cols.line("GPU", "PID", "PROCESS", "MEMORY", "SM", "OWNER"), f)))
+	footer := footerLine(f, st)
+	room := len(s.Rows)
+	if f.Height > 0 {
+		room = max(f.Height-len(lines)-1, 1)
+	}
+	for i, r := range s.Rows {
+		if i == room-1 && len(s.Rows) > room {
+			add(st.Dim.Render(fmt.Sprintf("… %d more rows", len(s.Rows)-i)))
+			break
+		}
+		add(cols.line(r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner))
+	}
+	if len(s.Rows) == 0 {
+		if f.View.Filter != "" {
+			add(st.Dim.Render("no process matches the filter"))
+		} else {
+			add(st.Dim.Render("no GPU processes"))
+		}
+	}
+	if f.Interactive {
+		if f.Height > 0 {
+			for len(lines) < f.Height-1 {
+				add("")
+			}
+		}
+		add(footer)
+	}
+	for i, l := range lines {
+		if f.Interactive {
+			lines[i] = ansi.Truncate(l, w, "") // a last guard: a terminal wraps what is wider and the screen scrolls
+		} else {
+			lines[i] = strings.TrimRight(l, " ")
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// gpuWidths shares the width of a GPU line between the name and the two bars; the other columns are fixed.
+func gpuWidths(s Screen, w int, bars bool) (name, bar int) {
+	fixed := 3 + 1 + 4 + 1 + 9 + 1 + 4 + 1 + 5 + 1 + 10 // index, util %, memory, temperature, power, mode, with spaces
+	if s.AllocationsKnown {
+		fixed += 1 + 7
+	}
+	longest := 4
+	for _, g := range s.GPUs {
+		longest = max(longest, ansi.StringWidth(g.Name))
+	}
+	rest := w - fixed - 1
+	if bars && rest-2 < 8+2*5 {
+		bars = false // too narrow for bars worth reading: numbers only
+	}
+	if !bars {
+		return min(longest, max(rest, 8)), 0
+	}
+	rest -= 2 // the spaces after the bars
+	name = min(longest, 24, max(rest/2, 8))
+	bar = min(max((rest-name)/2, 3), 30)
+	return name, bar
+}
+
+func gpuHeader(s Screen, w int, bars bool) string {
+	name, bar := gpuWidths(s, w, bars)
+	bars = bar > 0
+	b := []string{fit("GPU", 3, true), fit("NAME", name, false)}
+	if bars {
+		b = append(b, fit("UTIL", bar+1+4, false), fit("MEMORY", bar+1+9, false))
+	} else {
+		b = append(b, fit("UTIL", 4, true), fit("MEMORY", 9, true))
+	}
+	b = append(b, fit("TEMP", 4, true), fit("POWER", 5, true), fit("MODE", 10, false))
+	if s.AllocationsKnown {
+		b = append(b, fit("ALLOC", 7, false))
+	}
+	return strings.Join(b, " ")
+}
+
+func gpuLine(g GPU, s Screen, w int, bars bool, st Styles) string {
+	name, bar := gpuWidths(s, w, bars)
+	bars = bar > 0
+	b := []string{fit(fmt.Sprint(g.Index), 3, true), fit(g.Name, name, false)}
+	ratio := gpu.Value{}
+	if g.MemoryUsed.Valid && g.MemoryTotal.Valid && g.MemoryTotal.V > 0 {
+		ratio = gpu.Known(g.MemoryUsed.V / g.MemoryTotal.V)
+	}
+	mem := "-"
+	if g.MemoryUsed.Valid && g.MemoryTotal.Valid {
+		mem = fmt.Sprintf("%.0f/%.0fG", g.MemoryUsed.V/(1<<30), g.MemoryTotal.V/(1<<30))
+	}
+	if bars {
+		b = append(b, meter(g.Utilization, bar, st)+" "+fit(percent(g.Utilization), 4, true),
+			meter(ratio, bar, st)+" "+fit(mem, 9, true))
+	} else {
+		b = append(b, fit(percent(g.Utilization), 4, true), fit(mem, 9, true))
+	}
+	temp, power := "-", "-"
+	if g.Temperature.Valid {
+		temp = fmt.Sprintf("%.0f°C", g.Temperature.V)
+	}
+	if g.Power.Valid {
+		power = fmt.Sprintf("%.0fW", g.Power.V)
+	}
+	b = append(b, fit(temp, 4, true), fit(power, 5, true), fit(g.Mode, 10, false))
+	if s.AllocationsKnown {
+		b = append(b, allocCell(g, st))
+	}
+	return strings.Join(b, " ")
+}
+
+// allocCell says how many pods hold the GPU, marked "!" when a pod uses it without an allocation and "○" when a
+// pod holds it idle; the signal lines below name them.
+func allocCell(g GPU, st Styles) string {
+	text := "none"
+	switch {
+	case g.AllocatedPods == 1:
+		text = "1 pod"
+	case g.AllocatedPods > 1:
+		text = fmt.Sprintf("%d pods", g.AllocatedPods)
+	}
+	switch {
+	case g.Unrequested > 0:
+		return st.Alert.Render(fit(text+" !", 7, false))
+	case g.IdlePods > 0:
+		return st.Warn.Render(fit(text+" ○", 7, false))
+	}
+	return fit(text, 7, false)
+}
+
+// meter is a bar of width cells, coloured by how full it is.
+func meter(v gpu.Value, width int, st Styles) string {
+	if !v.Valid {
+		return strings.Repeat(" ", width)
+	}
+	r := min(max(v.V, 0), 1)
+	full := int(r*float64(width) + 0.5)
+	style := st.Low
+	switch {
+	case r >= 0.9:
+		style = st.High
+	case r >= 0.6:
+		style = st.Mid
+	}
+	return style.Render(strings.Repeat("█", full)) + st.Dim.Render(strings.Repeat("░", width-full))
+}
+
+type columns struct{ gpu, pid, process, owner int }
+
+// processColumns sizes the process table: the owner gets what the other columns leave.
+func processColumns(rows []Row, w int, grouped bool) columns {
+	c := columns{gpu: 3, pid: 7, process: 7}
+	if grouped {
+		c.pid = 8
+	}
+	for _, r := range rows {
+		c.gpu = max(c.gpu, min(ansi.StringWidth(r.GPU), 11))
+		c.process = max(c.process, min(ansi.StringWidth(r.Process), 24))
+	}
+	fixed := c.gpu + 1 + c.pid + 1 + 1 + 8 + 1 + 4 + 1
+	c.process = min(c.process, max((w-fixed)/4, 7))
+	c.owner = max(w-fixed-c.process, 10)
+	return c
+}
+
+func (c columns) line(gpuCol, pid, process, mem, sm, owner string) string {
+	return strings.Join([]string{fit(gpuCol, c.gpu, false), fit(pid, c.pid, true), fit(process, c.process, false),
+		fit(mem, 8, true), fit(sm, 4, true), shorten(owner, c.owner)}, " ")
+}
+
+// shorten cuts an owner to width columns in the middle, so that a long pod name keeps its container: "pod
+// ml-training/bert-finetune-7c…/trainer".
+func shorten(owner string, width int) string {
+	if ansi.StringWidth(owner) <= width {
+		return owner
+	}
+	i := strings.LastIndex(owner, "/")
+	if i < 0 || ansi.StringWidth(owner[i:]) > width/3 {
+		return ansi.Truncate(owner, width, "…")
+	}
+	tail := owner[i:]
+	return ansi.Truncate(owner[:i], width-ansi.StringWidth(tail), "…") + tail
+}
+
+func footerLine(f Frame, st Styles) string {
+	if f.Editing {
+		return ansi.Truncate(st.Key.Render("/")+" filter by namespace or owner: "+f.View.Filter+"█  "+
+			st.Dim.Render("enter apply · esc clear"), max(f.Width, minWidth), "")
+	}
+	parts := []string{
+		"sort " + st.Key.Render(f.View.Sort.String()) + ": " + st.Key.Render("m") + "em " + st.Key.Render("s") + "m " + st.Key.Render("g") + "pu",
+		st.Key.Render("w") + " group",
+		st.Key.Render("/") + " filter",
+		st.Key.Render("q") + " quit",
+	}
+	if f.View.Group {
+		parts[1] = st.Key.Render("w") + " ungroup"
+	}
+	if f.View.Filter != "" {
+		parts[2] = st.Key.Render("/") + " filter: " + f.View.Filter
+	}
+	return ansi.Truncate(strings.Join(parts, " · "), max(f.Width, minWidth), "…")
+}
+
+// fit pads or truncates s to exactly width columns.
+func fit(s string, width int, right bool) string {
+	s = ansi.Truncate(s, width, "…")
+	gap := strings.Repeat(" ", width-ansi.StringWidth(s))
+	if right {
+		return gap + s
+	}
+	return s + gap
+}
+
+// pad fills a header to the terminal's width so that its reversed colours span the screen; plain output gets no
+// trailing spaces.
+func pad(s string, f Frame) string {
+	if !f.Interactive || f.Width <= 0 {
+		return strings.TrimRight(s, " ")
+	}
+	return fit(s, max(f.Width, minWidth), false)
+}
+
+func memory(v gpu.Value) string {
+	switch {
+	case !v.Valid:
+		return "-"
+	case v.V < 1<<30:
+		return fmt.Sprintf("%.0f MiB", v.V/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", v.V/(1<<30))
+}
+
+func percent(v gpu.Value) string {
+	if !v.Valid {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", v.V*100)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

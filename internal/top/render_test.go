@@ -1,0 +1,175 @@
+package top
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/muesli/termenv"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// crowded is the reading with 40 more processes than fit on a small terminal.
+func crowded() Reading {
+	rd := reading()
+	d := &rd.Result.Snapshot.Devices[1]
+	for i := range 40 {
+		d.Processes = append(d.Processes, proc(uint32(1000+i), float64(i)*gib, gpu.Known(0.01)))
+	}
+	return rd
+}
+
+// colored renders with a true-colour profile, as a terminal would get, restoring the default afterwards.
+func colored(t *testing.T) Styles {
+	t.Helper()
+	before := lipgloss.ColorProfile()
+	lipgloss.SetColorProfile(termenv.TrueColor)
+	t.Cleanup(func() { lipgloss.SetColorProfile(before) })
+	return Colors()
+}
+
+func TestRenderFitsTheTerminal(t *testing.T) {
+	st := colored(t)
+	at := time.Date(2026, 11, 30, 23, 40, 1, 0, time.UTC)
+	for _, size := range [][2]int{{80, 24}, {80, 50}, {60, 20}, {132, 43}, {200, 60}} {
+		for _, v := range []View{{}, {Group: true}, {Filter: "ml", Sort: ByMemory}} {
+			w, h := size[0], size[1]
+			out := Render(Frame{Screen: Build(crowded(), v), View: v, Time: at, Width: w, Height: h, Interactive: true}, st)
+			if !strings.Contains(out, "\x1b[") {
+				t.Fatal("a true-colour frame has no colours")
+			}
+			lines := strings.Split(out, "\n")
+			if len(lines) != h {
+				t.Errorf("%dx%d %+v: %d lines", w, h, v, len(lines))
+			}
+			for i, l := range lines {
+				if got := ansi.StringWidth(l); got > w {
+					t.Errorf("%dx%d %+v: line %d is %d columns: %q", w, h, v, i, got, ansi.Strip(l))
+				}
+			}
+			if !strings.HasSuffix(ansi.Strip(lines[h-1]), "q quit") {
+				t.Errorf("%dx%d: the last line is not the key help: %q", w, h, ansi.Strip(lines[h-1]))
+			}
+		}
+	}
+}
+
+func TestRenderAt80Columns(t *testing.T) {
+	at := time.Date(2026, 11, 30, 23, 40, 1, 0, time.UTC)
+	out := Render(Frame{Screen: Build(crowded(), View{}), Time: at, Width: 80, Height: 24, Interactive: true}, Styles{})
+	lines := strings.Split(out, "\n")
+	for _, want := range []string{
+		"gpu-pod-exporter top  23:40:01  5 GPUs  48 processes  (simulated)",
+		"GPU NAME           UTIL         MEMORY            TEMP POWER MODE       ALLOC",
+	} {
+		if !strings.Contains(out, want+"\n") && !strings.Contains(out, want+" ") {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	gpu0 := lines[2]
+	for _, want := range []string{"  0 H100 80GB HBM3 ", "█████░░  71%", "40/80G", "52°C", " 402W", "shared ×43", "1 pod"} {
+		if !strings.Contains(gpu0, want) {
+			t.Errorf("GPU 0 line lacks %q: %q", want, gpu0)
+		}
+	}
+	if !strings.Contains(lines[4], "1 pod !") || !strings.Contains(lines[6], "1 pod ○") {
+		t.Errorf("GPU 2 and 4 lines do not mark their signals:\n%s\n%s", lines[4], lines[6])
+	}
+	if lines[7] != "! unrequested use: inference/triton-1/triton on GPU 2" ||
+		lines[8] != "○ idle allocation: ml/sweep-3/worker holds GPU 4" ||
+		lines[9] != "warning: GPU 3: processes: not supported" {
+		t.Errorf("signal and warning lines:\n%s", strings.Join(lines[7:10], "\n"))
+	}
+	if !strings.HasPrefix(lines[10], "GPU   ") || !strings.Contains(lines[10], "MEMORY   SM OWNER") {
+		t.Errorf("process header: %q", lines[10])
+	}
+	if !strings.HasPrefix(lines[11], "0          10 ollama") || !strings.HasSuffix(lines[11], "40% service ollama.service") {
+		t.Errorf("first row: %q", lines[11])
+	}
+	if lines[22] != "… 37 more rows" {
+		t.Errorf("the last row line says %q", lines[22])
+	}
+	if lines[23] != "sort GPU: mem sm gpu · w group · / filter · q quit" {
+		t.Errorf("key help: %q", lines[23])
+	}
+}
+
+func TestRenderWhileEditingTheFilter(t *testing.T) {
+	v := View{Filter: "trit"}
+	out := Render(Frame{Screen: Build(reading(), v), View: v, Width: 80, Height: 24, Interactive: true, Editing: true}, Styles{})
+	if !strings.HasSuffix(out, "/ filter by namespace or owner: trit█  enter apply · esc clear") {
+		t.Errorf("prompt:\n%s", out)
+	}
+	v.Filter = "nothing-matches"
+	out = Render(Frame{Screen: Build(reading(), v), View: v, Width: 80, Height: 24, Interactive: true}, Styles{})
+	if !strings.Contains(out, "\nno process matches the filter\n") || !strings.Contains(out, "/ filter: nothing-matches") {
+		t.Errorf("empty filtered view:\n%s", out)
+	}
+}
+
+// Plain output is for pipes and logs: no escapes, no bars, nothing cut, no trailing blanks.
+func TestRenderPlain(t *testing.T) {
+	rd := reading()
+	rd.Result.Owners[12] = pod("ml", "a-pod-name-much-longer-than-any-terminal-is-wide-"+strings.Repeat("x", 80), "trainer", "python3")
+	out := Render(Frame{Screen: Build(rd, View{}), Time: time.Now()}, Styles{})
+	if strings.ContainsAny(out, "\x1b█░") {
+		t.Errorf("plain output has escapes or bars:\n%s", out)
+	}
+	if !strings.Contains(out, strings.Repeat("x", 80)+"/trainer\n") {
+		t.Errorf("plain output cut an owner:\n%s", out)
+	}
+	for i, l := range strings.Split(out, "\n") {
+		if strings.TrimRight(l, " ") != l {
+			t.Errorf("line %d ends in blanks: %q", i, l)
+		}
+	}
+	if strings.Contains(out, "q quit") {
+		t.Error("plain output has key help")
+	}
+	if n := strings.Count(out, "\n") + 1; n != 1+1+5+2+1+1+8 {
+		t.Errorf("%d lines, want title, GPU header, 5 GPUs, 2 signals, 1 warning, process header and 8 rows:\n%s", n, out)
+	}
+}
+
+func TestShortenKeepsTheContainer(t *testing.T) {
+	for _, c := range []struct {
+		owner string
+		width int
+		want  string
+	}{
+		{"pod ml-training/bert-finetune-7c9d8b6f4-x2kqp/trainer", 37, "pod ml-training/bert-finetun…/trainer"},
+		{"pod ml/a/b", 37, "pod ml/a/b"},
+		{"pod ml/a-very-long-pod-name/a-very-long-container-name", 30, "pod ml/a-very-long-pod-name/a…"},
+		{"service a-very-long-unit-name.service", 20, "service a-very-long…"},
+	} {
+		if got := shorten(c.owner, c.width); got != c.want || ansi.StringWidth(got) > c.width {
+			t.Errorf("shorten(%q, %d) = %q, want %q", c.owner, c.width, got, c.want)
+		}
+	}
+}
+
+func TestMemoryAndPercent(t *testing.T) {
+	for v, want := range map[gpu.Value]string{
+		{}: "-", gpu.Known(512 << 20): "512 MiB", gpu.Known(22.5 * gib): "22.5 GiB",
+	} {
+		if got := memory(v); got != want {
+			t.Errorf("memory(%v) = %q, want %q", v, got, want)
+		}
+	}
+	if got := percent(gpu.Value{}) + " " + percent(gpu.Known(1.35)); got != "- 135%" {
+		t.Errorf("percent: %q", got)
+	}
+}
+
+// One refresh of a busy node: lay out and draw 48 processes on an 80×24 terminal, in colour.
+func BenchmarkBuildAndRender(b *testing.B) {
+	rd := crowded()
+	st := Colors()
+	b.ReportAllocs()
+	for b.Loop() {
+		Render(Frame{Screen: Build(rd, View{Sort: ByMemory}), Width: 80, Height: 24, Interactive: true}, st)
+	}
+}

@@ -1,0 +1,509 @@
+//go:build e2e
+
+// Package top drives the real binary's `top` in a real terminal, tmux, on the demo node and on a node file that
+// changes between readings: it reads the screen with capture-pane and types with send-keys. It also checks that
+// `top` and `ps --watch` print plain tables into a pipe.
+package top
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+)
+
+var binary string
+
+func TestMain(m *testing.M) { e2eutil.Main(m, &binary) }
+
+// wait is how long a screen may take to show what a test waits for.
+const wait = 15 * time.Second
+
+// terminal is one tmux server of the test's own, with one 80×24 window running a command.
+type terminal struct {
+	t      *testing.T
+	socket string
+}
+
+// startTerminal runs argv in a new tmux window of width×height. The window stays after the command ends
+// (remain-on-exit), so that its last screen and exit status can be read.
+func startTerminal(t *testing.T, width, height int, argv ...string) *terminal {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("tmux is not installed (scripts/test.sh installs it)")
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "tmux.conf")
+	if err := os.WriteFile(conf, []byte("set -g remain-on-exit on\nset -g status off\nset -g history-limit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	term := &terminal{t: t, socket: filepath.Join(dir, "tmux.sock")}
+	args := append([]string{"-f", conf, "new-session", "-d", "-s", "top", "-x", fmt.Sprint(width), "-y", fmt.Sprint(height)}, argv...)
+	term.tmux(args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last screen:\n%s", term.screen())
+		}
+		exec.Command("tmux", "-S", term.socket, "kill-server").Run()
+	})
+	return term
+}
+
+func (term *terminal) tmux(args ...string) string {
+	term.t.Helper()
+	cmd := exec.Command("tmux", append([]string{"-S", term.socket}, args...)...)
+	// The window is a person's terminal: CI's CI=true, which tells terminal libraries that no terminal is there and
+	// so to draw without colours, stays out of it.
+	cmd.Env = []string{"TERM=xterm-256color"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, "TERM=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		term.t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// screen is what the window shows now, one string per line, without colours.
+func (term *terminal) screen() string { return term.tmux("capture-pane", "-p", "-t", "top") }
+
+// lines is the screen as lines, trailing blanks removed.
+func (term *terminal) lines() []string {
+	lines := strings.Split(strings.TrimSuffix(term.screen(), "\n"), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	return lines
+}
+
+// waitFor polls the screen until cond holds for it.
+func (term *terminal) waitFor(what string, cond func(lines []string) bool) []string {
+	term.t.Helper()
+	var lines []string
+	e2eutil.WaitFor(term.t, wait, what, func() bool {
+		lines = term.lines()
+		return cond(lines)
+	})
+	return lines
+}
+
+// waitForText polls the screen until it shows every text.
+func (term *terminal) waitForText(texts ...string) []string {
+	term.t.Helper()
+	return term.waitFor(fmt.Sprintf("the screen to show %q", texts), func(lines []string) bool {
+		s := strings.Join(lines, "\n")
+		for _, text := range texts {
+			if !strings.Contains(s, text) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// keys types keys: tmux key names (Enter, Escape) or literal text.
+func (term *terminal) keys(keys ...string) {
+	term.t.Helper()
+	for _, k := range keys {
+		if k == "Enter" || k == "Escape" || k == "BSpace" {
+			term.tmux("send-keys", "-t", "top", k)
+		} else {
+			term.tmux("send-keys", "-t", "top", "-l", k)
+		}
+	}
+}
+
+func (term *terminal) format(f string) string {
+	return strings.TrimSpace(term.tmux("display-message", "-p", "-t", "top", f))
+}
+
+// topInShell runs `top` with args the way a person does at a shell prompt: text before it, and after it its exit
+// status and the terminal's modes, so that a test can see that the terminal was given back as it was.
+func topInShell(args ...string) []string {
+	script := `echo "before top"; "$0" top "$@"; echo "top exited $?"; stty -a; read -r done`
+	return append([]string{"sh", "-c", script, binary}, args...)
+}
+
+// pidColumn gives the PIDs of the process rows on screen, in order.
+func pidColumn(lines []string) []string {
+	var pids []string
+	inTable := false
+	for _, l := range lines {
+		f := strings.Fields(l)
+		switch {
+		case len(f) > 2 && f[0] == "GPU" && f[1] == "PID":
+			inTable = true
+		case inTable && len(f) > 1 && regexp.MustCompile(`^\d+$`).MatchString(f[1]):
+			pids = append(pids, f[1])
+		}
+	}
+	return pids
+}
+
+// quit presses q and checks that top exits with status 0 and leaves the terminal as it found it: the normal screen
+// back with what was on it, the cursor shown, and the line discipline's cooked mode and echo on.
+func (term *terminal) quit() {
+	term.t.Helper()
+	term.keys("q")
+	term.restored()
+}
+
+// restored checks that top exited with status 0 and gave the terminal back as it found it.
+func (term *terminal) restored() {
+	term.t.Helper()
+	term.waitForText("top exited ")
+	screen := term.screen()
+	if !strings.Contains(screen, "top exited 0\n") {
+		term.t.Errorf("top did not exit with status 0:\n%s", screen)
+	}
+	// What was on the screen is back (held-back log lines may follow it), and nothing of top's is left.
+	if !strings.HasPrefix(screen, "before top\n") || strings.Contains(screen, "gpu-pod-exporter top ") || strings.Contains(screen, "q quit") {
+		term.t.Errorf("the screen from before top is not back, or top's screen is left over:\n%s", screen)
+	}
+	if got := term.format("#{alternate_on} #{cursor_flag} #{mouse_any_flag}"); got != "0 1 0" {
+		term.t.Errorf("alternate screen, cursor shown, mouse = %q, want 0 1 0", got)
+	}
+	modes := strings.Fields(strings.ReplaceAll(screen, ";", " "))
+	for _, mode := range []string{"icanon", "echo", "isig", "icrnl", "opost"} {
+		if !contains(modes, mode) {
+			term.t.Errorf("terminal mode %s is not restored (stty -a: %s)", mode, screen)
+		}
+	}
+	term.keys("Enter") // the shell reads a line, then ends
+	e2eutil.WaitFor(term.t, wait, "the shell to end", func() bool { return term.format("#{pane_dead}") == "1" })
+}
+
+// hasRow reports whether a line of the screen has these words, whatever the blanks between them.
+func hasRow(lines []string, row string) bool {
+	want := strings.Join(strings.Fields(row), " ")
+	for _, l := range lines {
+		if strings.Join(strings.Fields(l), " ") == want {
+			return true
+		}
+	}
+	return false
+}
+
+// matchesLine reports whether a line of the screen matches a regular expression.
+func matchesLine(lines []string, expr string) bool {
+	re := regexp.MustCompile(expr)
+	for _, l := range lines {
+		if re.MatchString(l) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTopOnTheDemoNode(t *testing.T) {
+	term := startTerminal(t, 80, 24, topInShell("--demo")...)
+	lines := term.waitForText("gpu-pod-exporter top", "q quit")
+
+	// 80 columns: nothing wrapped, so the title is still the first line and the key help the last.
+	if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || !strings.HasSuffix(lines[0], "8 GPUs  14 processes  (simulated)") {
+		t.Errorf("title: %q", lines[0])
+	}
+	if len(lines) != 24 || lines[23] != "sort GPU: mem sm gpu · w group · / filter · q quit" {
+		t.Errorf("last of %d lines: %q", len(lines), lines[len(lines)-1])
+	}
+	header := map[int]*regexp.Regexp{
+		// index, name, utilization bar and value, memory bar and used/total, temperature, power, sharing, allocations
+		0: regexp.MustCompile(`^  0 H100 80GB HBM3 [█░]{7}  71% [█░]{7} +39/80G 52°C  402W shared ×3  3 pods$`),
+		1: regexp.MustCompile(`^  1 H100 80GB HBM3 .* 64% .* 19/80G 49°C  365W MPS ×3     3 pods$`),
+		2: regexp.MustCompile(`^  2 H100 80GB HBM3 +- .* 29/80G 44°C  232W MIG ×3     3 pods$`),
+		3: regexp.MustCompile(`^  3 H100 80GB HBM3 .* 67% .* 31/80G 58°C  455W 1 workload none !$`),
+		5: regexp.MustCompile(`^  5 RTX 6000 Ada … .* 37% .* 14/48G 63°C  188W shared ×3  1 pod$`),
+		6: regexp.MustCompile(`^  6 H100 80GB HBM3 ░{7}   0% .* 1/80G 33°C   72W idle       1 pod ○$`),
+		7: regexp.MustCompile(`^  7 H100 80GB HBM3 ░{7}   0% .* 1/80G 31°C   69W idle       1 pod ○$`),
+	}
+	for i, re := range header {
+		if !re.MatchString(lines[2+i]) {
+			t.Errorf("GPU %d line %q does not match %s", i, lines[2+i], re)
+		}
+	}
+	if lines[10] != "! unrequested use: data-science/jupyter-bob-0/notebook on GPU 3" ||
+		lines[11] != "○ idle allocation: ml-research/hparam-sweep-3/worker holds GPU 6" ||
+		lines[12] != "○ idle allocation: search/rag-index-0/indexer holds GPU 7" {
+		t.Errorf("allocation signals:\n%s", strings.Join(lines[10:13], "\n"))
+	}
+	// Rows: at 80 columns a long owner is cut in the middle and keeps its container.
+	for _, row := range []string{
+		`0 +29876 python +4\.0 GiB +3% pod data-science/notebook-a[a-z]*…/notebook`,
+		`0 +31412 python3 +12\.0 GiB +22% pod ml-research/llama-eval-0/eval`,
+		`1 +2811 nvidia-cuda… +512 MiB +- pod gpu-operator/nvidia-device-plugin[a-z-]*…`,
+		`2:1/0 +45102 python3 +18\.0 GiB +- pod vision/resnet-train-[a-z0-9-]*…/train`,
+	} {
+		if !matchesLine(lines, `^`+row+`$`) {
+			t.Errorf("no row like %s in\n%s", row, strings.Join(lines, "\n"))
+		}
+	}
+	if colored := term.tmux("capture-pane", "-p", "-e", "-t", "top"); !strings.Contains(colored, "\x1b[") {
+		t.Error("the terminal shows no colours")
+	}
+
+	// Sort keys: memory, SM, back to GPU.
+	for _, c := range []struct{ key, want string }{
+		{"m", "[61001 51234 31337 45102]"},
+		{"s", "[61001 51234 31337 40211]"},
+		{"g", "[29876 31337 31412 2811]"},
+	} {
+		term.keys(c.key)
+		term.waitFor("sorting by "+c.key, func(lines []string) bool {
+			pids := pidColumn(lines)
+			return len(pids) >= 4 && fmt.Sprint(pids[:4]) == c.want
+		})
+	}
+	lines = term.waitForText("sort GPU")
+
+	// Filter by namespace, then by owner; Escape clears it.
+	term.keys("/", "vision")
+	term.waitForText("/ filter by namespace or owner: vision")
+	term.keys("Enter")
+	lines = term.waitForText("/ filter: vision")
+	if pids := pidColumn(lines); fmt.Sprint(pids) != "[45102 45377 45590]" {
+		t.Errorf("filtered by namespace vision: %v", pids)
+	}
+	// Escape, then a wait: a key that follows Escape at once is read as Alt and that key.
+	term.keys("/", "Escape")
+	term.waitForText("· / filter · q quit")
+	term.keys("/", "slurm", "Enter")
+	lines = term.waitForText("/ filter: slurm")
+	if pids := pidColumn(lines); fmt.Sprint(pids) != "[61001]" || !hasRow(lines, "4 61001 python 60.0 GiB 93% slurm job 88231") {
+		t.Errorf("filtered by owner: %v\n%s", pids, strings.Join(lines, "\n"))
+	}
+	term.keys("/", "ollama", "Enter")
+	lines = term.waitForText("/ filter: slurmollama", "no process matches the filter")
+	term.keys("Escape")
+	term.waitFor("the filter to be cleared", func(lines []string) bool { return len(pidColumn(lines)) > 2 })
+	term.waitForText("· / filter · q quit")
+
+	// Group by workload: one row per pod, without its container.
+	term.keys("w")
+	lines = term.waitForText("w ungroup")
+	if !hasRow(lines, "0 29876 python 4.0 GiB 3% pod data-science/notebook-alice-0") {
+		t.Errorf("grouped rows:\n%s", strings.Join(lines, "\n"))
+	}
+
+	// A larger terminal gets every row and wider bars at once.
+	term.tmux("resize-window", "-t", "top", "-x", "120", "-y", "32")
+	lines = term.waitFor("the view to fill 120×32", func(lines []string) bool {
+		return len(lines) == 32 && len(pidColumn(lines)) == 14 && strings.HasSuffix(lines[31], "q quit")
+	})
+	if !regexp.MustCompile(`^  0 H100 80GB HBM3 +[█░]{20,} +71% `).MatchString(lines[2]) {
+		t.Errorf("GPU 0 at 120 columns: %q", lines[2])
+	}
+
+	term.quit()
+}
+
+// nodeFile is a simulated node: a pod with two containers and a Slurm job, allocated by a kubelet.
+const nodeFile = `
+gpus:
+  - uuid: GPU-11111111-2222-3333-4444-555555555555
+    name: NVIDIA A100-SXM4-80GB
+    memory_total_bytes: 85899345920
+    memory_used_bytes: 4294967296
+    utilization_ratio: 0.42
+    temperature_celsius: 41
+    power_usage_watts: 310.5
+    processes:
+      - pid: 101
+        name: trainer
+        type: compute
+        used_memory_bytes: 1073741824
+        sm_utilization_ratio: 0.25
+        identity: {namespace: team-a, pod: llm-0, container: trainer, pod_uid: 0b7e3d1c-0000-4000-8000-000000000001}
+      - pid: 102
+        name: loader
+        type: compute
+        used_memory_bytes: 3221225472
+        sm_utilization_ratio: 0.05
+        identity: {namespace: team-a, pod: llm-0, container: loader, pod_uid: 0b7e3d1c-0000-4000-8000-000000000001}
+  - uuid: GPU-66666666-7777-8888-9999-000000000000
+    name: NVIDIA A100-SXM4-80GB
+    memory_total_bytes: 85899345920
+    memory_used_bytes: 21474836480
+    utilization_ratio: 0.9
+    temperature_celsius: 60
+    power_usage_watts: 390
+    processes:
+      - pid: 201
+        name: sim
+        type: compute
+        used_memory_bytes: 21474836480
+        sm_utilization_ratio: 0.88
+        identity: {slurm_job_id: "4711"}
+allocations:
+  - {namespace: team-a, pod: llm-0, container: trainer, device_ids: ["GPU-11111111-2222-3333-4444-555555555555"]}
+`
+
+// A node file that changes between readings: top shows each new reading, its header values, its new pod and the
+// allocation signal that pod raises, without a key being pressed.
+func TestTopFollowsAChangingNode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	write(t, path, nodeFile)
+	term := startTerminal(t, 80, 24, topInShell("--gpu.simulated-config="+path, "--interval=200ms")...)
+	lines := term.waitForText("2 GPUs  3 processes  (simulated)")
+	// Two containers of one pod share GPU 0: two workloads, as gpu_workloads counts them, and one allocated pod.
+	if !regexp.MustCompile(`^  0 A100-SXM4-80GB .* 42% .* 4/80G 41°C  310W shared ×2  1 pod$`).MatchString(lines[2]) {
+		t.Errorf("GPU 0: %q", lines[2])
+	}
+	if !regexp.MustCompile(`^  1 A100-SXM4-80GB .* 90% .* 20/80G 60°C  390W 1 workload none$`).MatchString(lines[3]) {
+		t.Errorf("GPU 1: %q", lines[3])
+	}
+	for _, row := range []string{
+		"0       101 trainer   1.0 GiB  25% pod team-a/llm-0/trainer",
+		"0       102 loader    3.0 GiB   5% pod team-a/llm-0/loader",
+		"1       201 sim      20.0 GiB  88% slurm job 4711",
+	} {
+		if !hasRow(lines, row) {
+			t.Errorf("no row %q in\n%s", row, strings.Join(lines, "\n"))
+		}
+	}
+
+	// The node changes: GPU 0 gets busier and hotter, and a pod that requested no GPU starts on GPU 1.
+	changed := strings.NewReplacer(
+		"utilization_ratio: 0.42", "utilization_ratio: 0.97",
+		"temperature_celsius: 41", "temperature_celsius: 77",
+		"        identity: {slurm_job_id: \"4711\"}\n", `        identity: {slurm_job_id: "4711"}
+      - pid: 202
+        name: notebook
+        type: compute
+        used_memory_bytes: 2147483648
+        sm_utilization_ratio: 0.5
+        identity: {namespace: team-b, pod: sneaky-0, container: jupyter, pod_uid: 0b7e3d1c-0000-4000-8000-000000000002}
+`).Replace(nodeFile)
+	write(t, path, changed)
+	lines = term.waitForText("2 GPUs  4 processes", "! unrequested use: team-b/sneaky-0/jupyter on GPU 1")
+	if !regexp.MustCompile(` 97% .* 77°C `).MatchString(lines[2]) || !strings.HasSuffix(lines[3], "shared ×2  none !") {
+		t.Errorf("after the change:\n%s", strings.Join(lines, "\n"))
+	}
+	if !hasRow(lines, "1 202 notebook 2.0 GiB 50% pod team-b/sneaky-0/jupyter") {
+		t.Errorf("no row for the new pod:\n%s", strings.Join(lines, "\n"))
+	}
+
+	// Grouped, the pod with two containers is one row with its memory and SM summed.
+	term.keys("w", "m")
+	lines = term.waitForText("w ungroup", "sort memory")
+	rows := pidColumn(lines)
+	if !hasRow(lines, "0 2 procs trainer +1 4.0 GiB 30% pod team-a/llm-0") || len(rows) != 3 || rows[0] != "201" {
+		t.Errorf("grouped by workload:\n%s", strings.Join(lines, "\n"))
+	}
+	term.quit()
+}
+
+// SIGTERM (a closed session, kill) ends top as q does: status 0, the terminal restored.
+func TestTopStopsOnSIGTERM(t *testing.T) {
+	term := startTerminal(t, 80, 24, topInShell("--demo")...)
+	term.waitForText("q quit")
+	shell := term.format("#{pane_pid}")
+	children, err := os.ReadFile("/proc/" + shell + "/task/" + shell + "/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(children), &pid); err != nil {
+		t.Fatalf("the shell's child: %q: %v", children, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	term.restored()
+}
+
+// A top that cannot start says why on the terminal, not into a view that never opens.
+func TestTopThatCannotStartSaysWhy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	write(t, path, "gpus:\n  - colour: green\n")
+	term := startTerminal(t, 80, 24, topInShell("--gpu.simulated-config="+path)...)
+	term.waitForText("gpu-pod-exporter: cannot read GPUs: simulated node file", `unknown key "colour"`, "top exited 1")
+	term.keys("Enter")
+}
+
+// Into a pipe, top prints plain tables every interval: no escapes, no bars, owners uncut.
+func TestPipedTopPrintsPlainTables(t *testing.T) {
+	out, err := exec.Command(binary, "top", "--demo", "--interval=100ms", "-n", "2").Output()
+	if err != nil {
+		t.Fatalf("top -n 2: %v\n%s", err, out)
+	}
+	tables := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n\n")
+	if len(tables) != 2 || bytes.ContainsAny(out, "\x1b█") {
+		t.Fatalf("want two plain tables:\n%q", out)
+	}
+	for _, table := range tables {
+		lines := strings.Split(table, "\n")
+		if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || len(lines) != 1+1+8+3+1+14 {
+			t.Errorf("table of %d lines:\n%s", len(lines), table)
+		}
+		if !hasRow(lines, "1 2811 nvidia-cuda-mps-server 512 MiB - pod gpu-operator/nvidia-device-plugin-mps-control-daemon-x7k2p/mps-control-daemon") {
+			t.Errorf("no uncut MPS daemon row in\n%s", table)
+		}
+	}
+
+	// Without -n it goes on until stopped, and a stop is a normal exit.
+	cmd := exec.Command(binary, "top", "--demo", "--interval=100ms", "--filter=inference")
+	p := e2eutil.Start(t, cmd)
+	e2eutil.WaitFor(t, wait, "three tables", func() bool { return strings.Count(p.Output(), "gpu-pod-exporter top ") >= 3 })
+	cmd.Process.Signal(syscall.SIGTERM)
+	e2eutil.WaitFor(t, wait, "top to stop", func() bool { done, _ := p.Exited(); return done })
+	if _, err := p.Exited(); err != nil {
+		t.Errorf("top stopped by SIGTERM: %v", err)
+	}
+	if strings.Contains(p.Output(), "ollama") || !strings.Contains(p.Output(), "pod inference/triton-llm-1/triton") {
+		t.Errorf("--filter=inference:\n%s", p.Output())
+	}
+}
+
+func TestPSFiltersAndWatch(t *testing.T) {
+	out, err := exec.Command(binary, "ps", "--demo", "--namespace=vision", "--no-headers").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "pod vision/resnet-train-5f6b9c-qw8zd/train") {
+		t.Errorf("ps --namespace=vision --no-headers:\n%s", out)
+	}
+	out, err = exec.Command(binary, "ps", "--demo", "--owner=OLLAMA", "-o", "json").Output()
+	if err != nil || !strings.Contains(string(out), `"systemd_unit": "ollama.service"`) || strings.Count(string(out), `"pid"`) != 1 {
+		t.Errorf("ps --owner=OLLAMA -o json: %v\n%s", err, out)
+	}
+
+	cmd := exec.Command(binary, "ps", "--demo", "-w", "--interval=100ms", "--owner=slurm")
+	p := e2eutil.Start(t, cmd)
+	e2eutil.WaitFor(t, wait, "three tables", func() bool { return strings.Count(p.Output(), "slurm job 88231") >= 3 })
+	cmd.Process.Signal(os.Interrupt)
+	e2eutil.WaitFor(t, wait, "ps -w to stop", func() bool { done, _ := p.Exited(); return done })
+	if _, err := p.Exited(); err != nil {
+		t.Errorf("ps -w stopped by Ctrl-C: %v", err)
+	}
+	if tables := strings.Split(strings.TrimSpace(p.Output()), "\n\n"); len(tables) < 3 || !strings.HasPrefix(tables[1], "# simulated") {
+		t.Errorf("ps -w output:\n%s", p.Output())
+	}
+}
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
