@@ -62,8 +62,10 @@ type Device struct {
 	MIGMode     MIGMode
 
 	MemoryTotalBytes Value
-	MemoryUsedBytes  Value
+	MemoryUsedBytes  Value // without MemoryReservedBytes where the source knows it
 	MemoryFreeBytes  Value
+	// MemoryReservedBytes is what the driver and firmware set aside for themselves (NVML v2, R510 and later).
+	MemoryReservedBytes Value
 
 	UtilizationRatio        Value
 	MemoryUtilizationRatio  Value

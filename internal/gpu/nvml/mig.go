@@ -69,7 +69,8 @@ func (r *deviceReader) readMIGDevice(parent, m gonvml.Device) (gpu.MIGInstance, 
 	inst := gpu.MIGInstance{UUID: uuid, GPUInstance: gi, ComputeInstance: ci}
 	inst.Profile = r.migProfile(m, op)
 	inst.Placement = r.migPlacement(parent, gi)
-	inst.MemoryTotalBytes, inst.MemoryUsedBytes, _ = r.readMemory(m, gpu.OpMIGMemory)
+	mem := r.readMemory(m, gpu.OpMIGMemory)
+	inst.MemoryTotalBytes, inst.MemoryUsedBytes = mem.total, mem.used
 	return inst, true
 }
 

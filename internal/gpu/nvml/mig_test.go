@@ -201,6 +201,20 @@ func TestMIGProcessesFromParentWhenPerInstanceUnsupported(t *testing.T) {
 	}
 }
 
+// A driver older than R450 has no MIG queries: the GPU is read as one without MIG, and none is called.
+func TestNoMIGQueriesWithoutMIGSymbols(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetMigModeFunc = func() (int, int, gonvml.Return) {
+		t.Error("GetMigMode called although the driver lacks it")
+		return 0, 0, gonvml.ERROR_UNKNOWN
+	}
+	snap := snapshot(t, newSource(t, withoutSymbols(newLibrary(dev), symMIGMode)))
+	wantNoErrors(t, snap)
+	if d := deviceByUUID(t, snap, "GPU-0"); d.MIGMode != gpu.MIGUnsupported || !d.ProcessesListed {
+		t.Errorf("MIG mode %q, processes listed %v", d.MIGMode, d.ProcessesListed)
+	}
+}
+
 // NVML gives GPU instances to privileged users only: without the privilege the placement is unknown, quietly.
 func TestMIGPlacementNeedsPrivilege(t *testing.T) {
 	parent := newMIGParent(newMIGDevice("MIG-a", 1, 0, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10*gib, 0))

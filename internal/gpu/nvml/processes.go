@@ -64,6 +64,10 @@ func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []mi
 	if r.lost != nil {
 		return nil, false
 	}
+	if r.s.syms.processRecordsTooLong {
+		r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcesses, errProcessRecordsTooLong))
+		return nil, false
+	}
 	set := map[procKey]*procEntry{}
 	if migEnabled {
 		if !migComplete || !r.listMIGProcesses(h, migs, set) {
@@ -157,6 +161,9 @@ func (r *deviceReader) listProcesses(h gonvml.Device, scope listScope, mig *migD
 		{h.GetComputeRunningProcesses, true, func(e *procEntry) { e.compute = true }},
 		{h.GetGraphicsRunningProcesses, false, func(e *procEntry) { e.graphics = true }},
 		{h.GetMPSComputeRunningProcesses, false, func(e *procEntry) { e.mps = true }},
+	}
+	if !r.s.syms.mpsProcesses {
+		lists = lists[:2]
 	}
 	for _, l := range lists {
 		infos, ret := retrySize(l.call)

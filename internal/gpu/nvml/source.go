@@ -67,6 +67,7 @@ type Config struct {
 // runs alongside and shares only the XID counts, which are locked.
 type Source struct {
 	lib               gonvml.Interface
+	syms              symbols
 	log               *slog.Logger
 	now               func() time.Time
 	utilizationWindow time.Duration
@@ -110,6 +111,14 @@ func New(cfg Config) (*Source, error) {
 	}
 	if err := initLibrary(cfg.Library); err != nil {
 		return nil, err
+	}
+	syms, err := lookupSymbols(cfg.Library)
+	if err != nil {
+		s.log.Warn("cannot tell which NVML functions the driver has; assuming a current driver", "err", err)
+	}
+	s.syms = syms
+	if syms.processRecordsTooLong {
+		s.log.Warn("GPU processes will not be listed", "err", errProcessRecordsTooLong)
 	}
 	wait, backoff := cfg.EventWait, cfg.EventErrorBackoff
 	if wait <= 0 {

@@ -79,6 +79,7 @@ func TestSnapshotReadsEveryField(t *testing.T) {
 	wantValue(t, "memory total", d.MemoryTotalBytes, 80*gib)
 	wantValue(t, "memory used", d.MemoryUsedBytes, 2*gib)
 	wantValue(t, "memory free", d.MemoryFreeBytes, 77*gib+gib/2)
+	wantValue(t, "memory reserved", d.MemoryReservedBytes, gib/2)
 	wantValue(t, "utilization", d.UtilizationRatio, 0.42)
 	wantValue(t, "memory utilization", d.MemoryUtilizationRatio, 0.17)
 	wantValue(t, "encoder utilization", d.EncoderUtilizationRatio, 0.03)
@@ -119,7 +120,7 @@ func TestUnsupportedFieldsAreAbsent(t *testing.T) {
 	dev.GetDecoderUtilizationFunc = notSupported3
 	dev.GetPowerUsageFunc = notSupported32
 	dev.GetEnforcedPowerLimitFunc = notSupported32
-	dev.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_FUNCTION_NOT_FOUND }
+	dev.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
 	dev.GetPerformanceStateFunc = func() (gonvml.Pstates, gonvml.Return) { return gonvml.PSTATE_UNKNOWN, gonvml.SUCCESS }
 	dev.GetTotalEccErrorsFunc = func(gonvml.MemoryErrorType, gonvml.EccCounterType) (uint64, gonvml.Return) {
 		return 0, gonvml.ERROR_NOT_SUPPORTED
@@ -181,7 +182,7 @@ func TestFieldErrorIsReportedAndDeviceKept(t *testing.T) {
 		if e, ok := findError(snap, 0, "temperature"); !ok || e.UUID != "GPU-0" || !isReturn(e.Err, gonvml.ERROR_UNKNOWN) {
 			t.Errorf("temperature error = %+v (found %v), errors %v", e, ok, snap.Errors)
 		}
-		if e, ok := findError(snap, 0, "memory"); !ok || !isReturn(e.Err, gonvml.ERROR_TIMEOUT) {
+		if e, ok := findError(snap, 0, gpu.OpMemory); !ok || !isReturn(e.Err, gonvml.ERROR_TIMEOUT) {
 			t.Errorf("memory error = %+v (found %v)", e, ok)
 		}
 		if len(snap.Errors) != 2 {
@@ -190,16 +191,46 @@ func TestFieldErrorIsReportedAndDeviceKept(t *testing.T) {
 	}
 }
 
-func TestMemoryFallsBackToV1(t *testing.T) {
+// A driver before R510 has no nvmlDeviceGetMemoryInfo_v2; go-nvml would die calling it ("symbol lookup error"),
+// so v2 is never called and v1, whose "used" includes the driver's reservation, is read instead.
+func TestMemoryV1WhereDriverLacksV2(t *testing.T) {
 	dev := newDevice("GPU-0")
 	dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
-		return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+		t.Error("GetMemoryInfo_v2 called although the driver lacks nvmlDeviceGetMemoryInfo_v2")
+		return gonvml.Memory_v2{}, gonvml.ERROR_UNKNOWN
 	}
-	snap := snapshot(t, newSource(t, newLibrary(dev)))
+	snap := snapshot(t, newSource(t, withoutSymbols(newLibrary(dev), "nvmlDeviceGetMemoryInfo_v2")))
 	wantNoErrors(t, snap)
 	d := deviceByUUID(t, snap, "GPU-0")
 	wantValue(t, "memory used", d.MemoryUsedBytes, 2*gib+gib/2)
 	wantValue(t, "memory total", d.MemoryTotalBytes, 80*gib)
+	wantAbsent(t, "memory reserved (v1 does not tell)", d.MemoryReservedBytes)
+}
+
+// A device that answers NOT_SUPPORTED to v2 is read with v1; a v2 that fails otherwise is an error, not a silent
+// switch to v1, whose "used" is larger by the reservation.
+func TestMemoryV2Failures(t *testing.T) {
+	for _, tc := range []struct {
+		ret      gonvml.Return
+		wantUsed bool
+	}{{gonvml.ERROR_NOT_SUPPORTED, true}, {gonvml.ERROR_UNKNOWN, false}} {
+		t.Run(tc.ret.String(), func(t *testing.T) {
+			dev := newDevice("GPU-0")
+			dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, tc.ret }
+			snap := snapshot(t, newSource(t, newLibrary(dev)))
+			d := deviceByUUID(t, snap, "GPU-0")
+			_, failed := findError(snap, 0, gpu.OpMemory)
+			if tc.wantUsed {
+				wantValue(t, "memory used from v1", d.MemoryUsedBytes, 2*gib+gib/2)
+				wantNoErrors(t, snap)
+			} else {
+				wantAbsent(t, "memory used", d.MemoryUsedBytes)
+				if !failed || len(dev.GetMemoryInfoCalls()) != 0 {
+					t.Errorf("memory error reported %v, v1 calls %d; want an error and no v1 call", failed, len(dev.GetMemoryInfoCalls()))
+				}
+			}
+		})
+	}
 }
 
 // One GPU that falls off the bus is reported and left out; the other is still exported.
@@ -271,17 +302,14 @@ func TestSnapshotStopsWhenContextEnds(t *testing.T) {
 	}
 }
 
-// go-nvml's DGX H100 mock server: eight GPUs, v1 memory only.
+// go-nvml's DGX H100 mock server: eight GPUs, whose mock answers only the v1 memory call, read as on a driver
+// without v2.
 func TestSnapshotOfDGXH100(t *testing.T) {
 	srv := dgxh100.New()
 	for _, d := range srv.Devices {
-		md := &d.(*server.Device).Device
-		md.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
-			return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
-		}
-		stubDevice(md, "unused") // the server sets GetUUID
+		stubDevice(&d.(*server.Device).Device, "unused") // the server sets GetUUID
 	}
-	stubLibrary(&srv.Interface, srv.Devices...)
+	withoutSymbols(stubLibrary(&srv.Interface, srv.Devices...), "nvmlDeviceGetMemoryInfo_v2")
 	snap := snapshot(t, newSource(t, srv))
 	wantNoErrors(t, snap)
 	if snap.DriverVersion != "550.54.15" || snap.CUDAVersion != "12.4" {
