@@ -62,8 +62,9 @@ func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.
 	}
 	uuid, ret := h.GetUUID()
 	if ret != gonvml.SUCCESS {
-		// Without a UUID none of the device's series could be labelled.
-		return nil, []gpu.DeviceError{s.fail(i, "", gpu.OpDevice, fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
+		// Without a UUID none of the device's series could be labelled. A lost GPU's UUID may still be known from
+		// its XID registration, which keeps it in the snapshot with its XID counts.
+		return nil, []gpu.DeviceError{s.fail(i, s.xid.uuidOf(i), gpu.OpDevice, fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
 	}
 	r := &deviceReader{s: s, index: i, uuid: uuid}
 	d := &gpu.Device{Index: i, UUID: uuid}

@@ -1,10 +1,10 @@
 package nvml
 
 import (
-	"time"
-
 	"cmp"
+	"fmt"
 	"slices"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -225,6 +225,16 @@ func usedMemory(v uint64) gpu.Value {
 // The first read of a GPU looks back UtilizationWindow instead of passing 0, which would average the driver's whole
 // sample buffer. The last-seen timestamp then advances to the newest sample returned.
 func (r *deviceReader) readProcessUtilization(h gonvml.Device) (samples map[uint32]gonvml.ProcessUtilizationSample, known bool) {
+	// go-nvml asks for the sample count, then reads into a slice of that length and slices it by the count the
+	// driver returns, which is larger when processes started in between: a panic (go-nvml#11, #27). The reading is
+	// then lost, not the GPU.
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("reading process_utilization of GPU %d: go-nvml panicked (samples appeared during the read): %v", r.index, p)
+			r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcessUtilization, err))
+			samples, known = nil, false
+		}
+	}()
 	last, ok := r.s.lastSeen[r.uuid]
 	if !ok {
 		last = uint64(r.s.now().Add(-r.s.utilizationWindow).UnixMicro())

@@ -25,9 +25,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
@@ -79,12 +81,23 @@ type Source struct {
 	// warned remembers which device/operation failures were already logged at warning level.
 	warned map[string]bool
 
+	// driverFailures counts consecutive readings that found the driver gone; nextReinit and reinitBackoff pace
+	// re-initializing NVML.
+	driverFailures int
+	nextReinit     time.Time
+	reinitBackoff  time.Duration
+
 	xid       *xidWatcher
+	closeWait time.Duration
+	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ gpu.Source = (*Source)(nil)
+var (
+	_ gpu.Source           = (*Source)(nil)
+	_ prometheus.Collector = (*Source)(nil)
+)
 
 // New initializes NVML and starts counting XID errors. It fails with an error wrapping ErrLibraryNotFound when
 // libnvidia-ml.so.1 is missing.
@@ -99,6 +112,7 @@ func New(cfg Config) (*Source, error) {
 		utilizationWindow: cfg.UtilizationWindow,
 		lastSeen:          map[string]uint64{},
 		warned:            map[string]bool{},
+		closeWait:         defaultCloseWait,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -127,7 +141,8 @@ func New(cfg Config) (*Source, error) {
 	if backoff <= 0 {
 		backoff = defaultEventErrorBackoff
 	}
-	s.xid = startXIDWatcher(cfg.Library, s.log, wait, backoff)
+	s.xid = newXIDWatcher(cfg.Library, s.log, wait, backoff)
+	s.xid.start()
 	return s, nil
 }
 
@@ -158,9 +173,27 @@ func initLibrary(lib gonvml.Interface) (err error) {
 // Name implements gpu.Source.
 func (s *Source) Name() string { return sourceName }
 
-// Close stops the XID goroutine, frees its event set and shuts NVML down. It is safe to call more than once.
+// Close waits for a reading still in progress (a scrape that timed out lets it finish in the background), stops
+// the XID goroutine, frees its event set and shuts NVML down: shutting down under a reading would unload the code it
+// runs. A reading still inside the driver after closeWait leaves NVML loaded; the process is ending anyway. Close is
+// safe to call more than once, and later snapshots fail.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
+		locked := make(chan struct{})
+		go func() {
+			s.snapMu.Lock()
+			close(locked)
+		}()
+		select {
+		case <-locked:
+		case <-time.After(s.closeWait):
+			s.closed.Store(true)
+			go func() { <-locked; s.snapMu.Unlock() }()
+			s.closeErr = fmt.Errorf("shutting down NVML: a GPU reading is still running after %v; NVML left loaded", s.closeWait)
+			return
+		}
+		defer s.snapMu.Unlock()
+		s.closed.Store(true)
 		s.xid.stop()
 		if ret := s.lib.Shutdown(); ret != gonvml.SUCCESS {
 			s.closeErr = fmt.Errorf("shutting down NVML: %w", ret)
@@ -169,15 +202,83 @@ func (s *Source) Close() error {
 	return s.closeErr
 }
 
+// errClosed is the error of a snapshot taken after Close.
+var errClosed = errors.New("reading GPUs: the NVML source is closed")
+
+// deviceCount counts the GPUs. When NVML answers that the driver is not loaded or NVML is not initialized, and has
+// done so for reinitAfter consecutive readings (the driver was unloaded and reloaded, for a reset or a fabric manager
+// restart), NVML is shut down and initialized again, at most once per backoff, which doubles up to maxReinitBackoff.
+func (s *Source) deviceCount() (int, error) {
+	count, ret := s.lib.DeviceGetCount()
+	if ret == gonvml.SUCCESS {
+		s.driverFailures, s.reinitBackoff = 0, 0
+		return count, nil
+	}
+	err := fmt.Errorf("counting GPUs: %w", ret)
+	if ret != gonvml.ERROR_DRIVER_NOT_LOADED && ret != gonvml.ERROR_UNINITIALIZED {
+		return 0, err
+	}
+	s.driverFailures++
+	now := s.now()
+	if s.driverFailures < reinitAfter || now.Before(s.nextReinit) {
+		return 0, err
+	}
+	s.reinitBackoff = min(max(2*s.reinitBackoff, minReinitBackoff), maxReinitBackoff)
+	s.nextReinit = now.Add(s.reinitBackoff)
+	s.xid.stop()
+	s.lib.Shutdown() // NVML may already consider itself shut down; the result does not matter
+	if initErr := initLibrary(s.lib); initErr != nil {
+		s.log.Warn("re-initializing NVML failed; trying again later", "err", initErr, "retry_in", s.reinitBackoff)
+		return 0, fmt.Errorf("%w; re-initializing NVML: %w", err, initErr)
+	}
+	s.syms, _ = lookupSymbols(s.lib)
+	clear(s.lastSeen)
+	s.xid.start()
+	s.log.Info("NVML re-initialized after the driver was unavailable")
+	count, ret = s.lib.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("counting GPUs after re-initializing NVML: %w", ret)
+	}
+	s.driverFailures, s.reinitBackoff = 0, 0
+	return count, nil
+}
+
+// Re-initialization after the driver went away: after this many consecutive failed readings, then with a backoff.
+const (
+	reinitAfter      = 3
+	minReinitBackoff = 10 * time.Second
+	maxReinitBackoff = 5 * time.Minute
+	defaultCloseWait = 10 * time.Second
+)
+
+var xidWatcherUpDesc = prometheus.NewDesc("gpu_pod_exporter_xid_watcher_up",
+	"1 while XID errors are being counted (the NVML event set is registered and waited on), 0 while it is being "+
+		"registered again after a failure or no GPU supports XID events.", nil, nil)
+
+// Describe implements prometheus.Collector: the source's own self-metrics.
+func (s *Source) Describe(ch chan<- *prometheus.Desc) { ch <- xidWatcherUpDesc }
+
+// Collect implements prometheus.Collector.
+func (s *Source) Collect(ch chan<- prometheus.Metric) {
+	up := 0.0
+	if s.xid.isUp() {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(xidWatcherUpDesc, prometheus.GaugeValue, up)
+}
+
 // Snapshot implements gpu.Source. NVML calls cannot be interrupted, so ctx is checked between devices.
 func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
 
+	if s.closed.Load() {
+		return nil, errClosed
+	}
 	snap := &gpu.Snapshot{Time: s.now()}
-	count, ret := s.lib.DeviceGetCount()
-	if ret != gonvml.SUCCESS {
-		return nil, fmt.Errorf("counting GPUs: %w", ret)
+	count, err := s.deviceCount()
+	if err != nil {
+		return nil, err
 	}
 	if v, ret := s.lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
 		snap.DriverVersion = v
@@ -196,7 +297,7 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("reading GPU %d of %d: %w", i, count, err)
 		}
-		dev, errs := s.readDevice(i, names)
+		dev, errs := s.readDeviceRecovering(i, names)
 		snap.Errors = append(snap.Errors, errs...)
 		if dev == nil {
 			continue
@@ -205,6 +306,8 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		dev.XIDErrors = s.xid.countsOf(dev.UUID)
 		snap.Devices = append(snap.Devices, *dev)
 	}
+	// A GPU that fell off the bus (XID 79) cannot be read, but the XID that says so must still be exported.
+	snap.Devices = append(snap.Devices, s.xid.unreadGPUs(seen)...)
 	// Forget utilization timestamps of GPUs that are gone so the map stays as small as the node.
 	for uuid := range s.lastSeen {
 		if !seen[uuid] {
@@ -212,6 +315,17 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// readDeviceRecovering reads GPU i and turns a panic inside go-nvml (its wrappers slice their buffers by counts the
+// driver returns) into a device error, so that one GPU cannot end the exporter or the reading of the others.
+func (s *Source) readDeviceRecovering(i int, names map[uint32]string) (dev *gpu.Device, errs []gpu.DeviceError) {
+	defer func() {
+		if r := recover(); r != nil {
+			dev, errs = nil, []gpu.DeviceError{s.fail(i, s.xid.uuidOf(i), gpu.OpDevice, fmt.Errorf("reading GPU %d: go-nvml panicked: %v", i, r))}
+		}
+	}()
+	return s.readDevice(i, names)
 }
 
 // fail turns a failed NVML call into a DeviceError, logging it at warning level only the first time that device and
