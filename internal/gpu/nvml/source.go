@@ -74,8 +74,9 @@ type Source struct {
 	now               func() time.Time
 	utilizationWindow time.Duration
 
-	// snapMu guards the state below, which only Snapshot touches.
-	snapMu sync.Mutex
+	// reading holds a token while a snapshot (or Close) runs: it guards the state below, which only Snapshot
+	// touches, and lets Close wait for a reading with a deadline.
+	reading chan struct{}
 	// lastSeen is the newest process utilization sample timestamp (µs) per device UUID.
 	lastSeen map[string]uint64
 	// warned remembers which device/operation failures were already logged at warning level.
@@ -113,6 +114,7 @@ func New(cfg Config) (*Source, error) {
 		lastSeen:          map[string]uint64{},
 		warned:            map[string]bool{},
 		closeWait:         defaultCloseWait,
+		reading:           make(chan struct{}, 1),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -179,21 +181,16 @@ func (s *Source) Name() string { return sourceName }
 // safe to call more than once, and later snapshots fail.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
-		locked := make(chan struct{})
-		go func() {
-			s.snapMu.Lock()
-			close(locked)
-		}()
+		s.closed.Store(true)
+		timer := time.NewTimer(s.closeWait)
+		defer timer.Stop()
 		select {
-		case <-locked:
-		case <-time.After(s.closeWait):
-			s.closed.Store(true)
-			go func() { <-locked; s.snapMu.Unlock() }()
+		case s.reading <- struct{}{}:
+		case <-timer.C:
 			s.closeErr = fmt.Errorf("shutting down NVML: a GPU reading is still running after %v; NVML left loaded", s.closeWait)
 			return
 		}
-		defer s.snapMu.Unlock()
-		s.closed.Store(true)
+		defer func() { <-s.reading }()
 		s.xid.stop()
 		if ret := s.lib.Shutdown(); ret != gonvml.SUCCESS {
 			s.closeErr = fmt.Errorf("shutting down NVML: %w", ret)
@@ -269,8 +266,8 @@ func (s *Source) Collect(ch chan<- prometheus.Metric) {
 
 // Snapshot implements gpu.Source. NVML calls cannot be interrupted, so ctx is checked between devices.
 func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
+	s.reading <- struct{}{}
+	defer func() { <-s.reading }()
 
 	if s.closed.Load() {
 		return nil, errClosed
