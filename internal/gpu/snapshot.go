@@ -47,7 +47,8 @@ type Snapshot struct {
 	Simulated bool
 	Devices   []Device
 	// Errors lists what could not be read, per device and operation. A device that failed entirely is in Errors
-	// and not in Devices.
+	// and not in Devices, except that a GPU with counted XID errors stays in Devices with only its index, UUID and
+	// XIDErrors (a GPU that fell off the bus reports XID 79 and cannot be read after).
 	Errors []DeviceError
 }
 
@@ -124,6 +125,8 @@ type MIGInstance struct {
 	GPUInstance      int
 	ComputeInstance  int
 	Profile          string // e.g. 1g.10gb
+	// Memory belongs to the GPU instance, which its compute instances share: it is set on one MIG device per GPU
+	// instance (NVML: the lowest compute instance) and absent on the others, so that sums count it once.
 	MemoryTotalBytes Value
 	MemoryUsedBytes  Value
 	// Placement is where the GPU instance sits on its GPU, by which NVIDIA's DRA driver names MIG devices; nil

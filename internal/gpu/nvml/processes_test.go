@@ -159,7 +159,8 @@ func TestInsufficientSizeIsRetried(t *testing.T) {
 		if utilCalls == 1 {
 			return []gonvml.ProcessUtilizationSample{{Pid: 10}}, gonvml.ERROR_INSUFFICIENT_SIZE
 		}
-		return []gonvml.ProcessUtilizationSample{{Pid: 10, TimeStamp: 1, SmUtil: 50}, {Pid: 11, TimeStamp: 1, SmUtil: 25}}, gonvml.SUCCESS
+		ts := uint64(testNow.UnixMicro()) - 500_000
+		return []gonvml.ProcessUtilizationSample{{Pid: 10, TimeStamp: ts, SmUtil: 50}, {Pid: 11, TimeStamp: ts, SmUtil: 25}}, gonvml.SUCCESS
 	}
 	snap := snapshot(t, newSource(t, newLibrary(dev)))
 	wantNoErrors(t, snap)
@@ -348,5 +349,42 @@ func TestProcessListsRefusedOnDriversWithLongRecords(t *testing.T) {
 			}
 			wantValue(t, "memory still read", d.MemoryTotalBytes, 80*gib)
 		})
+	}
+}
+
+// Drivers return garbage samples now and then: 37,100% SM, timestamps from before the asked-for time or from the
+// future, PIDs that are not on the GPU. Only samples of listed processes, with every field at most 100% and
+// lastSeen < timestamp <= now + slack are kept, and lastSeen advances only from kept samples. A process whose only
+// samples were garbage has no value rather than a made-up 0.
+func TestProcessUtilizationDropsGarbageSamples(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetComputeRunningProcessesFunc = procs(proc(10, gib), proc(20, gib), proc(30, gib), proc(40, gib))
+	now := uint64(testNow.UnixMicro())
+	since := now - 5_000_000 // the first reading's window
+	dev.GetProcessUtilizationFunc = func(uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+		return []gonvml.ProcessUtilizationSample{
+			{Pid: 10, TimeStamp: now - 1_000_000, SmUtil: 60, MemUtil: 20},
+			{Pid: 10, TimeStamp: now - 500_000, SmUtil: 37100, MemUtil: 20}, // newer, but 37,100%
+			{Pid: 20, TimeStamp: now - 900_000, SmUtil: 30, DecUtil: 250},   // decoder over 100%
+			{Pid: 30, TimeStamp: now + 60_000_000, SmUtil: 90},              // a minute in the future
+			{Pid: 40, TimeStamp: since, SmUtil: 70},                         // not after lastSeen
+			{Pid: 99, TimeStamp: now - 100_000, SmUtil: 100},                // not listed on this GPU
+		}, gonvml.SUCCESS
+	}
+	s := newSource(t, newLibrary(dev))
+	snap := snapshot(t, s)
+	wantNoErrors(t, snap)
+	d := deviceByUUID(t, snap, "GPU-0")
+	wantValue(t, "PID 10 SM (the valid older sample)", processByPID(t, d, 10).SMUtilizationRatio, 0.6)
+	for _, pid := range []uint32{20, 30, 40} {
+		wantAbsent(t, fmt.Sprintf("PID %d SM (only garbage samples)", pid), processByPID(t, d, pid).SMUtilizationRatio)
+	}
+	if got, want := s.lastSeen["GPU-0"], now-1_000_000; got != want {
+		t.Errorf("lastSeen = %d, want %d (the newest kept sample)", got, want)
+	}
+	for _, p := range d.Processes {
+		if p.SMUtilizationRatio.Valid && p.SMUtilizationRatio.V > 1 {
+			t.Errorf("PID %d SM utilization %v > 1", p.PID, p.SMUtilizationRatio.V)
+		}
 	}
 }
