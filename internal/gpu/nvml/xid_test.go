@@ -122,15 +122,14 @@ func TestXIDWatcherRegistersAgainAfterFailedWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dev := newDevice("GPU-0")
 		sets := []*eventSet{newEventSet(), newEventSet()}
-		created := 0
 		lib := newLibrary(dev)
 		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
-			if created == len(sets) {
+			n := len(lib.EventSetCreateCalls()) // this call included
+			if n > len(sets) {
 				t.Error("more event sets created than expected")
 				return nil, gonvml.ERROR_UNKNOWN
 			}
-			created++
-			return sets[created-1], gonvml.SUCCESS
+			return sets[n-1], gonvml.SUCCESS
 		}
 		s, err := New(Config{Library: lib, EventErrorBackoff: 10 * time.Second})
 		if err != nil {
@@ -153,13 +152,14 @@ func TestXIDWatcherRegistersAgainAfterFailedWait(t *testing.T) {
 		}
 		waits := len(sets[0].WaitCalls())
 		time.Sleep(9 * time.Second)
-		if n := len(sets[0].WaitCalls()); n != waits || created != 1 {
+		if n, created := len(sets[0].WaitCalls()), len(lib.EventSetCreateCalls()); n != waits || created != 1 {
 			t.Errorf("within the backoff: %d more waits on the freed set, %d sets created", n-waits, created)
 		}
 
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if created != 2 || len(dev.RegisterEventsCalls()) != 2 || dev.RegisterEventsCalls()[1].EventSet != sets[1] {
+		if created := len(lib.EventSetCreateCalls()); created != 2 || len(dev.RegisterEventsCalls()) != 2 ||
+			dev.RegisterEventsCalls()[1].EventSet != sets[1] {
 			t.Fatalf("after the backoff: %d sets created, registrations %+v", created, dev.RegisterEventsCalls())
 		}
 		if got := testutil.ToFloat64(s); got != 1 {
