@@ -121,10 +121,10 @@ type XIDCount struct {
 
 // MIGInstance is one MIG device (a GPU instance and compute instance pair) on a GPU in MIG mode.
 type MIGInstance struct {
-	UUID             string // MIG-…
-	GPUInstance      int
-	ComputeInstance  int
-	Profile          string // e.g. 1g.10gb
+	UUID            string // MIG-…
+	GPUInstance     int
+	ComputeInstance int
+	Profile         string // e.g. 1g.10gb
 	// Memory belongs to the GPU instance, which its compute instances share: it is set on one MIG device per GPU
 	// instance (NVML: the lowest compute instance) and absent on the others, so that sums count it once.
 	MemoryTotalBytes Value
