@@ -119,14 +119,14 @@ type XIDCount struct {
 	Count uint64
 }
 
-// MIGInstance is one MIG device (a GPU instance and compute instance pair) on a GPU in MIG mode.
+// MIGInstance is one MIG device (a GPU instance and compute instance pair) on a GPU in MIG mode. Its memory belongs
+// to the GPU instance, which its compute instances share: it is set on one MIG device per GPU instance (NVML: the
+// lowest compute instance) and absent on the others, so that sums count it once.
 type MIGInstance struct {
-	UUID            string // MIG-…
-	GPUInstance     int
-	ComputeInstance int
-	Profile         string // e.g. 1g.10gb
-	// Memory belongs to the GPU instance, which its compute instances share: it is set on one MIG device per GPU
-	// instance (NVML: the lowest compute instance) and absent on the others, so that sums count it once.
+	UUID             string // MIG-…
+	GPUInstance      int
+	ComputeInstance  int
+	Profile          string // e.g. 1g.10gb
 	MemoryTotalBytes Value
 	MemoryUsedBytes  Value
 	// Placement is where the GPU instance sits on its GPU, by which NVIDIA's DRA driver names MIG devices; nil
