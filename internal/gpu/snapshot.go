@@ -47,8 +47,8 @@ type Snapshot struct {
 	Simulated bool
 	Devices   []Device
 	// Errors lists what could not be read, per device and operation. A device that failed entirely is in Errors
-	// and not in Devices, except that a GPU with counted XID errors stays in Devices with only its index, UUID and
-	// XIDErrors (a GPU that fell off the bus reports XID 79 and cannot be read after).
+	// and not in Devices, except that a GPU with counted XID errors stays in Devices with only its identity (as last
+	// read) and XIDErrors (a GPU that fell off the bus reports XID 79 and cannot be read after).
 	Errors []DeviceError
 }
 

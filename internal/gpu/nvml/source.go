@@ -92,6 +92,10 @@ type Source struct {
 	lastSeen map[string]uint64
 	// warned remembers which device/operation failures were already logged at warning level.
 	warned map[string]bool
+	// identity is the last identity read of each GPU by UUID (name, PCI bus ID, MIG mode, minor number), for a
+	// GPU that is kept in the snapshot only for its XID counts: its gpu_info then stays the same series. It holds
+	// GPUs ever read, as many as the node has had.
+	identity map[string]gpu.Device
 
 	// driverFailures counts consecutive readings that found the driver gone; nextReinit and reinitBackoff pace
 	// re-initializing NVML.
@@ -123,6 +127,7 @@ func New(cfg Config) (*Source, error) {
 		now:               cfg.Now,
 		utilizationWindow: cfg.UtilizationWindow,
 		lastSeen:          map[string]uint64{},
+		identity:          map[string]gpu.Device{},
 		warned:            map[string]bool{},
 		closeWait:         defaultCloseWait,
 		reading:           make(chan struct{}, 1),
@@ -314,9 +319,16 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		seen[dev.UUID] = true
 		dev.XIDErrors = s.xid.countsOf(dev.UUID)
 		snap.Devices = append(snap.Devices, *dev)
+		s.identity[dev.UUID] = gpu.Device{Name: dev.Name, PCIBusID: dev.PCIBusID, MIGMode: dev.MIGMode, MinorNumber: dev.MinorNumber}
 	}
-	// A GPU that fell off the bus (XID 79) cannot be read, but the XID that says so must still be exported.
-	snap.Devices = append(snap.Devices, s.xid.unreadGPUs(seen)...)
+	// A GPU that fell off the bus (XID 79) cannot be read, but the XID that says so must still be exported, under
+	// the identity it last had.
+	for _, d := range s.xid.unreadGPUs(seen) {
+		if id, ok := s.identity[d.UUID]; ok {
+			d.Name, d.PCIBusID, d.MIGMode, d.MinorNumber = id.Name, id.PCIBusID, id.MIGMode, id.MinorNumber
+		}
+		snap.Devices = append(snap.Devices, d)
+	}
 	// Forget utilization timestamps of GPUs that are gone so the map stays as small as the node.
 	for uuid := range s.lastSeen {
 		if !seen[uuid] {

@@ -205,6 +205,9 @@ func TestXIDOfLostGPUIsStillExported(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
+		if _, err := s.Snapshot(t.Context()); err != nil { // GPU 1 read while healthy
+			t.Fatal(err)
+		}
 		lost = true
 		es.replies <- xid(dev1, 79)
 		synctest.Wait()
@@ -214,7 +217,13 @@ func TestXIDOfLostGPUIsStillExported(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantXIDs(t, deviceByUUID(t, snap, "GPU-1").XIDErrors, []gpu.XIDCount{{XID: 79, Count: 1}})
+			lostGPU := deviceByUUID(t, snap, "GPU-1")
+			wantXIDs(t, lostGPU.XIDErrors, []gpu.XIDCount{{XID: 79, Count: 1}})
+			// The identity it last had, so that its gpu_info stays one series.
+			if lostGPU.Index != 1 || lostGPU.Name != "NVIDIA H100 80GB HBM3" || lostGPU.PCIBusID != "00000000:1A:00.0" {
+				t.Errorf("lost GPU = %d %q %q, want its last identity", lostGPU.Index, lostGPU.Name, lostGPU.PCIBusID)
+			}
+			wantAbsent(t, "lost GPU's memory", lostGPU.MemoryTotalBytes)
 			wantValue(t, "GPU-0 power", deviceByUUID(t, snap, "GPU-0").PowerUsageWatts, 250.5)
 			if len(snap.Devices) != 2 {
 				t.Errorf("devices = %+v, want GPU-0 read and GPU-1 with its XIDs only", snap.Devices)
