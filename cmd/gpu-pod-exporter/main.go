@@ -147,6 +147,9 @@ func run(args []string) int {
 		defer allocs.stop()
 		opts.Allocations = allocs.source
 		self := append([]prometheus.Collector{attributor}, allocs.self...)
+		if c, ok := source.(prometheus.Collector); ok { // sources with self-metrics (NVML's XID watcher)
+			self = append(self, c)
+		}
 		summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
 		return runServer(ctx, logger, scraper, collector.New(scraper, opts, self...), &wf, summary)
 	}

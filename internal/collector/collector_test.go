@@ -260,3 +260,21 @@ func TestInvalidUTF8ProcessName(t *testing.T) {
 		t.Errorf("process names = %v, want the invalid one repaired and the other kept", names)
 	}
 }
+
+// The driver's reservation is its own family: used + free + reserved = total, as NVML's v2 memory reports it;
+// absent where the source does not know it.
+func TestReservedMemoryFamily(t *testing.T) {
+	snap := &gpu.Snapshot{Devices: []gpu.Device{
+		{Index: 0, UUID: "GPU-a", MemoryTotalBytes: gpu.Known(100), MemoryUsedBytes: gpu.Known(30),
+			MemoryFreeBytes: gpu.Known(65), MemoryReservedBytes: gpu.Known(5)},
+		{Index: 1, UUID: "GPU-b", MemoryTotalBytes: gpu.Known(100), MemoryUsedBytes: gpu.Known(35), MemoryFreeBytes: gpu.Known(65)},
+	}}
+	reg := registry(t, fixedSource{snap}, fixedOwners{}, Options{})
+	want := `# HELP gpu_memory_reserved_bytes Framebuffer memory the driver and firmware reserve for themselves; used + free + reserved = total. Absent with drivers before R510.
+# TYPE gpu_memory_reserved_bytes gauge
+gpu_memory_reserved_bytes{gpu="0",uuid="GPU-a"} 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_memory_reserved_bytes"); err != nil {
+		t.Error(err)
+	}
+}

@@ -11,10 +11,10 @@ import (
 
 // deviceMetrics are the per-GPU series.
 type deviceMetrics struct {
-	info, memTotal, memUsed, memFree             *prometheus.Desc
-	util, memUtil, encUtil, decUtil              *prometheus.Desc
-	temp, power, powerLimit, energy, fan, pstate *prometheus.Desc
-	clock, ecc, xid, processes                   *prometheus.Desc
+	info, memTotal, memUsed, memFree, memReserved *prometheus.Desc
+	util, memUtil, encUtil, decUtil               *prometheus.Desc
+	temp, power, powerLimit, energy, fan, pstate  *prometheus.Desc
+	clock, ecc, xid, processes                    *prometheus.Desc
 }
 
 var gpuLabels = []string{"gpu", "uuid"}
@@ -27,9 +27,12 @@ func newDeviceMetrics() *deviceMetrics {
 	return &deviceMetrics{
 		info: gpuDesc("gpu_info", "GPU identity; always 1. simulated=\"true\" when the data does not come from real hardware.",
 			"name", "pci_bus_id", "driver_version", "cuda_version", "mig_mode", "simulated"),
-		memTotal:   gpuDesc("gpu_memory_total_bytes", "Total framebuffer memory of the GPU."),
-		memUsed:    gpuDesc("gpu_memory_used_bytes", "Framebuffer memory in use, by all processes and the driver."),
-		memFree:    gpuDesc("gpu_memory_free_bytes", "Framebuffer memory not in use."),
+		memTotal: gpuDesc("gpu_memory_total_bytes", "Total framebuffer memory of the GPU."),
+		memUsed: gpuDesc("gpu_memory_used_bytes", "Framebuffer memory allocated by processes and the driver, without "+
+			"the memory the driver reserves for itself (gpu_memory_reserved_bytes), which drivers before R510 count in."),
+		memFree: gpuDesc("gpu_memory_free_bytes", "Framebuffer memory not in use."),
+		memReserved: gpuDesc("gpu_memory_reserved_bytes", "Framebuffer memory the driver and firmware reserve for "+
+			"themselves; used + free + reserved = total. Absent with drivers before R510."),
 		util:       gpuDesc("gpu_utilization_ratio", "Fraction of the last sample period in which a kernel ran on the GPU."),
 		memUtil:    gpuDesc("gpu_memory_utilization_ratio", "Fraction of the last sample period in which device memory was read or written."),
 		encUtil:    gpuDesc("gpu_encoder_utilization_ratio", "Video encoder utilization."),
@@ -41,14 +44,15 @@ func newDeviceMetrics() *deviceMetrics {
 		fan:        gpuDesc("gpu_fan_speed_ratio", "Fan speed as a fraction of its maximum."),
 		pstate:     gpuDesc("gpu_performance_state", "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum)."),
 		clock:      gpuDesc("gpu_clock_hertz", "Current clock frequency, by clock domain.", "clock"),
-		ecc:        gpuDesc("gpu_ecc_errors_total", "ECC errors since the driver was loaded, by type (corrected, uncorrected).", "type"),
-		xid:        gpuDesc("gpu_xid_errors_total", "XID errors reported by the driver since the exporter started, by XID code.", "xid"),
-		processes:  gpuDesc("gpu_processes", "Processes running on the GPU, by type.", "type"),
+		ecc: gpuDesc("gpu_ecc_errors_total", "ECC errors over the GPU's lifetime (the aggregate counts kept in its "+
+			"InfoROM, across driver reloads and reboots), by type (corrected, uncorrected).", "type"),
+		xid:       gpuDesc("gpu_xid_errors_total", "XID errors reported by the driver since the exporter started, by XID code.", "xid"),
+		processes: gpuDesc("gpu_processes", "Processes running on the GPU, by type.", "type"),
 	}
 }
 
 func (m *deviceMetrics) describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.info, m.memTotal, m.memUsed, m.memFree, m.util, m.memUtil, m.encUtil,
+	for _, d := range []*prometheus.Desc{m.info, m.memTotal, m.memUsed, m.memFree, m.memReserved, m.util, m.memUtil, m.encUtil,
 		m.decUtil, m.temp, m.power, m.powerLimit, m.energy, m.fan, m.pstate, m.clock, m.ecc, m.xid, m.processes} {
 		ch <- d
 	}
@@ -71,6 +75,7 @@ func (m *deviceMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 		optional(m.memTotal, d.MemoryTotalBytes)
 		optional(m.memUsed, d.MemoryUsedBytes)
 		optional(m.memFree, d.MemoryFreeBytes)
+		optional(m.memReserved, d.MemoryReservedBytes)
 		optional(m.util, d.UtilizationRatio)
 		optional(m.memUtil, d.MemoryUtilizationRatio)
 		optional(m.encUtil, d.EncoderUtilizationRatio)
@@ -116,9 +121,11 @@ type migMetrics struct {
 func newMIGMetrics() *migMetrics {
 	labels := []string{"mig_uuid", "gpu_instance", "compute_instance"}
 	return &migMetrics{
-		info:     gpuDesc("gpu_mig_info", "MIG instance on a GPU in MIG mode; always 1.", append(labels, "mig_profile")...),
-		memTotal: gpuDesc("gpu_mig_memory_total_bytes", "Framebuffer memory of the MIG instance.", labels...),
-		memUsed:  gpuDesc("gpu_mig_memory_used_bytes", "Framebuffer memory in use on the MIG instance.", labels...),
+		info: gpuDesc("gpu_mig_info", "MIG instance on a GPU in MIG mode; always 1.", append(labels, "mig_profile")...),
+		memTotal: gpuDesc("gpu_mig_memory_total_bytes", "Framebuffer memory of the MIG GPU instance, which its compute "+
+			"instances share: reported once per GPU instance, on one of its MIG devices.", labels...),
+		memUsed: gpuDesc("gpu_mig_memory_used_bytes", "Framebuffer memory in use on the MIG GPU instance, reported once "+
+			"per GPU instance, on one of its MIG devices.", labels...),
 	}
 }
 

@@ -87,12 +87,14 @@ func newProcessMetrics(labels podLabels) *processMetrics {
 	names := labels.labelNames(identityLabels, "gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
 	return &processMetrics{
-		labels:  labels,
-		memory:  desc("gpu_process_memory_used_bytes", "GPU memory used by the process on this GPU."),
-		sm:      desc("gpu_process_sm_utilization_ratio", "Fraction of the GPU's SM time the process used over the last sample period."),
-		memUtil: desc("gpu_process_memory_utilization_ratio", "Fraction of the GPU's memory bandwidth time the process used over the last sample period."),
-		enc:     desc("gpu_process_encoder_utilization_ratio", "Video encoder utilization of the process."),
-		dec:     desc("gpu_process_decoder_utilization_ratio", "Video decoder utilization of the process."),
+		labels: labels,
+		memory: desc("gpu_process_memory_used_bytes", "GPU memory used by the process on this GPU."),
+		sm: desc("gpu_process_sm_utilization_ratio", "Fraction of the GPU's SM time the process used, as the driver "+
+			"averages it since the previous reading (at least the last second); 0 when it had none."),
+		memUtil: desc("gpu_process_memory_utilization_ratio", "Fraction of the GPU's memory bandwidth time the process "+
+			"used, as the driver averages it since the previous reading (at least the last second)."),
+		enc: desc("gpu_process_encoder_utilization_ratio", "Video encoder utilization of the process."),
+		dec: desc("gpu_process_decoder_utilization_ratio", "Video decoder utilization of the process."),
 	}
 }
 

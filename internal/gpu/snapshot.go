@@ -47,7 +47,8 @@ type Snapshot struct {
 	Simulated bool
 	Devices   []Device
 	// Errors lists what could not be read, per device and operation. A device that failed entirely is in Errors
-	// and not in Devices.
+	// and not in Devices, except that a GPU with counted XID errors stays in Devices with only its identity (as last
+	// read) and XIDErrors (a GPU that fell off the bus reports XID 79 and cannot be read after).
 	Errors []DeviceError
 }
 
@@ -62,8 +63,10 @@ type Device struct {
 	MIGMode     MIGMode
 
 	MemoryTotalBytes Value
-	MemoryUsedBytes  Value
+	MemoryUsedBytes  Value // without MemoryReservedBytes where the source knows it
 	MemoryFreeBytes  Value
+	// MemoryReservedBytes is what the driver and firmware set aside for themselves (NVML v2, R510 and later).
+	MemoryReservedBytes Value
 
 	UtilizationRatio        Value
 	MemoryUtilizationRatio  Value
@@ -116,7 +119,9 @@ type XIDCount struct {
 	Count uint64
 }
 
-// MIGInstance is one MIG device (a GPU instance and compute instance pair) on a GPU in MIG mode.
+// MIGInstance is one MIG device (a GPU instance and compute instance pair) on a GPU in MIG mode. Its memory belongs
+// to the GPU instance, which its compute instances share: it is set on one MIG device per GPU instance (NVML: the
+// lowest compute instance) and absent on the others, so that sums count it once.
 type MIGInstance struct {
 	UUID             string // MIG-…
 	GPUInstance      int

@@ -62,14 +62,16 @@ func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.
 	}
 	uuid, ret := h.GetUUID()
 	if ret != gonvml.SUCCESS {
-		// Without a UUID none of the device's series could be labelled.
-		return nil, []gpu.DeviceError{s.fail(i, "", gpu.OpDevice, fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
+		// Without a UUID none of the device's series could be labelled. A lost GPU's UUID may still be known from
+		// its XID registration, which keeps it in the snapshot with its XID counts.
+		return nil, []gpu.DeviceError{s.fail(i, s.xid.uuidOf(i), gpu.OpDevice, fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
 	}
 	r := &deviceReader{s: s, index: i, uuid: uuid}
 	d := &gpu.Device{Index: i, UUID: uuid}
 
 	r.readIdentity(h, d)
-	d.MemoryTotalBytes, d.MemoryUsedBytes, d.MemoryFreeBytes = r.readMemory(h, gpu.OpMemory)
+	mem := r.readMemory(h, gpu.OpMemory)
+	d.MemoryTotalBytes, d.MemoryUsedBytes, d.MemoryFreeBytes, d.MemoryReservedBytes = mem.total, mem.used, mem.free, mem.reserved
 	r.readUtilization(h, d)
 	r.readPowerAndThermal(h, d)
 	d.Clocks = r.readClocks(h)
@@ -96,7 +98,7 @@ func (r *deviceReader) readIdentity(h gonvml.Device, d *gpu.Device) {
 	if pci, ret := h.GetPciInfo(); r.ok(gpu.OpPCI, ret) {
 		d.PCIBusID = cString(pci.BusId[:])
 	}
-	if r.lost != nil {
+	if r.lost != nil || !r.s.syms.mig {
 		return
 	}
 	d.MinorNumber = readValue(r, gpu.OpMinorNumber, 1, h.GetMinorNumber)
@@ -109,23 +111,35 @@ func (r *deviceReader) readIdentity(h gonvml.Device, d *gpu.Device) {
 	}
 }
 
-// readMemory prefers the v2 call, whose "used" leaves out memory the driver reserves for itself, and falls back to
-// v1 on drivers that lack it.
-func (r *deviceReader) readMemory(h gonvml.Device, op gpu.Operation) (total, used, free gpu.Value) {
+// memoryInfo is one reading of a GPU's or MIG device's framebuffer.
+type memoryInfo struct {
+	total, used, free, reserved gpu.Value
+}
+
+// readMemory prefers the v2 call, whose "used" leaves out the memory the driver reserves for itself (reported
+// apart as reserved), and calls v1, whose "used" includes it, only where the driver has no v2 (before R510) or the
+// device does not support it. A v2 that fails otherwise is reported rather than replaced by v1, so that "used"
+// never steps by the reservation from one scrape to the next.
+func (r *deviceReader) readMemory(h gonvml.Device, op gpu.Operation) (m memoryInfo) {
 	if r.lost != nil {
-		return
+		return m
 	}
-	if m, ret := h.GetMemoryInfo_v2(); ret == gonvml.SUCCESS {
-		return gpu.Known(float64(m.Total)), gpu.Known(float64(m.Used)), gpu.Known(float64(m.Free))
-	} else if ret == gonvml.ERROR_GPU_IS_LOST {
-		r.ok(op, ret)
-		return
+	if r.s.syms.memoryInfoV2 {
+		v2, ret := h.GetMemoryInfo_v2()
+		if ret == gonvml.SUCCESS {
+			return memoryInfo{gpu.Known(float64(v2.Total)), gpu.Known(float64(v2.Used)), gpu.Known(float64(v2.Free)),
+				gpu.Known(float64(v2.Reserved))}
+		}
+		if !unsupported(ret) {
+			r.ok(op, ret)
+			return m
+		}
 	}
-	m, ret := h.GetMemoryInfo()
+	v1, ret := h.GetMemoryInfo()
 	if !r.ok(op, ret) {
-		return
+		return m
 	}
-	return gpu.Known(float64(m.Total)), gpu.Known(float64(m.Used)), gpu.Known(float64(m.Free))
+	return memoryInfo{total: gpu.Known(float64(v1.Total)), used: gpu.Known(float64(v1.Used)), free: gpu.Known(float64(v1.Free))}
 }
 
 // readUtilization reads the device-wide utilization, which NVML does not give for GPUs in MIG mode.

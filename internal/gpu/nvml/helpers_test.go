@@ -3,7 +3,9 @@ package nvml
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,7 +105,25 @@ func stubLibrary(l *mock.Interface, devices ...gonvml.Device) *mock.Interface {
 	})
 	setIfNil(&l.EventSetCreateFunc, func() (gonvml.EventSet, gonvml.Return) { return nil, gonvml.ERROR_NOT_SUPPORTED })
 	setIfNil(&l.SystemGetProcessNameFunc, func(pid int) (string, gonvml.Return) { return "python3", gonvml.SUCCESS })
+	setIfNil(&l.ExtensionsFunc, func() gonvml.ExtendedInterface { return symbolTable() })
 	return l
+}
+
+// symbolTable is a library's LookupSymbol as go-nvml answers it: nil for a symbol the library has, an error for
+// one it lacks. Every symbol is present except the missing ones.
+func symbolTable(missing ...string) *mock.ExtendedInterface {
+	return &mock.ExtendedInterface{LookupSymbolFunc: func(name string) error {
+		if slices.Contains(missing, name) {
+			return fmt.Errorf("undefined symbol: %s", name)
+		}
+		return nil
+	}}
+}
+
+// withoutSymbols makes lib a library that lacks the named functions, as an older driver does.
+func withoutSymbols(lib *mock.Interface, missing ...string) *mock.Interface {
+	lib.ExtensionsFunc = func() gonvml.ExtendedInterface { return symbolTable(missing...) }
+	return lib
 }
 
 func newLibrary(devices ...gonvml.Device) *mock.Interface {

@@ -47,7 +47,25 @@ func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, ha
 		instances = append(instances, inst)
 		handles = append(handles, migDevice{handle: m, gpuInstance: inst.GPUInstance, computeInstance: inst.ComputeInstance})
 	}
+	memoryPerGPUInstance(instances)
 	return instances, handles, complete
+}
+
+// memoryPerGPUInstance keeps the memory of each GPU instance on one of its MIG devices, the one with the lowest
+// compute instance ID. Memory belongs to the GPU instance: every MIG device of it answers with the same numbers,
+// and repeating them would double-count in every sum.
+func memoryPerGPUInstance(instances []gpu.MIGInstance) {
+	first := map[int]int{} // GPU instance -> index in instances of its lowest compute instance
+	for i, inst := range instances {
+		if j, ok := first[inst.GPUInstance]; !ok || inst.ComputeInstance < instances[j].ComputeInstance {
+			first[inst.GPUInstance] = i
+		}
+	}
+	for i := range instances {
+		if first[instances[i].GPUInstance] != i {
+			instances[i].MemoryTotalBytes, instances[i].MemoryUsedBytes = gpu.Value{}, gpu.Value{}
+		}
+	}
 }
 
 // readMIGDevice reads one MIG device. Its failures are all reported as operation "mig", so that the operation
@@ -69,7 +87,8 @@ func (r *deviceReader) readMIGDevice(parent, m gonvml.Device) (gpu.MIGInstance, 
 	inst := gpu.MIGInstance{UUID: uuid, GPUInstance: gi, ComputeInstance: ci}
 	inst.Profile = r.migProfile(m, op)
 	inst.Placement = r.migPlacement(parent, gi)
-	inst.MemoryTotalBytes, inst.MemoryUsedBytes, _ = r.readMemory(m, gpu.OpMIGMemory)
+	mem := r.readMemory(m, gpu.OpMIGMemory)
+	inst.MemoryTotalBytes, inst.MemoryUsedBytes = mem.total, mem.used
 	return inst, true
 }
 

@@ -201,6 +201,49 @@ func TestMIGProcessesFromParentWhenPerInstanceUnsupported(t *testing.T) {
 	}
 }
 
+// A driver older than R450 has no MIG queries: the GPU is read as one without MIG, and none is called.
+func TestNoMIGQueriesWithoutMIGSymbols(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetMigModeFunc = func() (int, int, gonvml.Return) {
+		t.Error("GetMigMode called although the driver lacks it")
+		return 0, 0, gonvml.ERROR_UNKNOWN
+	}
+	snap := snapshot(t, newSource(t, withoutSymbols(newLibrary(dev), symMIGMode)))
+	wantNoErrors(t, snap)
+	if d := deviceByUUID(t, snap, "GPU-0"); d.MIGMode != gpu.MIGUnsupported || !d.ProcessesListed {
+		t.Errorf("MIG mode %q, processes listed %v", d.MIGMode, d.ProcessesListed)
+	}
+}
+
+// Compute instances of one GPU instance share its memory, and each MIG device handle answers with the GPU
+// instance's numbers. They are reported once per GPU instance, on its lowest compute instance, so that sums over
+// MIG devices do not count them twice.
+func TestMIGMemoryOncePerGPUInstance(t *testing.T) {
+	// GPU instance 1 (3g.40gb) split into compute instances 2 and 0 (enumerated in that order); GPU instance 2
+	// with one compute instance.
+	ci2 := newMIGDevice("MIG-1-2", 1, 2, "NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb", 40*gib, 6*gib)
+	ci0 := newMIGDevice("MIG-1-0", 1, 0, "NVIDIA H100 80GB HBM3 MIG 2c.3g.40gb", 40*gib, 6*gib)
+	other := newMIGDevice("MIG-2-0", 2, 0, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10*gib, gib)
+	snap := snapshot(t, newSource(t, newLibrary(newMIGParent(ci2, ci0, other))))
+	wantNoErrors(t, snap)
+	d := deviceByUUID(t, snap, "GPU-MIG")
+	var total, used float64
+	byUUID := map[string]gpu.MIGInstance{}
+	for _, m := range d.MIG {
+		byUUID[m.UUID] = m
+		total += m.MemoryTotalBytes.V
+		used += m.MemoryUsedBytes.V
+	}
+	wantValue(t, "GI 1 memory on CI 0", byUUID["MIG-1-0"].MemoryTotalBytes, 40*gib)
+	wantValue(t, "GI 1 used memory on CI 0", byUUID["MIG-1-0"].MemoryUsedBytes, 6*gib)
+	wantAbsent(t, "GI 1 memory on CI 2", byUUID["MIG-1-2"].MemoryTotalBytes)
+	wantAbsent(t, "GI 1 used memory on CI 2", byUUID["MIG-1-2"].MemoryUsedBytes)
+	wantValue(t, "GI 2 memory", byUUID["MIG-2-0"].MemoryTotalBytes, 10*gib)
+	if total != 50*gib || used != 7*gib {
+		t.Errorf("sums over MIG devices: total %v, used %v; want 50 GiB and 7 GiB", total/gib, used/gib)
+	}
+}
+
 // NVML gives GPU instances to privileged users only: without the privilege the placement is unknown, quietly.
 func TestMIGPlacementNeedsPrivilege(t *testing.T) {
 	parent := newMIGParent(newMIGDevice("MIG-a", 1, 0, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10*gib, 0))

@@ -1,10 +1,10 @@
 package nvml
 
 import (
-	"time"
-
 	"cmp"
+	"fmt"
 	"slices"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -64,6 +64,10 @@ func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []mi
 	if r.lost != nil {
 		return nil, false
 	}
+	if r.s.syms.processRecordsTooLong {
+		r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcesses, errProcessRecordsTooLong))
+		return nil, false
+	}
 	set := map[procKey]*procEntry{}
 	if migEnabled {
 		if !migComplete || !r.listMIGProcesses(h, migs, set) {
@@ -74,10 +78,14 @@ func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []mi
 	}
 
 	// NVML does not give per-process utilization on MIG-enabled GPUs.
-	var util map[uint32]gonvml.ProcessUtilizationSample
+	var util map[uint32]*gonvml.ProcessUtilizationSample
 	utilKnown := false
 	if !migEnabled && len(set) > 0 {
-		util, utilKnown = r.readProcessUtilization(h)
+		pids := make(map[uint32]bool, len(set))
+		for k := range set {
+			pids[k.pid] = true
+		}
+		util, utilKnown = r.readProcessUtilization(h, pids)
 	}
 
 	procs := make([]gpu.Process, 0, len(set))
@@ -91,10 +99,13 @@ func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []mi
 			GPUInstance:     k.gi,
 			ComputeInstance: k.ci,
 		}
-		if utilKnown {
+		if s, sampled := util[k.pid]; utilKnown && (s != nil || !sampled) {
 			// NVML returns a sample only for processes with non-zero utilization, so a listed process without
-			// one was idle since the last read: 0 is a real reading here, not a missing one.
-			s := util[k.pid]
+			// one was idle since the last read: 0 is a real reading here, not a missing one. A process whose
+			// samples were all garbage (nil) has no value.
+			if s == nil {
+				s = &gonvml.ProcessUtilizationSample{}
+			}
 			p.SMUtilizationRatio = gpu.Known(float64(s.SmUtil) / 100)
 			p.MemoryUtilizationRatio = gpu.Known(float64(s.MemUtil) / 100)
 			p.EncoderUtilizationRatio = gpu.Known(float64(s.EncUtil) / 100)
@@ -158,6 +169,9 @@ func (r *deviceReader) listProcesses(h gonvml.Device, scope listScope, mig *migD
 		{h.GetGraphicsRunningProcesses, false, func(e *procEntry) { e.graphics = true }},
 		{h.GetMPSComputeRunningProcesses, false, func(e *procEntry) { e.mps = true }},
 	}
+	if !r.s.syms.mpsProcesses {
+		lists = lists[:2]
+	}
 	for _, l := range lists {
 		infos, ret := retrySize(l.call)
 		if ret != gonvml.SUCCESS {
@@ -213,18 +227,34 @@ func usedMemory(v uint64) gpu.Value {
 	return gpu.Known(float64(v))
 }
 
-// readProcessUtilization returns the newest sample per PID since the last read of this GPU. known is false when
-// utilization cannot be read; NOT_FOUND means no process had any utilization since the last read, which is known.
-// The first read of a GPU looks back UtilizationWindow instead of passing 0, which would average the driver's whole
-// sample buffer. The last-seen timestamp then advances to the newest sample returned.
-func (r *deviceReader) readProcessUtilization(h gonvml.Device) (samples map[uint32]gonvml.ProcessUtilizationSample, known bool) {
+// readProcessUtilization returns the newest sample per listed PID since the last read of this GPU; a PID whose
+// samples were all dropped maps to nil. known is false when utilization cannot be read; NOT_FOUND means no process
+// had any utilization since the last read, which is known. The first read of a GPU looks back UtilizationWindow
+// instead of passing 0, which would average the driver's whole sample buffer.
+//
+// Drivers return garbage now and then (a sample of 37,100%, timestamps from before the asked-for time or from the
+// future, PIDs that are not running on the GPU), so, as nvtop does, only samples of listed PIDs with every field at
+// most 100% and lastSeen < timestamp <= now + utilizationClockSlack are kept, and the last-seen timestamp advances
+// only to the newest kept sample.
+func (r *deviceReader) readProcessUtilization(h gonvml.Device, listed map[uint32]bool) (samples map[uint32]*gonvml.ProcessUtilizationSample, known bool) {
+	// go-nvml asks for the sample count, then reads into a slice of that length and slices it by the count the
+	// driver returns, which is larger when processes started in between: a panic (go-nvml#11, #27). The reading is
+	// then lost, not the GPU.
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("reading process_utilization of GPU %d: go-nvml panicked (samples appeared during the read): %v", r.index, p)
+			r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcessUtilization, err))
+			samples, known = nil, false
+		}
+	}()
+	now := r.s.now()
 	last, ok := r.s.lastSeen[r.uuid]
 	if !ok {
-		last = uint64(r.s.now().Add(-r.s.utilizationWindow).UnixMicro())
+		last = uint64(now.Add(-r.s.utilizationWindow).UnixMicro())
 	}
 	// A reading right after another (two Prometheus servers, ps during a scrape) would find no new sample and read
 	// every busy process as idle. Looking back at least a second cannot double-count: the newest sample per PID wins.
-	since := min(last, uint64(r.s.now().Add(-minUtilizationLookback).UnixMicro()))
+	since := min(last, uint64(now.Add(-minUtilizationLookback).UnixMicro()))
 	list, ret := retrySize(func() ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
 		return h.GetProcessUtilization(since)
 	})
@@ -235,17 +265,38 @@ func (r *deviceReader) readProcessUtilization(h gonvml.Device) (samples map[uint
 	if !r.ok(gpu.OpProcessUtilization, ret) {
 		return nil, false
 	}
-	samples = make(map[uint32]gonvml.ProcessUtilizationSample, len(list))
-	newest := last
-	for _, s := range list {
-		if prev, ok := samples[s.Pid]; !ok || s.TimeStamp > prev.TimeStamp {
+	latest := uint64(now.Add(utilizationClockSlack).UnixMicro())
+	samples = make(map[uint32]*gonvml.ProcessUtilizationSample, len(list))
+	newest, dropped := last, 0
+	for i := range list {
+		s := &list[i]
+		if !listed[s.Pid] {
+			dropped++
+			continue
+		}
+		if s.SmUtil > 100 || s.MemUtil > 100 || s.EncUtil > 100 || s.DecUtil > 100 || s.TimeStamp <= since || s.TimeStamp > latest {
+			dropped++
+			if _, ok := samples[s.Pid]; !ok {
+				samples[s.Pid] = nil
+			}
+			continue
+		}
+		if prev := samples[s.Pid]; prev == nil || s.TimeStamp > prev.TimeStamp {
 			samples[s.Pid] = s
 		}
 		newest = max(newest, s.TimeStamp)
 	}
+	if dropped > 0 {
+		r.s.log.Debug("dropped per-process utilization samples that are out of range, out of time or of unlisted processes",
+			"gpu", r.index, "uuid", r.uuid, "dropped", dropped, "returned", len(list))
+	}
 	r.s.lastSeen[r.uuid] = newest
 	return samples, true
 }
+
+// utilizationClockSlack is how far in the future a sample's timestamp may be: the driver stamps samples with the
+// same CPU clock, so only a small skew between its read and ours is real.
+const utilizationClockSlack = 2 * time.Second
 
 // minUtilizationLookback is the shortest window asked of GetProcessUtilization: longer than the driver's sample
 // period on every GPU generation (1/6 s to 1 s).

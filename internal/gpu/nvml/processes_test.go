@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -105,25 +106,39 @@ func TestProcessListFailure(t *testing.T) {
 	if d.ProcessesListed || len(d.Processes) != 0 {
 		t.Errorf("listed %v, processes %+v: want not listed and empty", d.ProcessesListed, d.Processes)
 	}
-	if e, ok := findError(snap, 0, "processes"); !ok || !isReturn(e.Err, gonvml.ERROR_UNKNOWN) {
+	if e, ok := findError(snap, 0, gpu.OpProcesses); !ok || !isReturn(e.Err, gonvml.ERROR_UNKNOWN) {
 		t.Errorf("processes error = %+v (found %v)", e, ok)
 	}
 	wantValue(t, "device memory still read", d.MemoryTotalBytes, 80*gib)
 }
 
-// Graphics and MPS lists that the GPU or driver does not support are empty lists, not failures.
+// Graphics and MPS lists that the GPU does not support are empty lists, not failures; a driver without any MPS list
+// symbol is not asked for one (go-nvml would die calling it).
 func TestUnsupportedGraphicsAndMPSListsAreEmpty(t *testing.T) {
-	dev := newDevice("GPU-0")
-	dev.GetComputeRunningProcessesFunc = procs(proc(10, gib))
-	dev.GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.ERROR_NOT_SUPPORTED }
-	dev.GetMPSComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
-		return nil, gonvml.ERROR_FUNCTION_NOT_FOUND
-	}
-	snap := snapshot(t, newSource(t, newLibrary(dev)))
-	wantNoErrors(t, snap)
-	d := deviceByUUID(t, snap, "GPU-0")
-	if !d.ProcessesListed || len(d.Processes) != 1 || d.Processes[0].Type != gpu.ProcessCompute {
-		t.Errorf("listed %v, processes %+v", d.ProcessesListed, d.Processes)
+	for _, tc := range []struct {
+		name    string
+		missing []string
+	}{
+		{"MPS not supported", nil},
+		{"MPS list missing from the driver", symMPSProcesses},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := newDevice("GPU-0")
+			dev.GetComputeRunningProcessesFunc = procs(proc(10, gib))
+			dev.GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.ERROR_NOT_SUPPORTED }
+			dev.GetMPSComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+				if tc.missing != nil {
+					t.Error("MPS list called although the driver lacks it")
+				}
+				return nil, gonvml.ERROR_NOT_SUPPORTED
+			}
+			snap := snapshot(t, newSource(t, withoutSymbols(newLibrary(dev), tc.missing...)))
+			wantNoErrors(t, snap)
+			d := deviceByUUID(t, snap, "GPU-0")
+			if !d.ProcessesListed || len(d.Processes) != 1 || d.Processes[0].Type != gpu.ProcessCompute {
+				t.Errorf("listed %v, processes %+v", d.ProcessesListed, d.Processes)
+			}
+		})
 	}
 }
 
@@ -144,7 +159,8 @@ func TestInsufficientSizeIsRetried(t *testing.T) {
 		if utilCalls == 1 {
 			return []gonvml.ProcessUtilizationSample{{Pid: 10}}, gonvml.ERROR_INSUFFICIENT_SIZE
 		}
-		return []gonvml.ProcessUtilizationSample{{Pid: 10, TimeStamp: 1, SmUtil: 50}, {Pid: 11, TimeStamp: 1, SmUtil: 25}}, gonvml.SUCCESS
+		ts := uint64(testNow.UnixMicro()) - 500_000
+		return []gonvml.ProcessUtilizationSample{{Pid: 10, TimeStamp: ts, SmUtil: 50}, {Pid: 11, TimeStamp: ts, SmUtil: 25}}, gonvml.SUCCESS
 	}
 	snap := snapshot(t, newSource(t, newLibrary(dev)))
 	wantNoErrors(t, snap)
@@ -170,7 +186,7 @@ func TestInsufficientSizeGivesUpAfterRetries(t *testing.T) {
 	if d.ProcessesListed || calls != maxSizeRetries {
 		t.Errorf("listed %v after %d calls, want not listed after %d", d.ProcessesListed, calls, maxSizeRetries)
 	}
-	if _, ok := findError(snap, 0, "processes"); !ok {
+	if _, ok := findError(snap, 0, gpu.OpProcesses); !ok {
 		t.Errorf("no processes error in %v", snap.Errors)
 	}
 }
@@ -244,7 +260,7 @@ func TestProcessUtilizationErrorIsReported(t *testing.T) {
 	d := deviceByUUID(t, snap, "GPU-0")
 	wantAbsent(t, "SM utilization", processByPID(t, d, 10).SMUtilizationRatio)
 	wantValue(t, "memory", processByPID(t, d, 10).UsedMemoryBytes, gib)
-	if _, ok := findError(snap, 0, "process_utilization"); !ok {
+	if _, ok := findError(snap, 0, gpu.OpProcessUtilization); !ok {
 		t.Errorf("no process_utilization error in %v", snap.Errors)
 	}
 }
@@ -291,5 +307,84 @@ func TestBackToBackReadingsLookBackASecond(t *testing.T) {
 	}
 	if want := uint64(testNow.UnixMicro()) - 1_000_000; len(asked) != 2 || asked[1] != want {
 		t.Errorf("GetProcessUtilization asked since %v, want the second reading to look back to %d", asked, want)
+	}
+}
+
+// Drivers 530.x and R535 (before R550) write 32-byte records through the _v3 process lists where go-nvml reserves
+// 24 (go-nvml#75). They are recognised as nvitop does, by their symbols: the conf-compute memory query is there,
+// the process detail list of R550 is not. Their lists are never called (the call itself overwrites Go memory), and
+// the GPU reports a processes error that says what to do.
+func TestProcessListsRefusedOnDriversWithLongRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		missing    []string
+		wantListed bool
+	}{
+		{"530 or 535: conf compute, no detail list", []string{symProcessDetailList}, false},
+		{"550 and later: detail list", nil, true},
+		{"before 530: no conf compute", []string{symConfComputeMemSize, symProcessDetailList}, true},
+		{"535.98: no _v3 lists", []string{symComputeProcessesV3, symProcessDetailList}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := newDevice("GPU-0")
+			calls := 0
+			dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+				calls++
+				return []gonvml.ProcessInfo{proc(10, gib), proc(11, gib)}, gonvml.SUCCESS
+			}
+			snap := snapshot(t, newSource(t, withoutSymbols(newLibrary(dev), tc.missing...)))
+			d := deviceByUUID(t, snap, "GPU-0")
+			e, failed := findError(snap, 0, gpu.OpProcesses)
+			if tc.wantListed {
+				if !d.ProcessesListed || len(d.Processes) != 2 || failed {
+					t.Errorf("listed %v, processes %+v, error %v; want both processes", d.ProcessesListed, d.Processes, e)
+				}
+				return
+			}
+			if d.ProcessesListed || len(d.Processes) != 0 || calls != 0 {
+				t.Errorf("listed %v, processes %+v after %d list calls; want none listed and no call", d.ProcessesListed, d.Processes, calls)
+			}
+			if !failed || !strings.Contains(e.Error(), "--gpu.source=nvidia-smi") || !strings.Contains(e.Error(), "upgrade") {
+				t.Errorf("processes error = %v (found %v), want one that says to upgrade or use nvidia-smi", e, failed)
+			}
+			wantValue(t, "memory still read", d.MemoryTotalBytes, 80*gib)
+		})
+	}
+}
+
+// Drivers return garbage samples now and then: 37,100% SM, timestamps from before the asked-for time or from the
+// future, PIDs that are not on the GPU. Only samples of listed processes, with every field at most 100% and
+// lastSeen < timestamp <= now + slack are kept, and lastSeen advances only from kept samples. A process whose only
+// samples were garbage has no value rather than a made-up 0.
+func TestProcessUtilizationDropsGarbageSamples(t *testing.T) {
+	dev := newDevice("GPU-0")
+	dev.GetComputeRunningProcessesFunc = procs(proc(10, gib), proc(20, gib), proc(30, gib), proc(40, gib))
+	now := uint64(testNow.UnixMicro())
+	since := now - 5_000_000 // the first reading's window
+	dev.GetProcessUtilizationFunc = func(uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+		return []gonvml.ProcessUtilizationSample{
+			{Pid: 10, TimeStamp: now - 1_000_000, SmUtil: 60, MemUtil: 20},
+			{Pid: 10, TimeStamp: now - 500_000, SmUtil: 37100, MemUtil: 20}, // newer, but 37,100%
+			{Pid: 20, TimeStamp: now - 900_000, SmUtil: 30, DecUtil: 250},   // decoder over 100%
+			{Pid: 30, TimeStamp: now + 60_000_000, SmUtil: 90},              // a minute in the future
+			{Pid: 40, TimeStamp: since, SmUtil: 70},                         // not after lastSeen
+			{Pid: 99, TimeStamp: now - 100_000, SmUtil: 100},                // not listed on this GPU
+		}, gonvml.SUCCESS
+	}
+	s := newSource(t, newLibrary(dev))
+	snap := snapshot(t, s)
+	wantNoErrors(t, snap)
+	d := deviceByUUID(t, snap, "GPU-0")
+	wantValue(t, "PID 10 SM (the valid older sample)", processByPID(t, d, 10).SMUtilizationRatio, 0.6)
+	for _, pid := range []uint32{20, 30, 40} {
+		wantAbsent(t, fmt.Sprintf("PID %d SM (only garbage samples)", pid), processByPID(t, d, pid).SMUtilizationRatio)
+	}
+	if got, want := s.lastSeen["GPU-0"], now-1_000_000; got != want {
+		t.Errorf("lastSeen = %d, want %d (the newest kept sample)", got, want)
+	}
+	for _, p := range d.Processes {
+		if p.SMUtilizationRatio.Valid && p.SMUtilizationRatio.V > 1 {
+			t.Errorf("PID %d SM utilization %v > 1", p.PID, p.SMUtilizationRatio.V)
+		}
 	}
 }

@@ -1,21 +1,32 @@
 // Package nvml is the GPU source that reads devices, MIG instances, processes and XID errors through NVIDIA's NVML
-// library (libnvidia-ml.so.1) with github.com/NVIDIA/go-nvml.
+// library (libnvidia-ml.so.1) with github.com/NVIDIA/go-nvml. docs/validation.md says which driver branches are
+// handled and how.
 //
 // Choices where NVML leaves room:
-//   - A value the GPU does not have (NOT_SUPPORTED, FUNCTION_NOT_FOUND on older drivers, NO_DATA, PSTATE_UNKNOWN,
-//     NVML_VALUE_NOT_AVAILABLE) is an invalid gpu.Value and not an error. Any other failure of one field is an
-//     invalid Value plus a gpu.DeviceError named after the field ("memory", "temperature", "processes", ...).
+//   - A value the GPU does not have (NOT_SUPPORTED, NO_DATA, PSTATE_UNKNOWN, NVML_VALUE_NOT_AVAILABLE) is an
+//     invalid gpu.Value and not an error. Any other failure of one field is an invalid Value plus a
+//     gpu.DeviceError named after the field ("memory", "temperature", "processes", ...).
+//   - go-nvml calls functions the driver lacks without a check, and the process dies ("symbol lookup error"), so
+//     the functions newer than R418 that this source calls are looked up once after Init (symbols.go) and not
+//     called where missing; drivers whose _v3 process lists write records of another layout get no process list.
 //   - ERROR_GPU_IS_LOST from any call, or a GPU whose handle or UUID cannot be read, drops that GPU from the
-//     snapshot with one DeviceError of operation "device"; the other GPUs are still read.
-//   - ECC counts are the aggregate (lifetime) counters, not the volatile ones that reset with the driver.
+//     snapshot with one DeviceError of operation "device"; the other GPUs are still read. A GPU with counted XID
+//     errors stays, with only its identity and XID counts, so that XID 79 (fallen off the bus) is exported.
+//   - A panic inside go-nvml costs the value or GPU being read, not the exporter.
+//   - ECC counts are the aggregate (lifetime) counters, not the volatile ones that reset with the driver, as the
+//     nvidia-smi source reads them.
 //   - Per-process utilization: NVML returns one sample per process that had non-zero utilization since the
 //     last-seen timestamp, and NOT_FOUND when there is none. So a listed process without a sample gets a known 0,
-//     and NOT_FOUND is a known 0 for every process; the newest sample of a PID wins. The values are absent only
-//     when the call fails or is not supported (always on MIG-enabled GPUs). Only the last-seen timestamp per GPU
-//     is kept, nothing per PID.
+//     and NOT_FOUND is a known 0 for every process; the newest valid sample of a PID wins. Samples of unlisted
+//     PIDs, over 100% or out of time are dropped. The values are absent when the call fails or is not supported
+//     (always on MIG-enabled GPUs), and for a process whose samples were all dropped. Only the last-seen
+//     timestamp per GPU is kept, nothing per PID.
 //   - In MIG mode processes are listed per MIG device handle and carry that instance's GPU and compute instance
 //     IDs (or, where NVML does not support per-instance lists, from the parent with the IDs in each entry); on
-//     GPUs not in MIG mode the instance IDs NVML reports (0xFFFFFFFF) are ignored.
+//     GPUs not in MIG mode the instance IDs NVML reports (0xFFFFFFFF) are ignored. MIG memory is the GPU
+//     instance's and is set on one MIG device per GPU instance.
+//   - After the driver goes away (DRIVER_NOT_LOADED or UNINITIALIZED in a row), NVML is initialized again with a
+//     backoff. Close waits for a reading in progress before shutting NVML down.
 //   - PIDs are NVML's, which are host PIDs when the exporter runs in the host PID namespace.
 package nvml
 
@@ -25,9 +36,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
@@ -67,23 +80,40 @@ type Config struct {
 // runs alongside and shares only the XID counts, which are locked.
 type Source struct {
 	lib               gonvml.Interface
+	syms              symbols
 	log               *slog.Logger
 	now               func() time.Time
 	utilizationWindow time.Duration
 
-	// snapMu guards the state below, which only Snapshot touches.
-	snapMu sync.Mutex
+	// reading holds a token while a snapshot (or Close) runs: it guards the state below, which only Snapshot
+	// touches, and lets Close wait for a reading with a deadline.
+	reading chan struct{}
 	// lastSeen is the newest process utilization sample timestamp (µs) per device UUID.
 	lastSeen map[string]uint64
 	// warned remembers which device/operation failures were already logged at warning level.
 	warned map[string]bool
+	// identity is the last identity read of each GPU by UUID (name, PCI bus ID, MIG mode, minor number), for a
+	// GPU that is kept in the snapshot only for its XID counts: its gpu_info then stays the same series. It holds
+	// GPUs ever read, as many as the node has had.
+	identity map[string]gpu.Device
+
+	// driverFailures counts consecutive readings that found the driver gone; nextReinit and reinitBackoff pace
+	// re-initializing NVML.
+	driverFailures int
+	nextReinit     time.Time
+	reinitBackoff  time.Duration
 
 	xid       *xidWatcher
+	closeWait time.Duration
+	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ gpu.Source = (*Source)(nil)
+var (
+	_ gpu.Source           = (*Source)(nil)
+	_ prometheus.Collector = (*Source)(nil)
+)
 
 // New initializes NVML and starts counting XID errors. It fails with an error wrapping ErrLibraryNotFound when
 // libnvidia-ml.so.1 is missing.
@@ -97,7 +127,10 @@ func New(cfg Config) (*Source, error) {
 		now:               cfg.Now,
 		utilizationWindow: cfg.UtilizationWindow,
 		lastSeen:          map[string]uint64{},
+		identity:          map[string]gpu.Device{},
 		warned:            map[string]bool{},
+		closeWait:         defaultCloseWait,
+		reading:           make(chan struct{}, 1),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -111,6 +144,14 @@ func New(cfg Config) (*Source, error) {
 	if err := initLibrary(cfg.Library); err != nil {
 		return nil, err
 	}
+	syms, err := lookupSymbols(cfg.Library)
+	if err != nil {
+		s.log.Warn("cannot tell which NVML functions the driver has; assuming a current driver", "err", err)
+	}
+	s.syms = syms
+	if syms.processRecordsTooLong {
+		s.log.Warn("GPU processes will not be listed", "err", errProcessRecordsTooLong)
+	}
 	wait, backoff := cfg.EventWait, cfg.EventErrorBackoff
 	if wait <= 0 {
 		wait = defaultEventWait
@@ -118,7 +159,8 @@ func New(cfg Config) (*Source, error) {
 	if backoff <= 0 {
 		backoff = defaultEventErrorBackoff
 	}
-	s.xid = startXIDWatcher(cfg.Library, s.log, wait, backoff)
+	s.xid = newXIDWatcher(cfg.Library, s.log, wait, backoff)
+	s.xid.start()
 	return s, nil
 }
 
@@ -140,7 +182,8 @@ func initLibrary(lib gonvml.Interface) (err error) {
 	case gonvml.ERROR_NO_PERMISSION:
 		return fmt.Errorf("initializing NVML: no permission to open /dev/nvidia* (run privileged or with the NVIDIA runtime): %w", ret)
 	case gonvml.ERROR_LIB_RM_VERSION_MISMATCH:
-		return fmt.Errorf("initializing NVML: libnvidia-ml.so.1 does not match the loaded kernel driver (mount the host's driver libraries): %w", ret)
+		return fmt.Errorf("initializing NVML: libnvidia-ml.so.1 does not match the loaded kernel driver (mount the host's "+
+			"driver libraries; after a driver upgrade, restart the exporter): %w", ret)
 	default:
 		return fmt.Errorf("initializing NVML: %w", ret)
 	}
@@ -149,9 +192,22 @@ func initLibrary(lib gonvml.Interface) (err error) {
 // Name implements gpu.Source.
 func (s *Source) Name() string { return sourceName }
 
-// Close stops the XID goroutine, frees its event set and shuts NVML down. It is safe to call more than once.
+// Close waits for a reading still in progress (a scrape that timed out lets it finish in the background), stops
+// the XID goroutine, frees its event set and shuts NVML down: shutting down under a reading would unload the code it
+// runs. A reading still inside the driver after closeWait leaves NVML loaded; the process is ending anyway. Close is
+// safe to call more than once, and later snapshots fail.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		timer := time.NewTimer(s.closeWait)
+		defer timer.Stop()
+		select {
+		case s.reading <- struct{}{}:
+		case <-timer.C:
+			s.closeErr = fmt.Errorf("shutting down NVML: a GPU reading is still running after %v; NVML left loaded", s.closeWait)
+			return
+		}
+		defer func() { <-s.reading }()
 		s.xid.stop()
 		if ret := s.lib.Shutdown(); ret != gonvml.SUCCESS {
 			s.closeErr = fmt.Errorf("shutting down NVML: %w", ret)
@@ -160,15 +216,83 @@ func (s *Source) Close() error {
 	return s.closeErr
 }
 
+// errClosed is the error of a snapshot taken after Close.
+var errClosed = errors.New("reading GPUs: the NVML source is closed")
+
+// deviceCount counts the GPUs. When NVML answers that the driver is not loaded or NVML is not initialized, and has
+// done so for reinitAfter consecutive readings (the driver was unloaded and reloaded, for a reset or a fabric manager
+// restart), NVML is shut down and initialized again, at most once per backoff, which doubles up to maxReinitBackoff.
+func (s *Source) deviceCount() (int, error) {
+	count, ret := s.lib.DeviceGetCount()
+	if ret == gonvml.SUCCESS {
+		s.driverFailures, s.reinitBackoff = 0, 0
+		return count, nil
+	}
+	err := fmt.Errorf("counting GPUs: %w", ret)
+	if ret != gonvml.ERROR_DRIVER_NOT_LOADED && ret != gonvml.ERROR_UNINITIALIZED {
+		return 0, err
+	}
+	s.driverFailures++
+	now := s.now()
+	if s.driverFailures < reinitAfter || now.Before(s.nextReinit) {
+		return 0, err
+	}
+	s.reinitBackoff = min(max(2*s.reinitBackoff, minReinitBackoff), maxReinitBackoff)
+	s.nextReinit = now.Add(s.reinitBackoff)
+	s.xid.stop()
+	s.lib.Shutdown() // NVML may already consider itself shut down; the result does not matter
+	if initErr := initLibrary(s.lib); initErr != nil {
+		s.log.Warn("re-initializing NVML failed; trying again later", "err", initErr, "retry_in", s.reinitBackoff)
+		return 0, fmt.Errorf("%w; re-initializing NVML: %w", err, initErr)
+	}
+	s.syms, _ = lookupSymbols(s.lib)
+	clear(s.lastSeen)
+	s.xid.start()
+	s.log.Info("NVML re-initialized after the driver was unavailable")
+	count, ret = s.lib.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("counting GPUs after re-initializing NVML: %w", ret)
+	}
+	s.driverFailures, s.reinitBackoff = 0, 0
+	return count, nil
+}
+
+// Re-initialization after the driver went away: after this many consecutive failed readings, then with a backoff.
+const (
+	reinitAfter      = 3
+	minReinitBackoff = 10 * time.Second
+	maxReinitBackoff = 5 * time.Minute
+	defaultCloseWait = 10 * time.Second
+)
+
+var xidWatcherUpDesc = prometheus.NewDesc("gpu_pod_exporter_xid_watcher_up",
+	"1 while XID errors are being counted (the NVML event set is registered and waited on), 0 while it is being "+
+		"registered again after a failure or no GPU supports XID events.", nil, nil)
+
+// Describe implements prometheus.Collector: the source's own self-metrics.
+func (s *Source) Describe(ch chan<- *prometheus.Desc) { ch <- xidWatcherUpDesc }
+
+// Collect implements prometheus.Collector.
+func (s *Source) Collect(ch chan<- prometheus.Metric) {
+	up := 0.0
+	if s.xid.isUp() {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(xidWatcherUpDesc, prometheus.GaugeValue, up)
+}
+
 // Snapshot implements gpu.Source. NVML calls cannot be interrupted, so ctx is checked between devices.
 func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
+	s.reading <- struct{}{}
+	defer func() { <-s.reading }()
 
+	if s.closed.Load() {
+		return nil, errClosed
+	}
 	snap := &gpu.Snapshot{Time: s.now()}
-	count, ret := s.lib.DeviceGetCount()
-	if ret != gonvml.SUCCESS {
-		return nil, fmt.Errorf("counting GPUs: %w", ret)
+	count, err := s.deviceCount()
+	if err != nil {
+		return nil, err
 	}
 	if v, ret := s.lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
 		snap.DriverVersion = v
@@ -187,7 +311,7 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("reading GPU %d of %d: %w", i, count, err)
 		}
-		dev, errs := s.readDevice(i, names)
+		dev, errs := s.readDeviceRecovering(i, names)
 		snap.Errors = append(snap.Errors, errs...)
 		if dev == nil {
 			continue
@@ -195,6 +319,15 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		seen[dev.UUID] = true
 		dev.XIDErrors = s.xid.countsOf(dev.UUID)
 		snap.Devices = append(snap.Devices, *dev)
+		s.identity[dev.UUID] = gpu.Device{Name: dev.Name, PCIBusID: dev.PCIBusID, MIGMode: dev.MIGMode, MinorNumber: dev.MinorNumber}
+	}
+	// A GPU that fell off the bus (XID 79) cannot be read, but the XID that says so must still be exported, under
+	// the identity it last had.
+	for _, d := range s.xid.unreadGPUs(seen) {
+		if id, ok := s.identity[d.UUID]; ok {
+			d.Name, d.PCIBusID, d.MIGMode, d.MinorNumber = id.Name, id.PCIBusID, id.MIGMode, id.MinorNumber
+		}
+		snap.Devices = append(snap.Devices, d)
 	}
 	// Forget utilization timestamps of GPUs that are gone so the map stays as small as the node.
 	for uuid := range s.lastSeen {
@@ -203,6 +336,17 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// readDeviceRecovering reads GPU i and turns a panic inside go-nvml (its wrappers slice their buffers by counts the
+// driver returns) into a device error, so that one GPU cannot end the exporter or the reading of the others.
+func (s *Source) readDeviceRecovering(i int, names map[uint32]string) (dev *gpu.Device, errs []gpu.DeviceError) {
+	defer func() {
+		if r := recover(); r != nil {
+			dev, errs = nil, []gpu.DeviceError{s.fail(i, s.xid.uuidOf(i), gpu.OpDevice, fmt.Errorf("reading GPU %d: go-nvml panicked: %v", i, r))}
+		}
+	}()
+	return s.readDevice(i, names)
 }
 
 // fail turns a failed NVML call into a DeviceError, logging it at warning level only the first time that device and

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -79,6 +81,7 @@ func TestSnapshotReadsEveryField(t *testing.T) {
 	wantValue(t, "memory total", d.MemoryTotalBytes, 80*gib)
 	wantValue(t, "memory used", d.MemoryUsedBytes, 2*gib)
 	wantValue(t, "memory free", d.MemoryFreeBytes, 77*gib+gib/2)
+	wantValue(t, "memory reserved", d.MemoryReservedBytes, gib/2)
 	wantValue(t, "utilization", d.UtilizationRatio, 0.42)
 	wantValue(t, "memory utilization", d.MemoryUtilizationRatio, 0.17)
 	wantValue(t, "encoder utilization", d.EncoderUtilizationRatio, 0.03)
@@ -119,7 +122,7 @@ func TestUnsupportedFieldsAreAbsent(t *testing.T) {
 	dev.GetDecoderUtilizationFunc = notSupported3
 	dev.GetPowerUsageFunc = notSupported32
 	dev.GetEnforcedPowerLimitFunc = notSupported32
-	dev.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_FUNCTION_NOT_FOUND }
+	dev.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
 	dev.GetPerformanceStateFunc = func() (gonvml.Pstates, gonvml.Return) { return gonvml.PSTATE_UNKNOWN, gonvml.SUCCESS }
 	dev.GetTotalEccErrorsFunc = func(gonvml.MemoryErrorType, gonvml.EccCounterType) (uint64, gonvml.Return) {
 		return 0, gonvml.ERROR_NOT_SUPPORTED
@@ -181,7 +184,7 @@ func TestFieldErrorIsReportedAndDeviceKept(t *testing.T) {
 		if e, ok := findError(snap, 0, "temperature"); !ok || e.UUID != "GPU-0" || !isReturn(e.Err, gonvml.ERROR_UNKNOWN) {
 			t.Errorf("temperature error = %+v (found %v), errors %v", e, ok, snap.Errors)
 		}
-		if e, ok := findError(snap, 0, "memory"); !ok || !isReturn(e.Err, gonvml.ERROR_TIMEOUT) {
+		if e, ok := findError(snap, 0, gpu.OpMemory); !ok || !isReturn(e.Err, gonvml.ERROR_TIMEOUT) {
 			t.Errorf("memory error = %+v (found %v)", e, ok)
 		}
 		if len(snap.Errors) != 2 {
@@ -190,16 +193,46 @@ func TestFieldErrorIsReportedAndDeviceKept(t *testing.T) {
 	}
 }
 
-func TestMemoryFallsBackToV1(t *testing.T) {
+// A driver before R510 has no nvmlDeviceGetMemoryInfo_v2; go-nvml would die calling it ("symbol lookup error"),
+// so v2 is never called and v1, whose "used" includes the driver's reservation, is read instead.
+func TestMemoryV1WhereDriverLacksV2(t *testing.T) {
 	dev := newDevice("GPU-0")
 	dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
-		return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+		t.Error("GetMemoryInfo_v2 called although the driver lacks nvmlDeviceGetMemoryInfo_v2")
+		return gonvml.Memory_v2{}, gonvml.ERROR_UNKNOWN
 	}
-	snap := snapshot(t, newSource(t, newLibrary(dev)))
+	snap := snapshot(t, newSource(t, withoutSymbols(newLibrary(dev), "nvmlDeviceGetMemoryInfo_v2")))
 	wantNoErrors(t, snap)
 	d := deviceByUUID(t, snap, "GPU-0")
 	wantValue(t, "memory used", d.MemoryUsedBytes, 2*gib+gib/2)
 	wantValue(t, "memory total", d.MemoryTotalBytes, 80*gib)
+	wantAbsent(t, "memory reserved (v1 does not tell)", d.MemoryReservedBytes)
+}
+
+// A device that answers NOT_SUPPORTED to v2 is read with v1; a v2 that fails otherwise is an error, not a silent
+// switch to v1, whose "used" is larger by the reservation.
+func TestMemoryV2Failures(t *testing.T) {
+	for _, tc := range []struct {
+		ret      gonvml.Return
+		wantUsed bool
+	}{{gonvml.ERROR_NOT_SUPPORTED, true}, {gonvml.ERROR_UNKNOWN, false}} {
+		t.Run(tc.ret.String(), func(t *testing.T) {
+			dev := newDevice("GPU-0")
+			dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) { return gonvml.Memory_v2{}, tc.ret }
+			snap := snapshot(t, newSource(t, newLibrary(dev)))
+			d := deviceByUUID(t, snap, "GPU-0")
+			_, failed := findError(snap, 0, gpu.OpMemory)
+			if tc.wantUsed {
+				wantValue(t, "memory used from v1", d.MemoryUsedBytes, 2*gib+gib/2)
+				wantNoErrors(t, snap)
+			} else {
+				wantAbsent(t, "memory used", d.MemoryUsedBytes)
+				if !failed || len(dev.GetMemoryInfoCalls()) != 0 {
+					t.Errorf("memory error reported %v, v1 calls %d; want an error and no v1 call", failed, len(dev.GetMemoryInfoCalls()))
+				}
+			}
+		})
+	}
 }
 
 // One GPU that falls off the bus is reported and left out; the other is still exported.
@@ -271,17 +304,14 @@ func TestSnapshotStopsWhenContextEnds(t *testing.T) {
 	}
 }
 
-// go-nvml's DGX H100 mock server: eight GPUs, v1 memory only.
+// go-nvml's DGX H100 mock server: eight GPUs, whose mock answers only the v1 memory call, read as on a driver
+// without v2.
 func TestSnapshotOfDGXH100(t *testing.T) {
 	srv := dgxh100.New()
 	for _, d := range srv.Devices {
-		md := &d.(*server.Device).Device
-		md.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
-			return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
-		}
-		stubDevice(md, "unused") // the server sets GetUUID
+		stubDevice(&d.(*server.Device).Device, "unused") // the server sets GetUUID
 	}
-	stubLibrary(&srv.Interface, srv.Devices...)
+	withoutSymbols(stubLibrary(&srv.Interface, srv.Devices...), "nvmlDeviceGetMemoryInfo_v2")
 	snap := snapshot(t, newSource(t, srv))
 	wantNoErrors(t, snap)
 	if snap.DriverVersion != "550.54.15" || snap.CUDAVersion != "12.4" {
@@ -312,5 +342,176 @@ func TestFormatCUDAVersion(t *testing.T) {
 		if got := formatCUDAVersion(v); got != want {
 			t.Errorf("formatCUDAVersion(%d) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+// go-nvml's GetProcessUtilization slices its buffer by the count of the driver's second answer, which panics when
+// processes started between its two calls (go-nvml#11, #27). That costs the utilization of that GPU, not its
+// memory, the other GPUs or the exporter. A panic anywhere else costs that one GPU.
+func TestPanicInGoNVMLCostsOneReading(t *testing.T) {
+	t.Run("process utilization", func(t *testing.T) {
+		dev0, dev1 := newDevice("GPU-0"), newDevice("GPU-1")
+		dev0.GetComputeRunningProcessesFunc = procs(proc(10, gib))
+		dev0.GetProcessUtilizationFunc = func(uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+			s := make([]gonvml.ProcessUtilizationSample, 1)
+			n := 3
+			return s[:n], gonvml.SUCCESS // what go-nvml does: slice bounds out of range
+		}
+		snap := snapshot(t, newSource(t, newLibrary(dev0, dev1)))
+		d := deviceByUUID(t, snap, "GPU-0")
+		wantValue(t, "GPU-0 memory", d.MemoryUsedBytes, 2*gib)
+		p := processByPID(t, d, 10)
+		wantValue(t, "process memory", p.UsedMemoryBytes, gib)
+		wantAbsent(t, "process SM utilization", p.SMUtilizationRatio)
+		if e, ok := findError(snap, 0, gpu.OpProcessUtilization); !ok || !strings.Contains(e.Error(), "panicked") {
+			t.Errorf("process_utilization error = %v (found %v)", e, ok)
+		}
+		wantValue(t, "GPU-1 power", deviceByUUID(t, snap, "GPU-1").PowerUsageWatts, 250.5)
+	})
+	t.Run("elsewhere", func(t *testing.T) {
+		dev0, dev1 := newDevice("GPU-0"), newDevice("GPU-1")
+		dev0.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { panic("boom") }
+		snap := snapshot(t, newSource(t, newLibrary(dev0, dev1)))
+		if len(snap.Devices) != 1 || snap.Devices[0].UUID != "GPU-1" {
+			t.Errorf("devices = %+v, want GPU-1 only", snap.Devices)
+		}
+		if e, ok := findError(snap, 0, gpu.OpDevice); !ok || !strings.Contains(e.Error(), "boom") {
+			t.Errorf("device error = %v (found %v)", e, ok)
+		}
+	})
+}
+
+// Close must not shut NVML down under a reading still in progress (a scrape that timed out lets it run on): that
+// unloads the code the reading runs in. It waits for the reading; later snapshots fail instead of calling NVML.
+func TestCloseWaitsForReadingInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev := newDevice("GPU-0")
+		release := make(chan struct{})
+		dev.GetPowerUsageFunc = func() (uint32, gonvml.Return) {
+			<-release
+			return 1000, gonvml.SUCCESS
+		}
+		lib := newLibrary(dev)
+		s, err := New(Config{Library: lib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = s.Snapshot(context.Background()) }()
+		synctest.Wait() // the reading is inside GetPowerUsage
+		closed := make(chan error)
+		go func() { closed <- s.Close() }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if n := len(lib.ShutdownCalls()); n != 0 {
+			t.Fatalf("Shutdown called %d times while a reading was in progress", n)
+		}
+		close(release)
+		if err := <-closed; err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		if n := len(lib.ShutdownCalls()); n != 1 {
+			t.Errorf("Shutdown called %d times, want 1", n)
+		}
+		if _, err := s.Snapshot(context.Background()); !errors.Is(err, errClosed) {
+			t.Errorf("Snapshot after Close = %v, want errClosed", err)
+		}
+	})
+}
+
+// A reading stuck in the driver does not hold the process's exit forever: after closeWait, Close gives up and
+// leaves NVML loaded rather than unloading it under the reading.
+func TestCloseGivesUpOnStuckReading(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev := newDevice("GPU-0")
+		release := make(chan struct{})
+		dev.GetPowerUsageFunc = func() (uint32, gonvml.Return) {
+			<-release
+			return 1000, gonvml.SUCCESS
+		}
+		lib := newLibrary(dev)
+		s, err := New(Config{Library: lib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = s.Snapshot(context.Background()) }()
+		synctest.Wait()
+		start := time.Now()
+		if err := s.Close(); err == nil || !strings.Contains(err.Error(), "left loaded") {
+			t.Errorf("Close = %v, want an error saying NVML was left loaded", err)
+		}
+		if d := time.Since(start); d != defaultCloseWait {
+			t.Errorf("Close took %v, want %v", d, defaultCloseWait)
+		}
+		if n := len(lib.ShutdownCalls()); n != 0 {
+			t.Errorf("Shutdown called %d times under a stuck reading", n)
+		}
+		close(release)
+		synctest.Wait()
+		if _, err := s.Snapshot(context.Background()); !errors.Is(err, errClosed) {
+			t.Errorf("Snapshot after Close = %v, want errClosed", err)
+		}
+	})
+}
+
+// After the driver is unloaded and loaded again (a GPU reset, a fabric manager restart), NVML answers
+// DRIVER_NOT_LOADED or UNINITIALIZED until it is initialized again. After reinitAfter such readings in a row the
+// source re-initializes, retrying with a backoff, and reads again.
+func TestReinitializesAfterDriverReload(t *testing.T) {
+	lib := newLibrary(newDevice("GPU-0"))
+	driver := gonvml.SUCCESS
+	initialized := false
+	lib.InitFunc = func() gonvml.Return {
+		if driver != gonvml.SUCCESS {
+			return gonvml.ERROR_DRIVER_NOT_LOADED
+		}
+		initialized = true
+		return gonvml.SUCCESS
+	}
+	lib.ShutdownFunc = func() gonvml.Return { initialized = false; return gonvml.SUCCESS }
+	lib.DeviceGetCountFunc = func() (int, gonvml.Return) {
+		switch {
+		case driver != gonvml.SUCCESS:
+			return 0, driver
+		case !initialized:
+			return 0, gonvml.ERROR_UNINITIALIZED
+		}
+		return 1, gonvml.SUCCESS
+	}
+	now := testNow
+	s, err := New(Config{Library: lib, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	driver = gonvml.ERROR_DRIVER_NOT_LOADED // the driver is unloaded
+	read := func() error {
+		now = now.Add(time.Second)
+		_, err := s.Snapshot(context.Background())
+		return err
+	}
+	for i := range reinitAfter - 1 {
+		if err := read(); !isReturn(err, gonvml.ERROR_DRIVER_NOT_LOADED) {
+			t.Fatalf("reading %d = %v", i, err)
+		}
+	}
+	if n := len(lib.InitCalls()); n != 1 {
+		t.Fatalf("Init called %d times before the failures were persistent", n)
+	}
+	if err := read(); err == nil || len(lib.InitCalls()) != 2 {
+		t.Fatalf("reading = %v with the driver still gone, Init calls %d; want a failed re-initialization", err, len(lib.InitCalls()))
+	}
+	if err := read(); err == nil || len(lib.InitCalls()) != 2 {
+		t.Fatalf("re-initialized again within the backoff (Init calls %d)", len(lib.InitCalls()))
+	}
+	driver = gonvml.SUCCESS // loaded again; NVML still answers UNINITIALIZED until Init
+	now = now.Add(minReinitBackoff)
+	if err := read(); err != nil {
+		t.Fatalf("reading after the driver came back = %v", err)
+	}
+	if n := len(lib.InitCalls()); n != 3 {
+		t.Errorf("Init called %d times, want 3", n)
+	}
+	if err := read(); err != nil {
+		t.Errorf("next reading = %v", err)
 	}
 }

@@ -1,8 +1,12 @@
 package nvml
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -13,107 +17,193 @@ import (
 )
 
 // xidWatcher counts XID critical errors per GPU UUID and XID code from an NVML event set, in its own goroutine
-// because NVML only reports them as events. A watcher that could not register any GPU runs no goroutine and counts
-// nothing.
+// because NVML only reports them as events.
+//
+// A GPU's UUID is learnt when it is registered, because the GPU an XID is about may already be lost when the event
+// is read (XID 79: fallen off the bus), and then GetUUID answers GPU_IS_LOST. Counts are kept for every GPU ever
+// registered, so that a lost GPU's XIDs are still exported.
+//
+// NVML says an event set whose wait failed is in an undefined state and should be freed: the watcher then frees it,
+// waits for the backoff, and creates and registers a new one until that works. A watcher that found no GPU that
+// supports XID events runs no goroutine and counts nothing.
 type xidWatcher struct {
-	set    gonvml.EventSet
-	cancel context.CancelFunc
-	done   chan struct{}
+	lib     gonvml.Interface
+	log     *slog.Logger
+	wait    time.Duration
+	backoff time.Duration
+	cancel  context.CancelFunc
+	done    chan struct{}
 
 	mu     sync.Mutex
+	up     bool
 	counts map[string]map[uint64]uint64 // UUID -> XID -> count
+	// uuids maps the handles registered in the current event set to their GPU's UUID.
+	uuids map[gonvml.Device]string
+	// registered is every GPU ever registered, by UUID, with its index at the time.
+	registered map[string]int
 }
 
-// startXIDWatcher registers every GPU that supports XID events and starts the goroutine. Failures only cost the XID
-// counts, so they are logged, not returned.
-func startXIDWatcher(lib gonvml.Interface, log *slog.Logger, wait, backoff time.Duration) *xidWatcher {
-	w := &xidWatcher{counts: map[string]map[uint64]uint64{}}
-	set, ret := lib.EventSetCreate()
-	if ret != gonvml.SUCCESS {
-		log.Warn("XID errors will not be counted: creating NVML event set failed", "err", ret)
-		return w
+// errNoXIDSupport means no GPU supports XID events, which is permanent for the driver and GPUs.
+var errNoXIDSupport = errors.New("no GPU supports XID events")
+
+func newXIDWatcher(lib gonvml.Interface, log *slog.Logger, wait, backoff time.Duration) *xidWatcher {
+	return &xidWatcher{lib: lib, log: log, wait: wait, backoff: backoff, counts: map[string]map[uint64]uint64{},
+		uuids: map[gonvml.Device]string{}, registered: map[string]int{}}
+}
+
+// start registers every GPU that supports XID events and starts the goroutine. Failures only cost the XID counts,
+// so they are logged, not returned. start and stop are not safe to call concurrently with each other.
+func (w *xidWatcher) start() {
+	set, err := w.register()
+	if errors.Is(err, errNoXIDSupport) || errors.Is(err, gonvml.ERROR_NOT_SUPPORTED) {
+		w.log.Warn("XID errors will not be counted", "err", err)
+		return
 	}
-	if registerXIDEvents(lib, set, log) == 0 {
-		log.Warn("XID errors will not be counted: no GPU supports XID events")
-		set.Free()
-		return w
+	if err != nil {
+		w.log.Warn("XID errors are not counted until the event set can be registered", "err", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w.set, w.cancel, w.done = set, cancel, make(chan struct{})
-	go w.run(ctx, log, wait, backoff)
-	return w
+	w.cancel, w.done = cancel, make(chan struct{})
+	go w.run(ctx, set)
 }
 
-// registerXIDEvents registers XID critical error events of every GPU that supports them and returns how many did.
-func registerXIDEvents(lib gonvml.Interface, set gonvml.EventSet, log *slog.Logger) int {
-	count, ret := lib.DeviceGetCount()
+// register creates an event set and registers XID events of every GPU that supports them. It returns the set when
+// at least one GPU was registered; errNoXIDSupport when none supports them.
+func (w *xidWatcher) register() (gonvml.EventSet, error) {
+	set, ret := w.lib.EventSetCreate()
 	if ret != gonvml.SUCCESS {
-		log.Warn("counting GPUs for XID events failed", "err", ret)
-		return 0
+		return nil, fmt.Errorf("creating NVML event set: %w", ret)
 	}
-	registered := 0
+	count, ret := w.lib.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		set.Free()
+		return nil, fmt.Errorf("counting GPUs for XID events: %w", ret)
+	}
+	uuids := map[gonvml.Device]string{}
+	indexes := map[string]int{}
+	var failed error
 	for i := 0; i < count; i++ {
-		h, ret := lib.DeviceGetHandleByIndex(i)
+		h, ret := w.lib.DeviceGetHandleByIndex(i)
 		if ret != gonvml.SUCCESS {
-			log.Warn("XID errors of this GPU will not be counted: getting its handle failed", "gpu", i, "err", ret)
+			failed = fmt.Errorf("getting the handle of GPU %d for XID events: %w", i, ret)
+			w.log.Warn("XID errors of this GPU will not be counted: getting its handle failed", "gpu", i, "err", ret)
 			continue
 		}
 		supported, ret := h.GetSupportedEventTypes()
 		if ret != gonvml.SUCCESS || supported&gonvml.EventTypeXidCriticalError == 0 {
-			log.Info("GPU does not report XID events", "gpu", i, "err", ret)
+			w.log.Info("GPU does not report XID events", "gpu", i, "err", ret)
+			continue
+		}
+		uuid, ret := h.GetUUID()
+		if ret != gonvml.SUCCESS {
+			failed = fmt.Errorf("reading the UUID of GPU %d for XID events: %w", i, ret)
+			w.log.Warn("XID errors of this GPU will not be counted: reading its UUID failed", "gpu", i, "err", ret)
 			continue
 		}
 		if ret := h.RegisterEvents(gonvml.EventTypeXidCriticalError, set); ret != gonvml.SUCCESS {
-			log.Warn("XID errors of this GPU will not be counted: registering events failed", "gpu", i, "err", ret)
+			failed = fmt.Errorf("registering XID events of GPU %d: %w", i, ret)
+			w.log.Warn("XID errors of this GPU will not be counted: registering events failed", "gpu", i, "err", ret)
 			continue
 		}
-		registered++
+		uuids[h] = uuid
+		indexes[uuid] = i
 	}
-	return registered
+	if len(uuids) == 0 {
+		set.Free()
+		if failed != nil {
+			return nil, failed
+		}
+		return nil, errNoXIDSupport
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.uuids = uuids
+	maps.Copy(w.registered, indexes)
+	return set, nil
 }
 
-// run waits for events until ctx is cancelled. Each wait blocks at most wait, which bounds how long stop takes.
-// A failing wait (other than the timeout that means "no event") pauses for backoff so that a broken event set does
-// not spin a CPU.
-func (w *xidWatcher) run(ctx context.Context, log *slog.Logger, wait, backoff time.Duration) {
+// run waits for events until ctx is cancelled, starting with set (nil when the first registration failed). Each
+// wait blocks at most w.wait, which bounds how long stop takes. A failed wait (other than the timeout that means "no
+// event") frees the set; after the backoff a new one is created and registered.
+func (w *xidWatcher) run(ctx context.Context, set gonvml.EventSet) {
 	defer close(w.done)
-	waitMs := uint32(wait.Milliseconds())
-	failures := 0
-	for ctx.Err() == nil {
-		ev, ret := w.set.Wait(waitMs)
-		switch ret {
-		case gonvml.SUCCESS:
-			failures = 0
-			w.record(ev, log)
-		case gonvml.ERROR_TIMEOUT:
-			failures = 0
-		default:
-			// Warn once per run of failures; a persistent failure would otherwise log every backoff.
-			if failures == 0 {
-				log.Warn("waiting for NVML XID events failed", "err", ret)
-			}
-			failures++
-			timer := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
+	waitMs := uint32(w.wait.Milliseconds())
+	for {
+		if set == nil {
+			if !sleepCtx(ctx, w.backoff) {
 				return
-			case <-timer.C:
+			}
+			var err error
+			if set, err = w.register(); err != nil {
+				w.log.Debug("registering XID events failed again", "err", err)
+				continue
+			}
+			w.log.Info("counting XID errors again")
+		}
+		w.setUp(true)
+		ret := gonvml.SUCCESS
+		for ctx.Err() == nil && ret == gonvml.SUCCESS {
+			var ev gonvml.EventData
+			switch ev, ret = set.Wait(waitMs); ret {
+			case gonvml.SUCCESS:
+				w.record(ev)
+			case gonvml.ERROR_TIMEOUT:
+				ret = gonvml.SUCCESS
 			}
 		}
+		w.setUp(false)
+		set.Free()
+		set = nil
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("waiting for NVML XID events failed; registering a new event set after the backoff", "err", ret,
+			"backoff", w.backoff)
 	}
 }
 
-func (w *xidWatcher) record(ev gonvml.EventData, log *slog.Logger) {
+// sleepCtx waits for d, or less when ctx ends; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+func (w *xidWatcher) setUp(up bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.up = up
+}
+
+// isUp reports whether XID events are being waited for.
+func (w *xidWatcher) isUp() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.up
+}
+
+// record counts one event. The UUID comes from the registration, because a GPU that reports XID 79 is lost by the
+// time the event is read; GetUUID is asked only for a handle that was not registered.
+func (w *xidWatcher) record(ev gonvml.EventData) {
 	if ev.EventType != gonvml.EventTypeXidCriticalError || ev.Device == nil {
 		return
 	}
-	uuid, ret := ev.Device.GetUUID()
-	if ret != gonvml.SUCCESS {
-		log.Warn("XID error on a GPU whose UUID cannot be read", "xid", ev.EventData, "err", ret)
-		return
+	w.mu.Lock()
+	uuid, ok := w.uuids[ev.Device]
+	w.mu.Unlock()
+	if !ok {
+		var ret gonvml.Return
+		if uuid, ret = ev.Device.GetUUID(); ret != gonvml.SUCCESS {
+			w.log.Warn("XID error on a GPU that is not registered and whose UUID cannot be read", "xid", ev.EventData, "err", ret)
+			return
+		}
 	}
-	log.Warn("XID error", "uuid", uuid, "xid", ev.EventData)
+	w.log.Warn("XID error", "uuid", uuid, "xid", ev.EventData)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	byXID := w.counts[uuid]
@@ -136,24 +226,46 @@ func (w *xidWatcher) countsOf(uuid string) []gpu.XIDCount {
 	for xid, n := range byXID {
 		out = append(out, gpu.XIDCount{XID: xid, Count: n})
 	}
-	slices.SortFunc(out, func(a, b gpu.XIDCount) int {
-		switch {
-		case a.XID < b.XID:
-			return -1
-		case a.XID > b.XID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b gpu.XIDCount) int { return cmp.Compare(a.XID, b.XID) })
 	return out
 }
 
-// stop ends the goroutine, waits for it, and frees the event set.
+// unreadGPUs returns the GPUs ever registered whose XIDs were counted and that are not in seen (by UUID), with the
+// index each had when it was registered, in index order: a snapshot keeps them so that their XIDs are exported.
+func (w *xidWatcher) unreadGPUs(seen map[string]bool) []gpu.Device {
+	w.mu.Lock()
+	var out []gpu.Device
+	for uuid, index := range w.registered {
+		if !seen[uuid] && len(w.counts[uuid]) > 0 {
+			out = append(out, gpu.Device{Index: index, UUID: uuid})
+		}
+	}
+	w.mu.Unlock()
+	for i := range out {
+		out[i].XIDErrors = w.countsOf(out[i].UUID)
+	}
+	slices.SortFunc(out, func(a, b gpu.Device) int { return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.UUID, b.UUID)) })
+	return out
+}
+
+// uuidOf returns the UUID that GPU index had when it was last registered, or "".
+func (w *xidWatcher) uuidOf(index int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for uuid, i := range w.registered {
+		if i == index {
+			return uuid
+		}
+	}
+	return ""
+}
+
+// stop ends the goroutine, which frees the event set, and waits for it. The counts are kept.
 func (w *xidWatcher) stop() {
 	if w.cancel == nil {
 		return
 	}
 	w.cancel()
 	<-w.done
-	w.set.Free()
+	w.cancel, w.done = nil, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
@@ -114,36 +115,123 @@ func TestXIDErrorsCountedAndWatcherStops(t *testing.T) {
 	})
 }
 
-// A failing wait pauses before the next one instead of spinning, and Close ends the pause at once.
-func TestXIDWaitFailureBacksOff(t *testing.T) {
+// NVML says an event set whose wait failed is in an undefined state and should be freed. The watcher frees it,
+// waits for the backoff (without spinning), registers a new set, and counts the XIDs that arrive on it; the
+// xid_watcher_up self-metric follows.
+func TestXIDWatcherRegistersAgainAfterFailedWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		es := newEventSet()
-		lib := newLibrary(newDevice("GPU-0"))
-		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) { return es, gonvml.SUCCESS }
+		dev := newDevice("GPU-0")
+		sets := []*eventSet{newEventSet(), newEventSet()}
+		lib := newLibrary(dev)
+		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
+			n := len(lib.EventSetCreateCalls()) // this call included
+			if n > len(sets) {
+				t.Error("more event sets created than expected")
+				return nil, gonvml.ERROR_UNKNOWN
+			}
+			return sets[n-1], gonvml.SUCCESS
+		}
 		s, err := New(Config{Library: lib, EventErrorBackoff: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		es.replies <- waitReply{ret: gonvml.ERROR_UNKNOWN}
 		synctest.Wait()
-		waits := len(es.WaitCalls())
-		time.Sleep(9 * time.Second)
-		if n := len(es.WaitCalls()); n != waits {
-			t.Errorf("waited again %d times within the backoff", n-waits)
+		if got := testutil.ToFloat64(s); got != 1 {
+			t.Errorf("xid_watcher_up = %v after start, want 1", got)
 		}
+
+		sets[0].replies <- waitReply{ret: gonvml.ERROR_UNKNOWN}
+		synctest.Wait()
+		select {
+		case <-sets[0].freed:
+		default:
+			t.Fatal("event set not freed after its wait failed")
+		}
+		if got := testutil.ToFloat64(s); got != 0 {
+			t.Errorf("xid_watcher_up = %v after the failed wait, want 0", got)
+		}
+		waits := len(sets[0].WaitCalls())
+		time.Sleep(9 * time.Second)
+		if n, created := len(sets[0].WaitCalls()), len(lib.EventSetCreateCalls()); n != waits || created != 1 {
+			t.Errorf("within the backoff: %d more waits on the freed set, %d sets created", n-waits, created)
+		}
+
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if n := len(es.WaitCalls()); n == waits {
-			t.Error("no wait after the backoff")
+		if created := len(lib.EventSetCreateCalls()); created != 2 || len(dev.RegisterEventsCalls()) != 2 ||
+			dev.RegisterEventsCalls()[1].EventSet != sets[1] {
+			t.Fatalf("after the backoff: %d sets created, registrations %+v", created, dev.RegisterEventsCalls())
 		}
-		es.replies <- waitReply{ret: gonvml.ERROR_UNKNOWN} // back in backoff
+		if got := testutil.ToFloat64(s); got != 1 {
+			t.Errorf("xid_watcher_up = %v after registering again, want 1", got)
+		}
+		sets[1].replies <- xid(dev, 48)
 		synctest.Wait()
-		closeStart := time.Now()
+		snap, err := s.Snapshot(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantXIDs(t, deviceByUUID(t, snap, "GPU-0").XIDErrors, []gpu.XIDCount{{XID: 48, Count: 1}})
+
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if d := time.Since(closeStart); d != 0 {
-			t.Errorf("Close took %v of (fake) time, want immediate during backoff", d)
+		select {
+		case <-sets[1].freed:
+		default:
+			t.Error("second event set not freed by Close")
+		}
+	})
+}
+
+// A GPU that falls off the bus reports XID 79 and then answers GPU_IS_LOST to everything, GetUUID included. The
+// XID is counted under the UUID learnt at registration, and the GPU stays in the snapshot with its XID counts
+// (and a device error), so that the XID 79 alert can fire.
+func TestXIDOfLostGPUIsStillExported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev0, dev1 := newDevice("GPU-0"), newDevice("GPU-1")
+		lost := false
+		dev1.GetUUIDFunc = func() (string, gonvml.Return) {
+			if lost {
+				return "", gonvml.ERROR_GPU_IS_LOST
+			}
+			return "GPU-1", gonvml.SUCCESS
+		}
+		es := newEventSet()
+		lib := newLibrary(dev0, dev1)
+		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) { return es, gonvml.SUCCESS }
+		s, err := New(Config{Library: lib, Now: time.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		if _, err := s.Snapshot(t.Context()); err != nil { // GPU 1 read while healthy
+			t.Fatal(err)
+		}
+		lost = true
+		es.replies <- xid(dev1, 79)
+		synctest.Wait()
+
+		for range 2 { // and again on the next scrape: the count stays
+			snap, err := s.Snapshot(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lostGPU := deviceByUUID(t, snap, "GPU-1")
+			wantXIDs(t, lostGPU.XIDErrors, []gpu.XIDCount{{XID: 79, Count: 1}})
+			// The identity it last had, so that its gpu_info stays one series.
+			if lostGPU.Index != 1 || lostGPU.Name != "NVIDIA H100 80GB HBM3" || lostGPU.PCIBusID != "00000000:1A:00.0" {
+				t.Errorf("lost GPU = %d %q %q, want its last identity", lostGPU.Index, lostGPU.Name, lostGPU.PCIBusID)
+			}
+			wantAbsent(t, "lost GPU's memory", lostGPU.MemoryTotalBytes)
+			wantValue(t, "GPU-0 power", deviceByUUID(t, snap, "GPU-0").PowerUsageWatts, 250.5)
+			if len(snap.Devices) != 2 {
+				t.Errorf("devices = %+v, want GPU-0 read and GPU-1 with its XIDs only", snap.Devices)
+			}
+			e, ok := findError(snap, 1, gpu.OpDevice)
+			if !ok || e.UUID != "GPU-1" || !isReturn(e.Err, gonvml.ERROR_GPU_IS_LOST) {
+				t.Errorf("device error of GPU 1 = %+v (found %v)", e, ok)
+			}
 		}
 	})
 }

@@ -1,0 +1,95 @@
+//go:build e2e
+
+package demo
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+)
+
+// stubNVML builds the NVML source's stub libnvidia-ml.so.1 (a current driver, two GPUs) into a directory of its
+// own, for LD_LIBRARY_PATH.
+func stubNVML(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
+	if err != nil {
+		t.Fatalf("finding go-nvml's module directory: %v", err)
+	}
+	dir := t.TempDir()
+	cc := exec.Command("gcc", "-std=c11", "-shared", "-fPIC", "-DNVML_NO_UNVERSIONED_FUNC_DEFS=1",
+		"-I", filepath.Join(strings.TrimSpace(string(out)), "pkg", "nvml"), "-o", filepath.Join(dir, "libnvidia-ml.so.1"),
+		"../../internal/gpu/nvml/testdata/stubnvml/libnvidia-ml.c")
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("building the stub NVML library: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// The real binary on the NVML source, loading the stub library by its usual name: the driver's reservation is its
+// own family, a GPU that falls off the bus keeps its XID 79 series, the XID watcher reports itself up, and the
+// exporter exits cleanly on SIGTERM (NVML is shut down only after the reading in progress).
+func TestNVMLSourceWithStubLibrary(t *testing.T) {
+	t.Setenv("LD_LIBRARY_PATH", stubNVML(t))
+	t.Setenv("STUB_NVML_XID79", "1")
+	addr := e2eutil.FreeAddr(t)
+	cmd := exec.Command(binary, "--web.listen-address="+addr, "--gpu.source=nvml", "--path.procfs="+t.TempDir())
+	p := e2eutil.Start(t, cmd)
+	e2eutil.WaitListening(t, p, addr, 20*time.Second)
+
+	series := func(families map[string]*dto.MetricFamily, name, uuid string, labels ...string) (float64, bool) {
+		for _, m := range families[name].GetMetric() {
+			match := e2eutil.Label(m, "uuid") == uuid
+			for i := 0; i+1 < len(labels); i += 2 {
+				match = match && e2eutil.Label(m, labels[i]) == labels[i+1]
+			}
+			if match {
+				return e2eutil.Value(m), true
+			}
+		}
+		return 0, false
+	}
+	var body string
+	var families map[string]*dto.MetricFamily
+	e2eutil.WaitFor(t, 20*time.Second, "XID 79 of the lost GPU exported", func() bool {
+		body, families = e2eutil.Scrape(t, addr)
+		v, ok := series(families, "gpu_xid_errors_total", "GPU-stub-1", "xid", "79")
+		return ok && v == 1
+	})
+	if v, ok := series(families, "gpu_memory_reserved_bytes", "GPU-stub-0"); !ok || v != 614<<20 {
+		t.Errorf("gpu_memory_reserved_bytes of GPU 0 = %v (found %v), want 614 MiB", v, ok)
+	}
+	if v, ok := series(families, "gpu_memory_used_bytes", "GPU-stub-0"); !ok || v != 3<<30 {
+		t.Errorf("gpu_memory_used_bytes of GPU 0 = %v (found %v), want 3 GiB", v, ok)
+	}
+	if v, ok := series(families, "gpu_process_memory_used_bytes", "GPU-stub-0", "pid", "1002"); !ok || v != 2<<30 {
+		t.Errorf("memory of PID 1002 = %v (found %v), want 2 GiB", v, ok)
+	}
+	if m := families["gpu_pod_exporter_xid_watcher_up"].GetMetric(); len(m) != 1 || e2eutil.Value(m[0]) != 1 {
+		t.Errorf("gpu_pod_exporter_xid_watcher_up = %v, want 1", m)
+	}
+	promtool := exec.Command("promtool", "check", "metrics")
+	promtool.Stdin = strings.NewReader(body)
+	if out, err := promtool.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	e2eutil.WaitFor(t, 20*time.Second, "the exporter to exit after SIGTERM", func() bool {
+		exited, _ := p.Exited()
+		return exited
+	})
+	if _, err := p.Exited(); err != nil {
+		t.Errorf("exporter exited with %v after SIGTERM, want 0\n%s", err, p.Output())
+	}
+}
