@@ -188,23 +188,46 @@ func (g *GPU) observe(d *gpu.Device, now time.Time, owner func(gpu.Process) attr
 		return !w.seen
 	})
 
-	given, givenPower := 0.0, 0.0
+	// Shares as value x weight / total (fewer roundings than value x (weight / total)); the last workload with a
+	// share gets what is left, so that on a GPU with shares the workloads add up to the board exactly and
+	// unattributed holds no rounding dust.
+	var lastPower, lastEnergy *Workload
 	for _, w := range g.Workloads {
-		share := 0.0
-		if total > 0 {
-			share = w.weight / total
+		if w.weight > 0 {
+			lastPower = w
+			if !w.arrived {
+				lastEnergy = w
+			}
 		}
-		if d.PowerUsageWatts.Valid {
-			w.PowerWatts = gpu.Known(d.PowerUsageWatts.V * share)
-			givenPower += w.PowerWatts.V
-		} else {
+	}
+	givenPower, given := 0.0, 0.0
+	for _, w := range g.Workloads {
+		if !d.PowerUsageWatts.Valid {
 			w.PowerWatts = gpu.Value{}
+		} else {
+			p := 0.0
+			switch {
+			case w == lastPower:
+				p = max(d.PowerUsageWatts.V-givenPower, 0)
+			case total > 0:
+				p = d.PowerUsageWatts.V * w.weight / total
+			}
+			w.PowerWatts = gpu.Known(p)
+			givenPower += p
 		}
 		if w.arrived {
+			touch(&w.SMSeconds, w.sm)
+			touch(&w.MemoryByteSeconds, w.memory)
 			continue
 		}
 		if haveEnergy {
-			e := energy * share
+			e := 0.0
+			switch {
+			case w == lastEnergy && lastEnergy == lastPower:
+				e = max(energy-given, 0)
+			case total > 0:
+				e = energy * w.weight / total
+			}
 			w.EnergyJoules += e
 			given += e
 		}
@@ -216,14 +239,7 @@ func (g *GPU) observe(d *gpu.Device, now time.Time, owner func(gpu.Process) attr
 			touch(&w.MemoryByteSeconds, w.memory)
 		}
 	}
-	for _, w := range g.Workloads {
-		if w.arrived {
-			touch(&w.SMSeconds, w.sm)
-			touch(&w.MemoryByteSeconds, w.memory)
-		}
-	}
 	if d.PowerUsageWatts.Valid {
-		// The remainder, not 1 - sum of shares, so that workloads and unattributed add up to the board exactly.
 		g.UnattributedPowerWatts = gpu.Known(max(d.PowerUsageWatts.V-givenPower, 0))
 	}
 	if haveEnergy {
