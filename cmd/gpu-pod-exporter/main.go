@@ -77,6 +77,7 @@ func run(args []string) int {
 	wf.register(serve, &timeout)
 	processes := serve.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
 	compat := registerCompat(serve)
+	pu := registerProcessUser(serve)
 	kf := registerKubelet(serve)
 
 	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, then exit.")
@@ -114,6 +115,9 @@ func run(args []string) int {
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
+	if pu.on(sf.demo) {
+		af.users = pu.resolver(af.procfs, logger)
+	}
 	attributor, err := af.open(logger, preset, sf.demo, once)
 	if err != nil {
 		return fail(once, logger, "cannot attribute GPU processes", err)
@@ -125,7 +129,7 @@ func run(args []string) int {
 	case psCmd.FullCommand():
 		return runPS(ctx, scraper, output)
 	default:
-		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
+		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels), ProcessUser: af.users != nil}
 		compat.apply(&opts)
 		allocs, err := kf.start(ctx, logger, offer)
 		if err != nil {
