@@ -2,6 +2,8 @@ package collector
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
@@ -107,4 +110,41 @@ func discard() chan<- prometheus.Metric {
 		}
 	}()
 	return ch
+}
+
+// advancing serves the same node at a later time on each reading, so that every scrape is a new reading to account.
+type advancing struct {
+	mu   sync.Mutex
+	snap gpu.Snapshot
+}
+
+func (s *advancing) Name() string { return "advancing" }
+func (s *advancing) Close() error { return nil }
+func (s *advancing) Snapshot(context.Context) (*gpu.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snap.Time = s.snap.Time.Add(15 * time.Second)
+	snap := s.snap
+	return &snap, nil
+}
+
+// BenchmarkCollectEncodeAccounting is BenchmarkCollectEncode with readings that move on, so that the accounting
+// part accounts each one: the difference between the two is what accounting costs a scrape.
+func BenchmarkCollectEncodeAccounting(b *testing.B) {
+	snap, owners := benchNode()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(scrape.New(&advancing{snap: *snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	b.ReportAllocs()
+	for b.Loop() {
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }
