@@ -94,12 +94,23 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
 		return 2
 	}
+	// Users are a server flag: ps shows no user.
+	userLookup := !once && pu.on(sf.demo)
+	if userLookup {
+		if err := pu.check(); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
+			return 2
+		}
+	}
 	logger := promslog.New(logConfig)
 	if once {
 		// A command prints one human line per problem on stderr; its log is for --log.level=debug only.
 		logger = cliLogger(logConfig)
 	}
 	warnings := startupWarnings(&af, kf, once)
+	if userLookup {
+		warnings = append(warnings, pu.warnings(sf.demo)...)
+	}
 	for _, w := range warnings {
 		logger.Warn(w)
 	}
@@ -115,8 +126,8 @@ func run(args []string) int {
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
-	if pu.on(sf.demo) {
-		af.users = pu.resolver(af.procfs, logger)
+	if userLookup {
+		af.users = pu.resolver(af.procfs)
 	}
 	attributor, err := af.open(logger, preset, sf.demo, once)
 	if err != nil {

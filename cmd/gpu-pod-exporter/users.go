@@ -1,7 +1,6 @@
 package main
 
 import (
-	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -28,12 +27,32 @@ func registerProcessUser(serve flagGroup) *processUserFlags {
 // on reports whether users are looked up: when asked, and on the demo node unless asked not to.
 func (f *processUserFlags) on(demo bool) bool { return f.enabled || demo && !f.set }
 
-// resolver returns what names process owners, warning once when the node's user database cannot be read (every
-// user is then a uid).
-func (f *processUserFlags) resolver(procfs string, logger *slog.Logger) attribution.UserResolver {
-	passwd := filepath.Join(f.rootfs, "etc", "passwd")
-	if _, err := os.Stat(passwd); err != nil {
-		logger.Warn("cannot read the node's user database; process owners are shown as numeric uids", "err", err)
+func (f *processUserFlags) passwd() string { return filepath.Join(f.rootfs, "etc", "passwd") }
+
+// check fails when --path.rootfs is not a directory; called only when users are looked up.
+func (f *processUserFlags) check() error {
+	fi, err := os.Stat(f.rootfs)
+	if err != nil {
+		return flagError("path.rootfs", "%v", err)
 	}
-	return users.New(procfs, passwd)
+	if !fi.IsDir() {
+		return flagError("path.rootfs", "%s is not a directory", f.rootfs)
+	}
+	return nil
+}
+
+// warnings: a user database that cannot be read leaves every user a uid. The demo's users are preset.
+func (f *processUserFlags) warnings(demo bool) []string {
+	if demo {
+		return nil
+	}
+	if _, err := os.Stat(f.passwd()); err != nil {
+		return []string{"--path.rootfs: cannot read the node's user database (" + err.Error() + "); process owners are shown as numeric uids"}
+	}
+	return nil
+}
+
+// resolver returns what names process owners.
+func (f *processUserFlags) resolver(procfs string) attribution.UserResolver {
+	return users.New(procfs, f.passwd())
 }
