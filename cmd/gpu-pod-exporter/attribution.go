@@ -22,6 +22,7 @@ type attributionFlags struct {
 	dockerHost       string
 	podmanHost       string
 	podLabels        []string
+	users            attribution.UserResolver // nil without --collector.process-user
 }
 
 func (f *attributionFlags) register(app *kingpin.Application) {
@@ -45,7 +46,7 @@ func (f *attributionFlags) register(app *kingpin.Application) {
 // asks no runtime. `ps` runs once, so it waits for names as long as one
 // runtime call may take instead of leaving them to a next scrape that never comes.
 func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, demo, once bool) (*attribution.Attributor, error) {
-	cfg := attribution.Config{ProcFS: f.procfs, Preset: preset, PodLabels: splitList(f.podLabels), Logger: logger}
+	cfg := attribution.Config{ProcFS: f.procfs, Preset: preset, PodLabels: splitList(f.podLabels), Users: f.users, Logger: logger}
 	if once {
 		cfg.LookupBudget = attribution.DefaultLookupTimeout
 	}

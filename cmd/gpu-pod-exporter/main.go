@@ -76,6 +76,7 @@ func run(args []string) int {
 	wf.register(serve, &timeout)
 	processes := serve.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
 	compat := registerCompat(serve)
+	pu := registerProcessUser(serve)
 	kf := registerKubelet(serve)
 
 	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once (with --watch, every --interval).")
@@ -100,6 +101,14 @@ func run(args []string) int {
 			return 2
 		}
 	}
+	// Users are a server flag: ps shows no user.
+	userLookup := !once && pu.on(sf.demo)
+	if userLookup {
+		if err := pu.check(); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
+			return 2
+		}
+	}
 	stderr := io.Writer(os.Stderr)
 	if command == topCmd.FullCommand() {
 		stderr = tf.logWriter() // held back while the view owns the terminal
@@ -110,6 +119,9 @@ func run(args []string) int {
 		logger = cliLogger(logConfig, stderr)
 	}
 	warnings := startupWarnings(&af, kf, once)
+	if userLookup {
+		warnings = append(warnings, pu.warnings(sf.demo)...)
+	}
 	for _, w := range warnings {
 		logger.Warn(w)
 	}
@@ -125,6 +137,9 @@ func run(args []string) int {
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
+	if userLookup {
+		af.users = pu.resolver(af.procfs)
+	}
 	attributor, err := af.open(logger, preset, sf.demo, once)
 	if err != nil {
 		return fail(once, logger, "cannot attribute GPU processes", err)
@@ -138,7 +153,7 @@ func run(args []string) int {
 	case topCmd.FullCommand():
 		return tf.run(ctx, logger, offer, scraper)
 	default:
-		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels)}
+		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels), ProcessUser: af.users != nil}
 		compat.apply(&opts)
 		allocs, err := kf.start(ctx, logger, offer)
 		if err != nil {

@@ -56,6 +56,9 @@ type Config struct {
 	// NegativeTTL is how long a container that no runtime knows, or that could not be looked up because a runtime
 	// failed, is left unasked.
 	NegativeTTL time.Duration
+	// Users names process owners (--collector.process-user). Nil: owners get no user, not even one a simulated node
+	// presets.
+	Users UserResolver
 	// MaxConcurrentLookups bounds the runtime calls in flight (a node starting many containers at once).
 	MaxConcurrentLookups int
 	// MaxPendingLookups bounds the lookups started and not ended, running or waiting for one of the
@@ -72,10 +75,17 @@ type Preset interface {
 	PresetOwners() map[uint32]Identity
 }
 
+// UserResolver names the owner of a process: its user name, or its uid when the node's user database does not
+// name it (internal/users).
+type UserResolver interface {
+	User(pid uint32) (string, error)
+}
+
 // Attributor labels GPU processes with their owners. It is safe for concurrent use.
 type Attributor struct {
 	procfs  string
 	preset  Preset
+	users   UserResolver
 	logger  *slog.Logger
 	metrics *metrics
 	health  *procfs.Health
@@ -112,6 +122,7 @@ func New(cfg Config) *Attributor {
 	return &Attributor{
 		procfs:  cfg.ProcFS,
 		preset:  cfg.Preset,
+		users:   cfg.Users,
 		logger:  cfg.Logger,
 		metrics: m,
 		health:  procfs.NewHealth(cfg.ProcFS, cfg.Logger),
@@ -155,6 +166,9 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 				continue
 			}
 			if id, ok := preset[p.PID]; ok {
+				if a.users == nil {
+					id.User = ""
+				}
 				owners[p.PID] = Owner{Name: p.Name, Identity: id}
 				continue
 			}
@@ -232,6 +246,10 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 		QoS:         info.QoS,
 		SlurmJobID:  info.SlurmJobID,
 		SystemdUnit: info.SystemdUnit,
+	}
+	if a.users != nil {
+		// A process that exited in between keeps no user; its other labels are still right.
+		o.Identity.User, _ = a.users.User(p.PID)
 	}
 	return o, info.OuterContainerID, info.UserManager != ""
 }

@@ -17,6 +17,9 @@ type Identity struct {
 	QoS         string // guaranteed, burstable, besteffort
 	SlurmJobID  string
 	SystemdUnit string
+	// User is the process owner's user name, or its numeric uid when the node's user database does not name it;
+	// set only with --collector.process-user.
+	User string
 	// PodLabels holds the allowlisted pod labels (--kubernetes.pod-labels), keyed by the pod label's key.
 	PodLabels map[string]string
 }
@@ -25,12 +28,12 @@ type Identity struct {
 // container ID, so that a workload (a pod's container, a named container, a Slurm job, a service) stays the same
 // workload when its container restarts.
 type WorkloadKey struct {
-	Namespace, Pod, Container, PodUID, SlurmJobID, SystemdUnit string
+	Namespace, Pod, Container, PodUID, SlurmJobID, SystemdUnit, User string
 }
 
 // Key returns the workload key of the identity.
 func (id Identity) Key() WorkloadKey {
-	return WorkloadKey{id.Namespace, id.Pod, id.Container, id.PodUID, id.SlurmJobID, id.SystemdUnit}
+	return WorkloadKey{id.Namespace, id.Pod, id.Container, id.PodUID, id.SlurmJobID, id.SystemdUnit, id.User}
 }
 
 // IsKubernetes reports whether the owner is a Kubernetes pod. Pod alone is not enough: a Podman pod has a name

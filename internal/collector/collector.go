@@ -17,6 +17,9 @@ type Options struct {
 	Processes bool
 	// PodLabels is the allowlist of pod labels exported as label_<key> on process and workload series.
 	PodLabels []string
+	// ProcessUser adds the process owner's user name as "user" to process and workload series
+	// (--collector.process-user).
+	ProcessUser bool
 	// Compat lists the compatibility outputs to add (--compat): CompatNvidiasmi, CompatDCGM. See docs/compat.md.
 	Compat []string
 	// CompatHostname is the Hostname label of --compat=dcgm.
@@ -42,12 +45,12 @@ type Collector struct {
 // New returns the collector. self are the self-metrics of the pieces behind the scraper (attribution, resolvers),
 // collected after each reading.
 func New(scraper *scrape.Scraper, opts Options, self ...prometheus.Collector) *Collector {
-	labels := newPodLabels(opts.PodLabels)
+	labels := newPodLabels(opts.PodLabels, opts.ProcessUser)
 	parts := []part{newDeviceMetrics(), newMIGMetrics()}
 	if opts.Processes {
 		parts = append(parts, newProcessMetrics(labels))
 	}
-	parts = append(parts, newWorkloadMetrics(labels), newSharingMetrics())
+	parts = append(parts, newWorkloadMetrics(labels), newSharingMetrics(), newAccountingMetrics(labels))
 	if opts.Allocations != nil {
 		parts = append(parts, newAllocationMetrics(opts.Allocations))
 	}

@@ -224,7 +224,7 @@ func (failingSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
 }
 
 func TestPodLabelNames(t *testing.T) {
-	pl := newPodLabels([]string{"app", "app.kubernetes.io/name", "app_kubernetes_io_name", "", "team"})
+	pl := newPodLabels([]string{"app", "app.kubernetes.io/name", "app_kubernetes_io_name", "", "team"}, false)
 	if got := strings.Join(pl.names, ","); got != "label_app,label_app_kubernetes_io_name,label_team" {
 		t.Errorf("label names = %s", got)
 	}

@@ -26,10 +26,11 @@ var workloadIdentityLabels = []string{"namespace", "pod", "container", "pod_uid"
 type podLabels struct {
 	keys  []string
 	names []string
+	user  bool // the process owner's user name as "user" (--collector.process-user)
 }
 
-func newPodLabels(allow []string) podLabels {
-	var pl podLabels
+func newPodLabels(allow []string, user bool) podLabels {
+	pl := podLabels{user: user}
 	seen := map[string]bool{}
 	for _, k := range allow {
 		name := "label_" + sanitizeLabelName(k)
@@ -69,12 +70,19 @@ func (pl podLabels) appendPodLabels(values []string, id *attribution.Identity) [
 	for _, k := range pl.keys {
 		values = append(values, id.PodLabels[k])
 	}
+	if pl.user {
+		values = append(values, id.User)
+	}
 	return values
 }
 
-// labelNames are base, then identity, then the allowlisted pod labels.
+// labelNames are base, then identity, then the allowlisted pod labels, then user with --collector.process-user.
 func (pl podLabels) labelNames(identity []string, base ...string) []string {
-	return append(append(base, identity...), pl.names...)
+	names := append(append(base, identity...), pl.names...)
+	if pl.user {
+		names = append(names, "user")
+	}
+	return names
 }
 
 // processMetrics are the per-PID series: one per process per GPU.

@@ -113,6 +113,7 @@ type identityConfig struct {
 	QoS         string            `yaml:"qos"`
 	SlurmJobID  string            `yaml:"slurm_job_id"`
 	SystemdUnit string            `yaml:"systemd_unit"`
+	User        string            `yaml:"user"` // the process owner, shown with --collector.process-user
 	PodLabels   map[string]string `yaml:"pod_labels"`
 }
 
@@ -462,7 +463,7 @@ func (c *identityConfig) identity() attribution.Identity {
 	return attribution.Identity{
 		Namespace: c.Namespace, Pod: c.Pod, Container: c.Container, PodUID: c.PodUID,
 		ContainerID: c.ContainerID, Runtime: c.Runtime, QoS: strings.ToLower(c.QoS),
-		SlurmJobID: c.SlurmJobID, SystemdUnit: c.SystemdUnit, PodLabels: c.PodLabels,
+		SlurmJobID: c.SlurmJobID, SystemdUnit: c.SystemdUnit, User: c.User, PodLabels: c.PodLabels,
 	}
 }
 

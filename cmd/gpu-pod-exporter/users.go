@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/users"
+)
+
+// processUserFlags put the process owner's user name on process and workload series.
+type processUserFlags struct {
+	enabled, set bool
+	rootfs       string
+}
+
+func registerProcessUser(serve flagGroup) *processUserFlags {
+	f := &processUserFlags{}
+	serve.Flag("collector.process-user", "Add user, the process owner's name (or uid), to process and workload series. "+
+		"User names can be personal data; off by default, on with --demo (whose users are made up).").
+		IsSetByUser(&f.set).BoolVar(&f.enabled)
+	serve.Flag("path.rootfs", "The node's root filesystem, whose etc/passwd names process owners for "+
+		"--collector.process-user; /host when running in a container.").Default("/").StringVar(&f.rootfs)
+	return f
+}
+
+// on reports whether users are looked up: when asked, and on the demo node unless asked not to.
+func (f *processUserFlags) on(demo bool) bool { return f.enabled || demo && !f.set }
+
+func (f *processUserFlags) passwd() string { return filepath.Join(f.rootfs, "etc", "passwd") }
+
+// check fails when --path.rootfs is not a directory; called only when users are looked up.
+func (f *processUserFlags) check() error {
+	fi, err := os.Stat(f.rootfs)
+	if err != nil {
+		return flagError("path.rootfs", "%v", err)
+	}
+	if !fi.IsDir() {
+		return flagError("path.rootfs", "%s is not a directory", f.rootfs)
+	}
+	return nil
+}
+
+// warnings: a user database that cannot be read leaves every user a uid. The demo's users are preset.
+func (f *processUserFlags) warnings(demo bool) []string {
+	if demo {
+		return nil
+	}
+	if _, err := os.Stat(f.passwd()); err != nil {
+		return []string{"--path.rootfs: cannot read the node's user database (" + err.Error() + "); process owners are shown as numeric uids"}
+	}
+	return nil
+}
+
+// resolver returns what names process owners.
+func (f *processUserFlags) resolver(procfs string) attribution.UserResolver {
+	return users.New(procfs, f.passwd())
+}

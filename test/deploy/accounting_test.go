@@ -1,0 +1,156 @@
+package deploy
+
+import (
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const accountingDashboardPath = "deploy/grafana/gpu-accounting.json"
+
+func loadAccountingDashboard(t testing.TB) *dashboard {
+	t.Helper()
+	var d dashboard
+	if err := strictJSON(readRepoFile(t, accountingDashboardPath), &d); err != nil {
+		t.Fatalf("%s: %v", accountingDashboardPath, err)
+	}
+	return &d
+}
+
+// substituteAccounting replaces the accounting dashboard's variables as Grafana does with the node variable set to
+// All and the default price; $__range is the range the e2e test's data covers.
+func substituteAccounting(expr string) string {
+	return strings.NewReplacer("${node}", ".*", "$node", ".*", "${price}", "0.15", "$price", "0.15",
+		"$__range", "1m").Replace(expr)
+}
+
+func TestAccountingDashboardModel(t *testing.T) {
+	d := loadAccountingDashboard(t)
+	if d.UID == "" || d.UID == loadDashboard(t).UID || d.Title != "GPU accounting" || d.SchemaVersion < 36 {
+		t.Errorf("uid %q (must differ from the main dashboard's), title %q, schemaVersion %d", d.UID, d.Title, d.SchemaVersion)
+	}
+	vars := map[string]variable{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v
+	}
+	if v := vars["datasource"]; v.Type != "datasource" || v.Query != "prometheus" {
+		t.Errorf("datasource variable = %+v", v)
+	}
+	if v := vars["node"]; v.Type != "query" || !v.IncludeAll || !v.Multi || v.AllValue != ".*" || !strings.HasPrefix(v.Definition, "label_values(") {
+		t.Errorf("node variable = %+v", v)
+	}
+	if v := vars["price"]; v.Type != "textbox" || !regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`).MatchString(v.Query.(string)) {
+		t.Errorf("price variable = %+v, want a textbox with a number", v)
+	}
+
+	ids := map[int]bool{}
+	titles := map[string]panel{}
+	occupied := map[[2]int]string{}
+	usesPrice := false
+	for _, p := range d.allPanels() {
+		if ids[p.ID] {
+			t.Errorf("panel id %d used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if _, dup := titles[p.Title]; dup {
+			t.Errorf("two panels titled %q", p.Title)
+		}
+		titles[p.Title] = p
+		if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q: gridPos %+v", p.Title, p.GridPos)
+		}
+		for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+			for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+				if other, ok := occupied[[2]int{x, y}]; ok {
+					t.Errorf("panels %q and %q overlap at %d,%d", other, p.Title, x, y)
+				}
+				occupied[[2]int{x, y}] = p.Title
+			}
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Description == "" || len(p.Targets) == 0 || p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+			t.Errorf("panel %q: description %q, %d targets, datasource %+v", p.Title, p.Description, len(p.Targets), p.Datasource)
+		}
+		refs := map[string]bool{}
+		for _, tg := range p.Targets {
+			if tg.Expr == "" || tg.RefID == "" || refs[tg.RefID] || tg.Datasource == nil || tg.Datasource.UID != "${datasource}" {
+				t.Errorf("panel %q: target %+v", p.Title, tg)
+			}
+			refs[tg.RefID] = true
+			if s := substituteAccounting(tg.Expr); leftoverVariable.MatchString(s) {
+				t.Errorf("panel %q: unknown variable in %q", p.Title, tg.Expr)
+			}
+			if p.Type == "table" && !(tg.Instant && tg.Format == "table") {
+				t.Errorf("panel %q: a table's query should be instant with format table", p.Title)
+			}
+			usesPrice = usesPrice || strings.Contains(tg.Expr, "$price")
+		}
+	}
+	if !usesPrice {
+		t.Error("no query uses the price per kWh")
+	}
+	for _, want := range []string{"Top consumers", "By namespace", "By Slurm job", "By user", "Energy per hour", "Power by namespace"} {
+		if _, ok := titles[want]; !ok {
+			t.Errorf("no panel %q", want)
+		}
+	}
+	// Unattributed energy is its own line.
+	unattributed := false
+	for _, tg := range titles["Energy per hour"].Targets {
+		unattributed = unattributed || strings.Contains(tg.Expr, "unattributed") && tg.LegendFormat == "unattributed"
+	}
+	if !unattributed {
+		t.Error("Energy per hour has no unattributed line")
+	}
+}
+
+// Every metric the accounting dashboard queries is documented in the README, and every recording rule it uses is
+// in deploy/prometheus/rules.yml.
+func TestAccountingDashboardNamesExist(t *testing.T) {
+	readme := string(readRepoFile(t, "README.md"))
+	rules := string(readRepoFile(t, "deploy/prometheus/rules.yml"))
+	name := regexp.MustCompile(`[a-z_]*:?gpu_[a-z0-9_]+(:[a-z0-9_]+)?`)
+	seen := map[string]bool{}
+	for _, p := range loadAccountingDashboard(t).allPanels() {
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				if seen[n] {
+					continue
+				}
+				seen[n] = true
+				if strings.Contains(n, ":") {
+					if !strings.Contains(rules, "record: "+n+"\n") {
+						t.Errorf("the accounting dashboard uses the recording rule %s, which rules.yml does not define", n)
+					}
+				} else if !strings.Contains(readme, n) {
+					t.Errorf("the accounting dashboard uses %s, which README.md does not document", n)
+				}
+			}
+		}
+	}
+	if len(seen) < 8 {
+		t.Errorf("found only %v in the dashboard's queries", slices.Sorted(maps.Keys(seen)))
+	}
+}
+
+func TestAccountingRulesPromtool(t *testing.T) {
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not found; scripts/test.sh installs it")
+		}
+		t.Skip("promtool not found (apt-get install prometheus, or run make test)")
+	}
+	cmd := exec.Command(bin, "test", "rules", "accounting_rules_test.yml")
+	cmd.Dir = filepath.Join(repoRoot(t), "deploy/prometheus")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool test rules accounting_rules_test.yml: %v\n%s", err, out)
+	}
+}
