@@ -106,7 +106,7 @@ func TestHealthAndReadinessBehindBasicAuth(t *testing.T) {
 // A node whose GPU source never answers is alive but not ready.
 func TestNotReadyWhileNoReadingSucceeds(t *testing.T) {
 	hang := filepath.Join(t.TempDir(), "nvidia-smi")
-	write(t, hang, "#!/bin/sh\nexec sleep 600\n")
+	write(t, hang, "#!/bin/sh\nexec sleep 30\n") // killed after --nvidia-smi.timeout; never left for long
 	if err := os.Chmod(hang, 0o755); err != nil {
 		t.Fatal(err)
 	}

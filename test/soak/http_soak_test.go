@@ -223,7 +223,7 @@ func TestSoakConcurrentScrapesOfAHungSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	hang := filepath.Join(t.TempDir(), "nvidia-smi")
-	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\n# Longer than the scrapes last; short enough that one orphaned by the test's end does not linger.\nexec sleep 40\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	e := e2eutil.StartExporter(t, binary, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+hang,
