@@ -10,7 +10,7 @@ LDFLAGS    := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(
               -X $(VERSION_PKG).Branch=$(BRANCH) -X '$(VERSION_PKG).BuildUser=$(BUILD_USER)' \
               -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 
-.PHONY: build test e2e-k8s soak demo release-snapshot
+.PHONY: build test e2e-k8s soak demo release-snapshot bench
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o gpu-pod-exporter ./cmd/gpu-pod-exporter
@@ -34,3 +34,8 @@ demo: build
 # packages, checksums and the packaged Helm chart with its repository index (scripts/release.sh).
 release-snapshot:
 	scripts/release.sh snapshot
+
+# The performance benchmark (docs/performance.md): the real binary on generated nodes of 1 to 2,048 processes,
+# scraped like Prometheus. Not part of `make test`; BENCH_FLAGS passes flags to test/bench (-sizes, -cases, ...).
+bench: build
+	go run ./test/bench -binary ./gpu-pod-exporter $(BENCH_FLAGS)

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A benchmark node: a fake procfs with one directory per GPU process (comm, stat and a kubelet-shaped cgroup v1
+// hybrid file, as on this kind of machine), and what the GPU source lists: a simulated node file, or a copy of an
+// nvidia-smi fixture whose process lists name the same PIDs, with a fake nvidia-smi that only cats it.
+
+const firstPID = 100000
+
+// node is one generated node.
+type node struct {
+	dir        string
+	procfs     string
+	simulated  string // simulated node file
+	smi        string // fake nvidia-smi
+	gpus, pids int
+}
+
+// containers is how many pod containers the processes run in: one each, up to 256, then several per container
+// (a heavily time-sliced node).
+func containers(pids int) int { return min(pids, 256) }
+
+func podUID(c int) string   { return fmt.Sprintf("7a3c1f00-0000-4000-8000-%012d", c) }
+func containerID(c int) string { return fmt.Sprintf("%064x", 0xc0ffee0000+c) }
+
+func cgroupFile(c int) string {
+	uid := strings.ReplaceAll(podUID(c), "-", "_")
+	scope := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + containerID(c) + ".scope"
+	var b strings.Builder
+	for i, ctl := range []string{"misc", "rdma", "net_cls,net_prio", "hugetlb", "perf_event", "pids", "blkio", "freezer",
+		"devices", "memory", "cpuset", "cpu,cpuacct"} {
+		fmt.Fprintf(&b, "%d:%s:%s\n", 13-i, ctl, scope)
+	}
+	b.WriteString("1:name=systemd:" + scope + "\n0::/\n")
+	return b.String()
+}
+
+// newNode writes a node of pids processes spread over gpus GPUs under dir.
+func newNode(dir string, gpus, pids int, smiFixture string) (*node, error) {
+	n := &node{dir: dir, procfs: filepath.Join(dir, "proc"), gpus: gpus, pids: pids}
+	for i := range pids {
+		pid := firstPID + i
+		p := filepath.Join(n.procfs, fmt.Sprint(pid))
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return nil, err
+		}
+		// The fields of stat up to starttime (22), as the kernel writes them.
+		stat := fmt.Sprintf("%d (python3) S 1 %d %d 0 -1 4194560 1000 0 0 0 100 20 0 0 20 0 8 0 %d 1000000 1000 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
+			pid, pid, pid, 4242+i)
+		for name, content := range map[string]string{"comm": "python3\n", "stat": stat, "cgroup": cgroupFile(i % containers(pids))} {
+			if err := os.WriteFile(filepath.Join(p, name), []byte(content), 0o644); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := n.writeSimulated(); err != nil {
+		return nil, err
+	}
+	if smiFixture != "" {
+		if err := n.writeSMI(smiFixture); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// gpuOf is the GPU of the i-th process: round robin.
+func (n *node) gpuOf(i int) int { return i % n.gpus }
+
+func (n *node) writeSimulated() error {
+	var b bytes.Buffer
+	b.WriteString("driver_version: \"580.95.05\"\ncuda_version: \"13.0\"\ngpus:\n")
+	for g := range n.gpus {
+		fmt.Fprintf(&b, `  - uuid: GPU-00000000-0000-4000-8000-%012d
+    name: NVIDIA H100 80GB HBM3
+    pci_bus_id: "00000000:%02X:00.0"
+    memory_total_bytes: 85520809984
+    memory_used_bytes: 34359738368
+    utilization_ratio: 0.5
+    memory_utilization_ratio: 0.3
+    temperature_celsius: 50
+    power_usage_watts: 400
+    power_limit_watts: 700
+    energy_joules: 100000000
+    fan_speed_ratio: 0.4
+    performance_state: 0
+    clocks_hertz: {sm: 1980000000, memory: 2619000000}
+    ecc_errors: {corrected: 0, uncorrected: 0}
+    processes:
+`, g, 0x10+g)
+		for i := range n.pids {
+			if n.gpuOf(i) != g {
+				continue
+			}
+			fmt.Fprintf(&b, "      - {pid: %d, name: python3, type: compute, used_memory_bytes: 268435456, sm_utilization_ratio: 0.01, memory_utilization_ratio: 0.01}\n",
+				firstPID+i)
+		}
+	}
+	n.simulated = filepath.Join(n.dir, "node.yaml")
+	return os.WriteFile(n.simulated, b.Bytes(), 0o644)
+}
+
+// writeSMI copies an nvidia-smi fixture with each GPU's process list replaced by the node's processes on it, and
+// writes a fake nvidia-smi that cats it.
+func (n *node) writeSMI(fixture string) error {
+	src, err := os.ReadFile(fixture)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	rest := src
+	for g := 0; ; g++ {
+		start := bytes.Index(rest, []byte("<processes>"))
+		if start < 0 {
+			break
+		}
+		end := bytes.Index(rest[start:], []byte("</processes>"))
+		if end < 0 {
+			return fmt.Errorf("%s: unterminated <processes>", fixture)
+		}
+		out.Write(rest[:start])
+		out.WriteString("<processes>\n")
+		for i := range n.pids {
+			if i%4 != g%4 {
+				continue
+			}
+			fmt.Fprintf(&out, "\t\t\t<process_info>\n\t\t\t\t<gpu_instance_id>N/A</gpu_instance_id>\n"+
+				"\t\t\t\t<compute_instance_id>N/A</compute_instance_id>\n\t\t\t\t<pid>%d</pid>\n\t\t\t\t<type>C</type>\n"+
+				"\t\t\t\t<process_name>python3</process_name>\n\t\t\t\t<used_memory>2974 MiB</used_memory>\n\t\t\t</process_info>\n",
+				firstPID+i)
+		}
+		out.WriteString("\t\t")
+		rest = rest[start+end:]
+	}
+	out.Write(rest)
+	xml := filepath.Join(n.dir, "nvidia-smi.xml")
+	if err := os.WriteFile(xml, out.Bytes(), 0o644); err != nil {
+		return err
+	}
+	n.smi = filepath.Join(n.dir, "nvidia-smi")
+	return os.WriteFile(n.smi, []byte("#!/bin/sh\nexec cat "+xml+"\n"), 0o755)
+}
