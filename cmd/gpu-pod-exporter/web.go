@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -22,6 +20,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
@@ -136,10 +135,7 @@ func runServer(ctx context.Context, logger *slog.Logger, scraper *scrape.Scraper
 
 	ready := &readiness{scraper: scraper}
 	mux := http.NewServeMux()
-	mux.Handle(f.metricsPath, promhttp.InstrumentMetricHandler(registry, promhttp.HandlerFor(registry, promhttp.HandlerOpts{
-		ErrorLog:      handlerLog{logger},
-		ErrorHandling: promhttp.ContinueOnError,
-	})))
+	mux.Handle(f.metricsPath, promhttp.InstrumentMetricHandler(registry, exposition.New(registry, logger)))
 	mux.HandleFunc("/healthz", healthz)
 	mux.Handle("/readyz", ready)
 	if f.metricsPath != "/" {
@@ -214,27 +210,4 @@ func newServer(h http.Handler, collectionTimeout time.Duration, logger *slog.Log
 		// TLS handshake failures and the like go through the exporter's own log and its format.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-}
-
-// handlerLog is promhttp's error log. A client that hangs up mid-scrape makes every later metric family fail to
-// write; that is the client's business and is logged at debug, once per kind of error rather than per family. Errors
-// gathering metrics are the exporter's own and are logged as errors.
-type handlerLog struct{ logger *slog.Logger }
-
-func (l handlerLog) Println(v ...any) {
-	for _, a := range v {
-		if err, ok := a.(error); ok && clientGone(err) {
-			l.logger.Debug("client went away during a scrape", "err", err)
-			return
-		}
-	}
-	l.logger.Error(strings.TrimSpace(fmt.Sprintln(v...)))
-}
-
-// clientGone reports whether a write error means the client closed the connection or stopped reading.
-func clientGone(err error) bool {
-	var ne net.Error
-	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, http.ErrHandlerTimeout) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		(errors.As(err, &ne) && ne.Timeout())
 }

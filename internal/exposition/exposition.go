@@ -1,0 +1,245 @@
+// Package exposition serves a registry's metrics over HTTP, gathering once for all the scrapes that arrive while a
+// gathering is running and encoding its result once per negotiated format and compression. Prometheus HA pairs and
+// agents scrape the same node at the same moment; they share one reading and one body, and none is refused.
+package exposition
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// Handler serves the metrics of one Gatherer.
+type Handler struct {
+	gatherer prometheus.Gatherer
+	logger   *slog.Logger
+
+	mu        sync.Mutex
+	gathering *flight         // the gathering that a new scrape joins; nil when none is running
+	lastErr   string          // the last gathering error logged, so that a lasting one is logged once
+	sizeHint  map[bodyKey]int // the last body's size, to allocate the next one at once
+
+	// Tests' hooks: a scrape joined a gathering; a body is being encoded.
+	onJoin, onEncode func()
+}
+
+// New returns a Handler of g. A gathering that fails in part is served with what it has, and its error is logged
+// when it first appears or changes.
+func New(g prometheus.Gatherer, logger *slog.Logger) *Handler {
+	return &Handler{gatherer: g, logger: logger, sizeHint: make(map[bodyKey]int)}
+}
+
+// flight is one gathering and the bodies encoded from it.
+type flight struct {
+	done chan struct{} // closed when mfs and err are set
+	mfs  []*dto.MetricFamily
+	err  error
+
+	mu     sync.Mutex
+	bodies map[bodyKey]*body
+}
+
+type bodyKey struct {
+	format expfmt.Format
+	gzip   bool
+}
+
+type body struct {
+	done chan struct{} // closed when b and err are set
+	b    []byte
+	err  error
+}
+
+// ServeHTTP implements http.Handler. A scrape whose client goes away stops waiting at once; the gathering it joined
+// goes on for the others, within the collection timeout of the collectors.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	f := h.join()
+	if h.onJoin != nil {
+		h.onJoin()
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return
+	}
+	if f.err != nil && len(f.mfs) == 0 {
+		http.Error(w, "An error has occurred while gathering metrics:\n\n"+f.err.Error(), http.StatusInternalServerError)
+		return
+	}
+	key := bodyKey{format: expfmt.Negotiate(r.Header), gzip: acceptsGzip(r.Header.Get("Accept-Encoding"))}
+	var b *body
+	if names := r.URL.Query()["name[]"]; len(names) > 0 {
+		// A filtered scrape (promhttp's name[] parameter) is rare and gets a body of its own.
+		b = &body{}
+		b.b, b.err = h.encode(filter(f.mfs, names), key)
+	} else if b2, first := f.body(key); first {
+		b = b2
+		b.b, b.err = h.encode(f.mfs, key)
+		close(b.done)
+	} else {
+		b = b2
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+	if b.err != nil {
+		h.logger.Error("encoding metrics", "format", string(key.format), "err", b.err)
+		http.Error(w, "An error has occurred while encoding metrics.", http.StatusInternalServerError)
+		return
+	}
+	hdr := w.Header()
+	hdr.Add("Vary", "Accept")
+	hdr.Add("Vary", "Accept-Encoding")
+	hdr.Set("Content-Type", string(key.format))
+	if key.gzip {
+		hdr.Set("Content-Encoding", "gzip")
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(b.b)))
+	// A client that hung up fails this write; there is nobody to tell, and nothing to log.
+	_, _ = w.Write(b.b)
+}
+
+// join returns the gathering in flight, or starts one.
+func (h *Handler) join() *flight {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f := h.gathering; f != nil {
+		return f
+	}
+	f := &flight{done: make(chan struct{}), bodies: make(map[bodyKey]*body)}
+	h.gathering = f
+	go h.gather(f)
+	return f
+}
+
+// gather runs in its own goroutine, so that no scrape's going away cancels what the others wait for.
+func (h *Handler) gather(f *flight) {
+	mfs, err := h.gatherer.Gather()
+	h.mu.Lock()
+	h.gathering = nil // scrapes from now on want a newer reading
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	changed := msg != h.lastErr
+	h.lastErr = msg
+	h.mu.Unlock()
+	if changed && err != nil {
+		h.logger.Error("gathering metrics: some series are left out", "err", err)
+	}
+	f.mfs, f.err = mfs, err
+	close(f.done)
+}
+
+// body returns the flight's body for key. first is true for the first scrape that asks: it encodes the body and
+// closes done; the others wait for done.
+func (f *flight) body(key bodyKey) (b *body, first bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b, ok := f.bodies[key]; ok {
+		return b, false
+	}
+	b = &body{done: make(chan struct{})}
+	f.bodies[key] = b
+	return b, true
+}
+
+// gzipWriters are reused: a gzip.Writer holds about 1 MiB of tables.
+var gzipWriters sync.Pool
+
+func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey) ([]byte, error) {
+	if h.onEncode != nil {
+		h.onEncode()
+	}
+	h.mu.Lock()
+	hint := h.sizeHint[key]
+	h.mu.Unlock()
+	buf := bytes.NewBuffer(make([]byte, 0, hint+hint/8))
+	var w io.Writer = buf
+	var gz *gzip.Writer
+	if key.gzip {
+		if z, ok := gzipWriters.Get().(*gzip.Writer); ok {
+			gz = z
+			gz.Reset(buf)
+		} else {
+			// BestSpeed: the body is encoded once for every scraper, but on the scrape's clock; level 1 costs a
+			// third of the default level and leaves the body about 30% larger.
+			gz, _ = gzip.NewWriterLevel(buf, gzip.BestSpeed)
+		}
+		defer gzipWriters.Put(gz)
+		w = gz
+	}
+	enc := expfmt.NewEncoder(w, key.format)
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return nil, fmt.Errorf("encoding %s: %w", mf.GetName(), err)
+		}
+	}
+	if c, ok := enc.(expfmt.Closer); ok {
+		if err := c.Close(); err != nil {
+			return nil, err
+		}
+	}
+	if gz != nil {
+		if err := gz.Close(); err != nil {
+			return nil, err
+		}
+	}
+	h.mu.Lock()
+	h.sizeHint[key] = buf.Len()
+	h.mu.Unlock()
+	return buf.Bytes(), nil
+}
+
+// acceptsGzip reports whether an Accept-Encoding header (RFC 9110, 12.5.3) accepts gzip: named with a q above 0, or
+// not named and covered by a "*" with a q above 0.
+func acceptsGzip(header string) bool {
+	star := false
+	for part := range strings.SplitSeq(header, ",") {
+		coding, params, _ := strings.Cut(part, ";")
+		q := 1.0
+		for p := range strings.SplitSeq(params, ";") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(p), "q="); ok {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					q = f
+				}
+			}
+		}
+		switch strings.ToLower(strings.TrimSpace(coding)) {
+		case "gzip", "x-gzip":
+			return q > 0
+		case "*":
+			star = q > 0
+		}
+	}
+	return star
+}
+
+func filter(mfs []*dto.MetricFamily, names []string) []*dto.MetricFamily {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []*dto.MetricFamily
+	for _, mf := range mfs {
+		if want[mf.GetName()] {
+			out = append(out, mf)
+		}
+	}
+	return out
+}
+
+var _ http.Handler = (*Handler)(nil)
