@@ -1,16 +1,19 @@
 // Package attribution finds who owns each GPU process: it reads the process's name and cgroup from procfs, derives
 // pod, container, Slurm job and systemd unit from the cgroup path, and asks the container runtimes for names.
 //
-// Follow one PID: Attribute reads <procfs>/<pid>/comm and <procfs>/<pid>/cgroup (internal/procfs), cgroup.Parse
-// turns the cgroup file into pod UID, container ID, runtime, QoS, Slurm job and systemd unit (internal/cgroup), and
-// the container ID is named by the runtimes' APIs through a cache (names.go, which asks them through
-// resolvers.go), so that in steady state a scrape reads two small files per PID and makes no runtime call.
+// Follow one PID: Attribute reads <procfs>/<pid>/stat for its name and start time (internal/procfs), and keeps the
+// file open for the next scrape; the first time it sees that PID with that start time, it reads
+// <procfs>/<pid>/cgroup, which cgroup.Parse turns into pod UID, container ID, runtime, QoS, Slurm job and systemd
+// unit (internal/cgroup). The container ID is named by the runtimes' APIs through a cache (names.go, which asks
+// them through resolvers.go), so that in steady state a scrape makes one read system call per PID and no runtime
+// call.
 package attribution
 
 import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -90,7 +93,27 @@ type Attributor struct {
 	metrics *metrics
 	health  *procfs.Health
 	names   *names
+
+	mu sync.Mutex
+	// procs are the cgroup-derived identities of the processes of the last reading, by PID: a process is read once
+	// for its whole life, told from a later process with the same PID by its start time. A process that leaves the
+	// GPUs leaves this map at the next reading, so it holds no more than the node's GPU processes.
+	procs map[uint32]procEntry
 }
+
+// procEntry is what the cgroup file of one process told.
+type procEntry struct {
+	start     uint64 // start time, clock ticks after boot
+	identity  Identity
+	outer     string
+	delegated bool
+	// stat is the process's open stat file, read again at the next scrape; nil past maxOpenStat.
+	stat *procfs.StatFile
+}
+
+// maxOpenStat bounds the stat files kept open: one per GPU process, up to this many; the processes beyond it are
+// read by path, three system calls instead of one.
+const maxOpenStat = 4096
 
 // New returns an Attributor. Call Close to stop the lookups it may still have running.
 func New(cfg Config) *Attributor {
@@ -130,11 +153,24 @@ func New(cfg Config) *Attributor {
 	}
 }
 
-// Close stops lookups still running in the background and waits for them. Attribute still works after Close,
-// with cache hits and cgroup-derived labels only.
+// Close stops lookups still running in the background and waits for them, and closes the stat files it keeps.
+// Attribute still works after Close, with cache hits and cgroup-derived labels only.
 func (a *Attributor) Close() error {
 	a.names.close()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for pid, e := range a.procs {
+		e.closeStat()
+		delete(a.procs, pid)
+	}
 	return nil
+}
+
+func (e *procEntry) closeStat() {
+	if e.stat != nil {
+		_ = e.stat.Close()
+		e.stat = nil
+	}
 }
 
 // pending is one process being attributed.
@@ -160,6 +196,9 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	if a.preset != nil {
 		preset = a.preset.PresetOwners()
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := make(map[uint32]procEntry, len(a.procs))
 	for _, d := range snap.Devices {
 		for _, p := range d.Processes {
 			if _, done := owners[p.PID]; done {
@@ -175,11 +214,17 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 			if r == nil {
 				r = procfs.NewReader(a.procfs)
 			}
-			o, outer, delegated := a.fromProcFS(r, p, &tally)
+			o, outer, delegated := a.fromProcFS(r, p, &tally, seen)
 			owners[p.PID] = o
 			procs = append(procs, pending{pid: p.PID, owner: o, outer: outer, delegated: delegated})
 		}
 	}
+	for pid, e := range a.procs {
+		if _, ok := seen[pid]; !ok {
+			e.closeStat()
+		}
+	}
+	a.procs = seen
 	a.health.Update(tally)
 
 	// One lookup per container, however many of its processes use GPUs.
@@ -221,16 +266,25 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 
 // fromProcFS reads what procfs tells about one process, and returns it with the ID of the pod's container that
 // holds the process's container, if any (cgroup.Info.OuterContainerID), and whether its cgroup is below a user
-// manager (cgroup.Info.UserManager). A process that has exited keeps the source's name and an empty identity.
-func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.Tally) (Owner, string, bool) {
+// manager (cgroup.Info.UserManager). A process that has exited keeps the source's name and an empty identity. The
+// cgroup file of a process seen at the last reading, with the same start time, is not read again; seen gets the
+// process's entry.
+func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.Tally, seen map[uint32]procEntry) (Owner, string, bool) {
 	o := Owner{Name: p.Name}
-	comm, err := r.Comm(p.PID)
+	comm, start, stat, err := a.readStat(r, p.PID, len(seen) < maxOpenStat)
 	if err != nil {
 		a.procfsFailed(p.PID, err, tally)
 		return o, "", false
 	}
 	if comm != "" {
 		o.Name = comm
+	}
+	if e, ok := a.procs[p.PID]; ok && e.start == start {
+		tally.Read++
+		e.stat = stat
+		seen[p.PID] = e
+		o.Identity = e.identity
+		return o, e.outer, e.delegated
 	}
 	content, err := r.Cgroup(p.PID)
 	if err != nil {
@@ -251,7 +305,37 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 		// A process that exited in between keeps no user; its other labels are still right.
 		o.Identity.User, _ = a.users.User(p.PID)
 	}
-	return o, info.OuterContainerID, info.UserManager != ""
+	delegated := info.UserManager != ""
+	seen[p.PID] = procEntry{start: start, identity: o.Identity, outer: info.OuterContainerID, delegated: delegated, stat: stat}
+	return o, info.OuterContainerID, delegated
+}
+
+// readStat reads the name and start time of pid: through the stat file kept open from the last scrape, or else by
+// opening it, and keeping it open when keep is set. A kept file that fails to read belongs to a process that has
+// exited (ESRCH), whose PID may now be another's: it is closed and the PID's file opened anew.
+func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, uint64, *procfs.StatFile, error) {
+	if e, ok := a.procs[pid]; ok && e.stat != nil {
+		comm, start, err := r.ReadStat(e.stat)
+		if err == nil {
+			return comm, start, e.stat, nil
+		}
+		e.closeStat()
+		a.procs[pid] = e
+	}
+	if !keep {
+		comm, start, err := r.Stat(pid)
+		return comm, start, nil, err
+	}
+	f, err := r.OpenStat(pid)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	comm, start, err := r.ReadStat(f)
+	if err != nil {
+		_ = f.Close()
+		return "", 0, nil, err
+	}
+	return comm, start, f, nil
 }
 
 // procfsFailed counts a failed procfs read: an exited process is normal, anything else tells on procfs's health.

@@ -173,7 +173,7 @@ func TestDockerInDockerInPodTakesTheOuterNames(t *testing.T) {
 // "readable again" in turn.
 func TestProcFSMixedScrapeDoesNotFlap(t *testing.T) {
 	p := newProcFS(t)
-	if err := os.MkdirAll(filepath.Join(p.root, "3", "comm"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(p.root, "3", "stat"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	p.writeProc(4, "ok", "0::/system.slice/ollama.service\n")

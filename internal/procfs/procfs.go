@@ -1,8 +1,9 @@
-// Package procfs reads the two files the exporter reads of a process, <procfs>/<pid>/comm and <procfs>/<pid>/cgroup,
+// Package procfs reads the files the exporter reads of a process, <procfs>/<pid>/stat, comm and cgroup,
 // and says when the proc filesystem cannot be read (hidepid, a missing --path.procfs mount).
 package procfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,7 +17,8 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
-// Only comm and cgroup are read: cmdline and environ may hold secrets, and the owner is told by the cgroup alone.
+// Only stat, comm and cgroup are read: cmdline and environ may hold secrets, and the owner is told by the cgroup
+// alone.
 
 // Reader reads the small procfs files of many processes through one buffer. procfs reports a size of 0, so
 // os.ReadFile's Stat and size guess are wasted work; at two files per GPU process per scrape the allocations show.
@@ -61,6 +63,85 @@ func (r *Reader) Comm(pid uint32) (string, error) {
 	return strings.TrimRight(string(b), "\n"), nil
 }
 
+// Stat reads <procfs>/<pid>/stat for the process name and the process's start time (clock ticks after boot). A
+// PID and its start time name one process for its whole life: a PID that the kernel gives to a new process comes
+// with another start time. The name is comm's, read in the same system call.
+func (r *Reader) Stat(pid uint32) (comm string, start uint64, err error) {
+	b, err := r.read(pid, "stat")
+	if err != nil {
+		return "", 0, fmt.Errorf("reading process status: %w", err)
+	}
+	return statFields(b, r.root+"/"+strconv.FormatUint(uint64(pid), 10)+"/stat")
+}
+
+// StatFile is an open <procfs>/<pid>/stat, read again at each scrape with one pread instead of an open, an fstat,
+// reads and a close. On procfs it stays tied to the process it was opened for: once that process has exited,
+// reading it fails with ESRCH, even when the kernel has given its PID to another process. A StatFile is used by
+// one goroutine at a time.
+type StatFile struct {
+	fd   int
+	path string
+}
+
+// OpenStat opens <procfs>/<pid>/stat for ReadStat, as every file of a process is opened (see read). Close it when
+// done.
+func (r *Reader) OpenStat(pid uint32) (*StatFile, error) {
+	path := r.pathOf(pid, "stat")
+	fd, err := open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading process status: %w", err)
+	}
+	return &StatFile{fd: fd, path: path}, nil
+}
+
+// ReadStat reads an open stat file from its start: the process name and start time, as Stat gives them.
+func (r *Reader) ReadStat(f *StatFile) (comm string, start uint64, err error) {
+	b, err := r.readFD(f.fd, f.path, maxProcFile, true)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading process status: %w", err)
+	}
+	return statFields(b, f.path)
+}
+
+// Close closes the file.
+func (f *StatFile) Close() error { return syscall.Close(f.fd) }
+
+func statFields(b []byte, path string) (string, uint64, error) {
+	comm, start, ok := parseStat(b)
+	if !ok {
+		return "", 0, fmt.Errorf("reading process status: %s is not a stat file", path)
+	}
+	return comm, start, nil
+}
+
+// parseStat returns the name (field 2) and start time (field 22) of a stat line. The name is in parentheses and
+// may itself hold spaces and parentheses, so the fields after it are counted from its last ')'.
+func parseStat(b []byte) (comm string, start uint64, ok bool) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	rest := b[end+1:]
+	// rest is " S ppid ...": field 3 (state) is the first; starttime is field 22, the 20th.
+	for field := 3; field < 22; field++ {
+		rest = bytes.TrimLeft(rest, " ")
+		i := bytes.IndexByte(rest, ' ')
+		if i < 0 {
+			return "", 0, false
+		}
+		rest = rest[i:]
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	if i := bytes.IndexAny(rest, " \n"); i >= 0 {
+		rest = rest[:i]
+	}
+	start, err := strconv.ParseUint(string(rest), 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return string(b[open+1 : end]), start, true
+}
+
 // Cgroup reads the whole of <procfs>/<pid>/cgroup.
 func (r *Reader) Cgroup(pid uint32) (string, error) {
 	b, err := r.read(pid, "cgroup")
@@ -77,12 +158,26 @@ var errNotRegular = errors.New("not a regular file, as procfs files are")
 // O_NOFOLLOW (a symlink fails with ELOOP) and O_NONBLOCK (a FIFO does not block the open), refuses anything but a
 // regular file, and fails rather than read more than maxSize(file).
 func (r *Reader) read(pid uint32, file string) ([]byte, error) {
+	path := r.pathOf(pid, file)
+	fd, err := open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	return r.readFD(fd, path, maxSize(file), false)
+}
+
+func (r *Reader) pathOf(pid uint32, file string) string {
 	r.path = append(r.path[:0], r.root...)
 	r.path = append(r.path, '/')
 	r.path = strconv.AppendUint(r.path, uint64(pid), 10)
 	r.path = append(r.path, '/')
 	r.path = append(r.path, file...)
-	path := string(r.path)
+	return string(r.path)
+}
+
+// open opens a file of a process as read says.
+func open(path string) (int, error) {
 	fd, err := ignoringEINTR(func() (int, error) {
 		return syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	})
@@ -90,17 +185,24 @@ func (r *Reader) read(pid uint32, file string) ([]byte, error) {
 		if errors.Is(err, syscall.ELOOP) {
 			err = fmt.Errorf("a symlink, not followed: %w", err)
 		}
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer syscall.Close(fd)
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+		_ = syscall.Close(fd)
+		return -1, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: errNotRegular}
+		_ = syscall.Close(fd)
+		return -1, &fs.PathError{Op: "open", Path: path, Err: errNotRegular}
 	}
-	limit := maxSize(file)
+	return fd, nil
+}
+
+// readFD reads an open file whole into r.buf, failing rather than read more than limit. again reads a file read
+// before, from its start, with pread, and stops at a read that falls short of what was asked: procfs writes a stat
+// line whole, and a regular file ends there, so that a kept stat file costs one system call.
+func (r *Reader) readFD(fd int, path string, limit int, again bool) ([]byte, error) {
 	r.buf = r.buf[:0]
 	for {
 		// One byte more than the limit tells a file at the limit from a longer one.
@@ -111,14 +213,23 @@ func (r *Reader) read(pid uint32, file string) ([]byte, error) {
 			r.buf = append(r.buf, 0)[:len(r.buf)]
 		}
 		end := min(cap(r.buf), limit+1)
-		n, err := ignoringEINTR(func() (int, error) { return syscall.Read(fd, r.buf[len(r.buf):end]) })
+		n, err := ignoringEINTR(func() (int, error) {
+			if again {
+				return syscall.Pread(fd, r.buf[len(r.buf):end], int64(len(r.buf)))
+			}
+			return syscall.Read(fd, r.buf[len(r.buf):end])
+		})
 		if err != nil {
 			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 		}
 		if n == 0 {
 			return r.buf, nil
 		}
+		asked := end - len(r.buf)
 		r.buf = r.buf[:len(r.buf)+n]
+		if again && n < asked && len(r.buf) <= limit {
+			return r.buf, nil
+		}
 	}
 }
 

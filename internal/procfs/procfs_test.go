@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -111,8 +112,8 @@ func TestReaderReadsProcFiles(t *testing.T) {
 	}
 }
 
-// TestReaderRefusesWhatTheKernelNeverWrites: in a tree that is not the kernel's procfs, a comm or cgroup file
-// that is a symlink (to a secret), a FIFO (that would block) or longer than the kernel writes is an error, and
+// TestReaderRefusesWhatTheKernelNeverWrites: in a tree that is not the kernel's procfs, a comm, stat or cgroup file
+// (read by path, or opened to be kept) that is a symlink (to a secret), a FIFO (that would block) or longer than the kernel writes is an error, and
 // nothing of it is returned.
 func TestReaderRefusesWhatTheKernelNeverWrites(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "shadow")
@@ -141,19 +142,28 @@ func TestReaderRefusesWhatTheKernelNeverWrites(t *testing.T) {
 			writeFile(t, path, strings.Repeat("a", maxProcFile+1))
 		}, "larger than"},
 	} {
-		for _, file := range []string{"comm", "cgroup"} {
+		for _, file := range []string{"comm", "cgroup", "stat", "stat kept open"} {
 			t.Run(tc.name+"/"+file, func(t *testing.T) {
 				root, dir := fakeProc(t)
-				tc.make(t, filepath.Join(dir, file))
+				tc.make(t, filepath.Join(dir, strings.TrimSuffix(file, " kept open")))
 				r := NewReader(root)
 				done := make(chan struct{})
 				var got string
 				var err error
 				go func() {
 					defer close(done)
-					if file == "comm" {
+					switch file {
+					case "comm":
 						got, err = r.Comm(42)
-					} else {
+					case "stat":
+						got, _, err = r.Stat(42)
+					case "stat kept open":
+						var f *StatFile
+						if f, err = r.OpenStat(42); err == nil {
+							got, _, err = r.ReadStat(f)
+							f.Close()
+						}
+					default:
 						got, err = r.Cgroup(42)
 					}
 				}()
@@ -198,5 +208,75 @@ func TestReaderReadsTheRealProcFS(t *testing.T) {
 	}
 	if cg, err := r.Cgroup(pid); err != nil || !strings.Contains(cg, ":/") {
 		t.Errorf("Cgroup(self) = %q, %v", cg, err)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	for line, want := range map[string]struct {
+		comm  string
+		start uint64
+		ok    bool
+	}{
+		"42 (python3) S 1 42 42 0 -1 4194560 1 0 0 0 5 1 0 0 20 0 1 0 123456 1000 10 18446744073709551615 0 0\n": {"python3", 123456, true},
+		// comm may hold spaces and parentheses: the fields count from the last ')'.
+		"7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99 0 0\n": {"a) b (c)", 99, true},
+		"7 () R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5":                {"", 5, true},
+		"7 (short) R 1 7": {ok: false},
+		"garbage":         {ok: false},
+		"7 (x) R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 notanumber 0 0": {ok: false},
+	} {
+		comm, start, ok := parseStat([]byte(line))
+		if ok != want.ok || ok && (comm != want.comm || start != want.start) {
+			t.Errorf("parseStat(%q) = %q, %d, %v; want %q, %d, %v", line, comm, start, ok, want.comm, want.start, want.ok)
+		}
+	}
+}
+
+// The real kernel's stat file of this process parses, and names it as comm does.
+func TestStatOfSelf(t *testing.T) {
+	pid := uint32(os.Getpid())
+	r := NewReader("/proc")
+	comm, err := r.Comm(pid)
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	name, start, err := r.Stat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != comm || start == 0 {
+		t.Errorf("Stat = %q, %d; comm %q", name, start, comm)
+	}
+}
+
+// An open stat file reads its process again and again, and fails once that process has exited and been reaped:
+// a PID that the kernel gives to another process cannot be read through it.
+func TestStatFileIsTiedToItsProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	r := NewReader("/proc")
+	f, err := r.OpenStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var first uint64
+	for range 3 {
+		comm, start, err := r.ReadStat(f)
+		if err != nil || comm != "sleep" || first != 0 && start != first {
+			t.Fatalf("ReadStat = %q, %d, %v", comm, start, err)
+		}
+		first = start
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if _, _, err := r.ReadStat(f); !Exited(err) {
+		t.Errorf("after the process was reaped: %v, want an exited error", err)
 	}
 }

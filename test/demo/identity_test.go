@@ -3,7 +3,6 @@
 package demo
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,12 +15,9 @@ import (
 // series failed at export, and every scrape logged a multi-line ERROR.
 func TestInvalidUTF8IdentityKeepsItsSeries(t *testing.T) {
 	procfs := t.TempDir()
-	dir := filepath.Join(procfs, "4242")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := e2eutil.WriteProc(procfs, 4242, "train\xff", "0::/user.slice/user-1000.slice/user@1000.service/app.slice/\xff.service\n"); err != nil {
 		t.Fatal(err)
 	}
-	write(t, filepath.Join(dir, "comm"), "train\xff\n")
-	write(t, filepath.Join(dir, "cgroup"), "0::/user.slice/user-1000.slice/user@1000.service/app.slice/\xff.service\n")
 	cfg := filepath.Join(t.TempDir(), "node.yaml")
 	write(t, cfg, `gpus:
   - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60

@@ -44,15 +44,9 @@ func (n *churnNode) add(k int, now time.Time) {
 		pid := n.next
 		id := fmt.Sprintf("%064x", 0x50a4000000+uint64(pid))
 		uid := fmt.Sprintf("%08x_0000_4000_8000_%012x", pid, pid)
-		dir := filepath.Join(n.procfs, strconv.FormatUint(uint64(pid), 10))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			n.t.Fatal(err)
-		}
 		cg := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + id + ".scope\n"
-		for name, content := range map[string]string{"cgroup": cg, "comm": "train\n"} {
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-				n.t.Fatal(err)
-			}
+		if err := e2eutil.WriteProc(n.procfs, pid, "train", cg); err != nil {
+			n.t.Fatal(err)
 		}
 		n.alive = append(n.alive, churnProc{pid, now})
 	}

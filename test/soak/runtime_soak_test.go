@@ -25,6 +25,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // hungCRIEnv makes the test binary a CRI server whose calls never return, on the socket it names. It runs in a
@@ -223,15 +224,9 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 				next++
 				id := fmt.Sprintf("%064x", 0x50a4000000+uint64(next))
 				uid := fmt.Sprintf("%08x_0000_4000_8000_%012x", next, next)
-				dir := filepath.Join(procfs, strconv.FormatUint(uint64(next), 10))
-				if err := os.Mkdir(dir, 0o755); err != nil {
-					panic(err)
-				}
 				cg := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + id + ".scope\n"
-				for name, content := range map[string]string{"cgroup": cg, "comm": "train\n"} {
-					if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-						panic(err)
-					}
+				if err := e2eutil.WriteProc(procfs, next, "train", cg); err != nil {
+					panic(err)
 				}
 				born = append(born, proc{next, now})
 				created++
