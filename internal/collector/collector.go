@@ -5,8 +5,11 @@ package collector
 import (
 	"context"
 	"strconv"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
@@ -92,11 +95,106 @@ func counter(ch chan<- prometheus.Metric, desc *prometheus.Desc, v float64, labe
 // constMetric sends one series. A series that cannot be built (a label value that is not UTF-8) is reported as
 // an invalid metric, which fails that series alone; a panic here would end the whole collection.
 func constMetric(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.ValueType, v float64, labels []string) {
+	if s, ok := newSeries(desc, t, v, labels); ok {
+		ch <- s
+		return
+	}
 	m, err := prometheus.NewConstMetric(desc, t, v, labels...)
 	if err != nil {
 		m = prometheus.NewInvalidMetric(desc, err)
 	}
 	ch <- m
+}
+
+// series is what prometheus.NewConstMetric builds, in five allocations instead of three per label: a large node
+// sends tens of thousands of series per scrape, and NewConstMetric's label pairs were 40% of a scrape's CPU.
+type series struct {
+	desc   *prometheus.Desc
+	gauge  bool
+	value  float64
+	labels []*dto.LabelPair
+}
+
+func (s *series) Desc() *prometheus.Desc { return s.desc }
+
+func (s *series) Write(m *dto.Metric) error {
+	m.Label = s.labels
+	if s.gauge {
+		m.Gauge = &dto.Gauge{Value: &s.value}
+	} else {
+		m.Counter = &dto.Counter{Value: &s.value}
+	}
+	return nil
+}
+
+// labelOrder is how a Desc's labels are exposed: names in exposition order, and for each, the index of its value
+// among the variable label values, or -1 for a constant label.
+type labelOrder struct {
+	pairs     []dto.LabelPair // names, and the values of constant labels
+	index     []int
+	variables int // how many label values the Desc takes
+}
+
+// labelOrders holds the labelOrder of every Desc seen, learnt from client_golang itself (NewConstMetric with
+// placeholder values) so that the order and the constant labels are its own. Descs are created once, with the
+// collector, so this stays small.
+var labelOrders sync.Map // *prometheus.Desc → *labelOrder, nil for a Desc that NewConstMetric refuses
+
+func orderOf(desc *prometheus.Desc, n int) *labelOrder {
+	if o, ok := labelOrders.Load(desc); ok {
+		return o.(*labelOrder)
+	}
+	placeholders := make([]string, n)
+	for i := range placeholders {
+		placeholders[i] = "\x00" + strconv.Itoa(i) // no real label value looks like this
+	}
+	var o *labelOrder
+	var m dto.Metric
+	if c, err := prometheus.NewConstMetric(desc, prometheus.GaugeValue, 0, placeholders...); err == nil && c.Write(&m) == nil {
+		o = &labelOrder{variables: n}
+		seen := make([]bool, n)
+		for _, p := range m.Label {
+			i := -1
+			for j, ph := range placeholders {
+				if p.GetValue() == ph && !seen[j] {
+					i = j
+					seen[j] = true
+					break
+				}
+			}
+			o.pairs = append(o.pairs, dto.LabelPair{Name: p.Name, Value: p.Value})
+			o.index = append(o.index, i)
+		}
+	}
+	labelOrders.Store(desc, o)
+	return o
+}
+
+// newSeries builds a series the way NewConstMetric would, or reports false where NewConstMetric has to say why
+// not (a label value that is not UTF-8, a wrong number of values).
+func newSeries(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels []string) (*series, bool) {
+	o := orderOf(desc, len(labels))
+	if o == nil || len(labels) != o.variables || t != prometheus.GaugeValue && t != prometheus.CounterValue {
+		return nil, false
+	}
+	for _, l := range labels {
+		if !utf8.ValidString(l) {
+			return nil, false
+		}
+	}
+	values := append([]string(nil), labels...)
+	pairs := make([]dto.LabelPair, len(o.pairs))
+	s := &series{desc: desc, gauge: t == prometheus.GaugeValue, value: v, labels: make([]*dto.LabelPair, len(o.pairs))}
+	for i := range pairs {
+		pairs[i].Name = o.pairs[i].Name
+		if j := o.index[i]; j >= 0 {
+			pairs[i].Value = &values[j]
+		} else {
+			pairs[i].Value = o.pairs[i].Value
+		}
+		s.labels[i] = &pairs[i]
+	}
+	return s, true
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

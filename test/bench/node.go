@@ -27,7 +27,7 @@ type node struct {
 // (a heavily time-sliced node).
 func containers(pids int) int { return min(pids, 256) }
 
-func podUID(c int) string   { return fmt.Sprintf("7a3c1f00-0000-4000-8000-%012d", c) }
+func podUID(c int) string      { return fmt.Sprintf("7a3c1f00-0000-4000-8000-%012d", c) }
 func containerID(c int) string { return fmt.Sprintf("%064x", 0xc0ffee0000+c) }
 
 func cgroupFile(c int) string {
