@@ -52,7 +52,12 @@ func Parse(r io.Reader) (*gpu.Snapshot, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, errors.New("empty output")
 	}
-	dec := xml.NewDecoder(bytes.NewReader(repair(raw)))
+	return decode(skipUnread(repair(raw)))
+}
+
+// decode parses a repaired document.
+func decode(b []byte) (*gpu.Snapshot, error) {
+	dec := xml.NewDecoder(bytes.NewReader(b))
 	// repair has already turned the input into valid UTF-8, so a declared encoding needs no conversion; without
 	// this, a declaration other than UTF-8 would fail the whole document.
 	dec.CharsetReader = func(_ string, in io.Reader) (io.Reader, error) { return in, nil }

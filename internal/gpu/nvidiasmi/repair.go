@@ -15,8 +15,23 @@ import (
 //   - a bare '&' that starts no entity encoding/xml knows becomes "&amp;";
 //   - a '<' inside <process_name>…</process_name> becomes "&lt;".
 func repair(b []byte) []byte {
+	// Nearly all of a real output is printable ASCII without '&': it is taken as it is, and only the rest is
+	// looked at rune by rune.
+	clean := 0
+	for clean < len(b) && plainASCII(b[clean]) {
+		clean++
+	}
+	if clean == len(b) {
+		return escapeProcessNames(b)
+	}
 	out := make([]byte, 0, len(b)+64)
-	for i := 0; i < len(b); {
+	out = append(out, b[:clean]...)
+	for i := clean; i < len(b); {
+		if plainASCII(b[i]) {
+			out = append(out, b[i])
+			i++
+			continue
+		}
 		r, size := utf8.DecodeRune(b[i:])
 		switch {
 		case r == utf8.RuneError && size <= 1, !xmlChar(r):
@@ -29,6 +44,11 @@ func repair(b []byte) []byte {
 		i += size
 	}
 	return escapeProcessNames(out)
+}
+
+// plainASCII reports whether c is an ASCII character that repair keeps as it is.
+func plainASCII(c byte) bool {
+	return c >= 0x20 && c < 0x80 && c != '&' || c == '\t' || c == '\n' || c == '\r'
 }
 
 func xmlChar(r rune) bool {
