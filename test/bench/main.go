@@ -2,7 +2,8 @@
 // and a simulated node (or an nvidia-smi fixture with a fake nvidia-smi that only cats it), starts the binary,
 // scrapes it the way Prometheus does (gzip, Prometheus' Accept header), sequentially and with N concurrent
 // scrapers, and prints one Markdown table: p50, p99, exporter CPU per scrape (utime+stime of the exporter and its
-// children, from /proc/<pid>/stat), peak RSS (VmHWM) and body size. `make bench` runs it; it is not part of
+// children, from /proc/<pid>/stat), peak RSS (VmHWM), anonymous RSS after the run (RssAnon: the heap, stacks and
+// runtime, without the binary's own pages) and body size. `make bench` runs it; it is not part of
 // `make test`, and its numbers depend on the machine and its load.
 package main
 
@@ -49,8 +50,8 @@ func main() {
 	}
 	defer os.RemoveAll(work)
 
-	fmt.Printf("| source | processes | GPUs | scrapers | scrapes | errors | p50 ms | p99 ms | CPU ms/scrape | peak RSS MiB | body KiB (gzip) | body KiB |\n")
-	fmt.Printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("| source | processes | GPUs | scrapers | scrapes | errors | p50 ms | p99 ms | CPU ms/scrape | peak RSS MiB | anon RSS MiB | body KiB (gzip) | body KiB |\n")
+	fmt.Printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	want := splitSet(*cases)
 	if want["simulated"] {
 		for _, n := range ints(*sizes) {
@@ -112,7 +113,8 @@ func measureDemo(binary string) {
 		}
 	}
 	time.Sleep(2 * time.Second)
-	fmt.Printf("\nIdle --demo after 20 scrapes: RSS %.1f MiB, peak RSS %.1f MiB\n", e.status("VmRSS")/1024, e.status("VmHWM")/1024)
+	fmt.Printf("\nIdle --demo after 20 scrapes: RSS %.1f MiB (anonymous %.1f MiB, the binary's mapped file %.1f MiB), peak RSS %.1f MiB\n",
+		e.status("VmRSS")/1024, e.status("RssAnon")/1024, e.status("RssFile")/1024, e.status("VmHWM")/1024)
 }
 
 // exporter is one running binary.
@@ -246,9 +248,9 @@ func (r result) print(source string, pids, gpus, c int, e *exporter) {
 		}
 		return float64(r.latencies[min(len(r.latencies)-1, int(p*float64(len(r.latencies))))].Microseconds()) / 1000
 	}
-	fmt.Printf("| %s | %d | %d | %d | %d | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f |\n", source, pids, gpus, c,
+	fmt.Printf("| %s | %d | %d | %d | %d | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.1f |\n", source, pids, gpus, c,
 		r.scrapes, r.errors, q(0.5), q(0.99), r.cpu*1000/float64(r.scrapes), e.status("VmHWM")/1024,
-		float64(e.gzip)/1024, float64(e.plainSize())/1024)
+		e.status("RssAnon")/1024, float64(e.gzip)/1024, float64(e.plainSize())/1024)
 	if r.firstErr != nil {
 		fmt.Fprintf(os.Stderr, "  first error: %v\n", r.firstErr)
 	}
