@@ -32,11 +32,15 @@ func TestSkipUnread(t *testing.T) {
 		{`<?xml version="1.0" ?><!DOCTYPE x SYSTEM "y"><other><foo>1</foo></other>`, `<?xml version="1.0" ?><!DOCTYPE x SYSTEM "y"><other></other>`},
 		// Comments, CDATA and processing instructions pass as they are, tags in them included.
 		{`<nvidia_smi_log><!-- <foo> --><![CDATA[<bar>]]><?pi <baz>?></nvidia_smi_log>`, `<nvidia_smi_log><!-- <foo> --><![CDATA[<bar>]]><?pi <baz>?></nvidia_smi_log>`},
-		// What it cannot follow, it leaves: the same element nested (the inner one is whole, and goes), no end tag,
-		// attributes.
-		{`<nvidia_smi_log><foo><foo></foo></foo></nvidia_smi_log>`, `<nvidia_smi_log><foo></foo></nvidia_smi_log>`},
+		// Elements of the same name nested, and attribute values that hold '>' or "/>", are followed.
+		{`<nvidia_smi_log><foo><foo></foo></foo><gpu/></nvidia_smi_log>`, `<nvidia_smi_log><gpu/></nvidia_smi_log>`},
+		{`<nvidia_smi_log><foo a="/>" b='>'></foo><gpu/></nvidia_smi_log>`, `<nvidia_smi_log><gpu/></nvidia_smi_log>`},
+		// A document whose tags do not nest is left whole, for the decoder to judge.
+		{`<nvidia_smi_log><foo></bar></nvidia_smi_log>`, `<nvidia_smi_log><foo></bar></nvidia_smi_log>`},
 		{`<nvidia_smi_log><foo>`, `<nvidia_smi_log><foo>`},
-		{`<nvidia_smi_log><foo a="/>"></foo></nvidia_smi_log>`, `<nvidia_smi_log><foo a="/>"></foo></nvidia_smi_log>`},
+		{`<nvidia_smi_log><foo></foo><gpu`, `<nvidia_smi_log><foo></foo><gpu`},
+		{`<nvidia_smi_log><foo></foo></nvidia_smi_log></x>`, `<nvidia_smi_log><foo></foo></nvidia_smi_log></x>`},
+		{`<nvidia_smi_log><foo></foo>< ></nvidia_smi_log>`, `<nvidia_smi_log><foo></foo>< ></nvidia_smi_log>`},
 		// A name that only starts like another is not that element.
 		{`<nvidia_smi_log><foo><foobar></foobar></foo><gpu/></nvidia_smi_log>`, `<nvidia_smi_log><gpu/></nvidia_smi_log>`},
 	} {
