@@ -107,8 +107,9 @@ func TestCollectAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// Measured: 54,000 (5 per series); prometheus.NewConstMetric took 340,000.
-	if allocs > 65000 {
-		t.Errorf("%.0f allocations to gather 8 GPUs x 256 processes, budget 65,000", allocs)
+	t.Logf("%.0f allocations", allocs)
+	// Measured: 40,000 (the families of one process share its label pairs); prometheus.NewConstMetric took 340,000.
+	if allocs > 48000 {
+		t.Errorf("%.0f allocations to gather 8 GPUs x 256 processes, budget 48,000", allocs)
 	}
 }
