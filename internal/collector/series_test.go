@@ -1,11 +1,18 @@
 package collector
 
 import (
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
 // A series is exactly what prometheus.NewConstMetric builds: label order, constant labels, value and type.
@@ -57,4 +64,38 @@ func TestSeriesRefusesWhatConstMetricRefuses(t *testing.T) {
 	if err := (<-ch).Write(&m); err == nil {
 		t.Error("invalid UTF-8: the series is not reported as invalid")
 	}
+}
+
+// Gatherings at the same time give what one alone gives: the shared label pairs are never mixed up.
+func TestConcurrentGatheringsAgree(t *testing.T) {
+	snap, owners := benchNode()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	text := func() string {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Error(err)
+			return ""
+		}
+		var b strings.Builder
+		for _, mf := range mfs {
+			if strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") {
+				continue // self-metrics: each reading's own duration
+			}
+			if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+				t.Error(err)
+			}
+		}
+		return b.String()
+	}
+	want := text()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if got := text(); got != want {
+				t.Error("a concurrent gathering differs from a lone one")
+			}
+		})
+	}
+	wg.Wait()
 }
