@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -156,12 +157,20 @@ var lastPairs struct {
 
 // labelOrders holds the labelOrder of every Desc seen, learnt from client_golang itself (NewConstMetric with
 // placeholder values) so that the order and the constant labels are its own. Descs are created once, with the
-// collector, so this stays small.
+// collector, so this stays small; should a part ever create Descs per scrape, maxLabelOrders bounds it, and the
+// Descs beyond go through NewConstMetric.
 var labelOrders sync.Map // *prometheus.Desc → *labelOrder, nil for a Desc that NewConstMetric refuses
+
+var labelOrderCount atomic.Int32
+
+const maxLabelOrders = 4096
 
 func orderOf(desc *prometheus.Desc, n int) *labelOrder {
 	if o, ok := labelOrders.Load(desc); ok {
 		return o.(*labelOrder)
+	}
+	if labelOrderCount.Load() >= maxLabelOrders {
+		return nil
 	}
 	placeholders := make([]string, n)
 	for i := range placeholders {
@@ -199,7 +208,9 @@ func orderOf(desc *prometheus.Desc, n int) *labelOrder {
 		l, _ := layouts.LoadOrStore(k, &k)
 		o.layout = l.(*string)
 	}
-	labelOrders.Store(desc, o)
+	if _, loaded := labelOrders.LoadOrStore(desc, o); !loaded {
+		labelOrderCount.Add(1)
+	}
 	return o
 }
 
