@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
 // Handler serves the metrics of one Gatherer.
@@ -26,7 +28,7 @@ type Handler struct {
 
 	mu        sync.Mutex
 	gathering *flight         // the gathering that a new scrape joins; nil when none is running
-	lastErr   string          // the last gathering error logged, so that a lasting one is logged once
+	problem   logstate.State  // the last gathering error logged, so that a lasting one is logged once
 	sizeHint  map[bodyKey]int // the last body's size, to allocate the next one at once
 
 	// Tests' hooks: a scrape joined a gathering; a body is being encoded.
@@ -130,14 +132,12 @@ func (h *Handler) gather(f *flight) {
 	mfs, err := h.gatherer.Gather()
 	h.mu.Lock()
 	h.gathering = nil // scrapes from now on want a newer reading
+	h.mu.Unlock()
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
-	changed := msg != h.lastErr
-	h.lastErr = msg
-	h.mu.Unlock()
-	if changed && err != nil {
+	if _, changed := h.problem.Set(msg); changed && err != nil {
 		h.logger.Error("gathering metrics: some series are left out", "err", err)
 	}
 	f.mfs, f.err = mfs, err

@@ -305,11 +305,5 @@ func pct(v, base int64) float64 { return 100 * (float64(v)/float64(base) - 1) }
 // waitFor polls cond for up to a minute.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e2eutil.WaitFor(t, time.Minute, what, cond)
 }
