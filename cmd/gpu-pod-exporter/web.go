@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
@@ -124,18 +124,17 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func healthz(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
 
-func runServer(ctx context.Context, logger *slog.Logger, scraper *scrape.Scraper, c prometheus.Collector, f *webFlags, summary startupSummary) int {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(
+func runServer(ctx context.Context, logger *slog.Logger, scraper *scrape.Scraper, c *collector.Collector, f *webFlags, summary startupSummary) int {
+	self := c.Registerer()
+	self.MustRegister(
 		versioncollector.NewCollector(program),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		c,
 	)
 
 	ready := &readiness{scraper: scraper}
 	mux := http.NewServeMux()
-	mux.Handle(f.metricsPath, promhttp.InstrumentMetricHandler(registry, exposition.New(registry, logger)))
+	mux.Handle(f.metricsPath, promhttp.InstrumentMetricHandler(self, exposition.New(c, logger)))
 	mux.HandleFunc("/healthz", healthz)
 	mux.Handle("/readyz", ready)
 	if f.metricsPath != "/" {

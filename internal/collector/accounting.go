@@ -1,8 +1,6 @@
 package collector
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
@@ -13,23 +11,23 @@ import (
 type accountingMetrics struct {
 	labels                                  podLabels
 	ledger                                  *accounting.Ledger
-	power, energy, smSeconds, memorySeconds *prometheus.Desc
-	unattributedPower, unattributedEnergy   *prometheus.Desc
+	power, energy, smSeconds, memorySeconds *desc
+	unattributedPower, unattributedEnergy   *desc
 }
 
 func newAccountingMetrics(labels podLabels) *accountingMetrics {
 	names := labels.labelNames(workloadIdentityLabels, "gpu", "uuid")
-	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
+	family := func(name, help string) *desc { return newDesc(name, help, names) }
 	return &accountingMetrics{
 		labels: labels,
 		ledger: accounting.New(),
-		power: desc("gpu_workload_power_watts", "The workload's share of the GPU's board power: by SM utilization share "+
+		power: family("gpu_workload_power_watts", "The workload's share of the GPU's board power: by SM utilization share "+
 			"when the GPU reports per-process utilization, else by memory share (MIG: across all instances)."),
-		energy: desc("gpu_workload_energy_joules_total", "The workload's share of the GPU's energy since it arrived on the "+
+		energy: family("gpu_workload_energy_joules_total", "The workload's share of the GPU's energy since it arrived on the "+
 			"GPU; with gpu_unattributed_energy_joules_total it adds up to the board's energy."),
-		smSeconds: desc("gpu_workload_sm_seconds_total", "SM utilization of the workload integrated over time, in "+
+		smSeconds: family("gpu_workload_sm_seconds_total", "SM utilization of the workload integrated over time, in "+
 			"GPU-seconds (GPU-hours / 3600)."),
-		memorySeconds: desc("gpu_workload_memory_byte_seconds_total", "GPU memory held by the workload integrated over "+
+		memorySeconds: family("gpu_workload_memory_byte_seconds_total", "GPU memory held by the workload integrated over "+
 			"time, in byte-seconds."),
 		unattributedPower: gpuDesc("gpu_unattributed_power_watts", "The GPU's board power that no workload's share "+
 			"covers: all of it on an idle GPU."),
@@ -38,32 +36,30 @@ func newAccountingMetrics(labels podLabels) *accountingMetrics {
 	}
 }
 
-func (m *accountingMetrics) describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.power, m.energy, m.smSeconds, m.memorySeconds, m.unattributedPower, m.unattributedEnergy} {
-		ch <- d
-	}
+func (m *accountingMetrics) descs() []*desc {
+	return []*desc{m.power, m.energy, m.smSeconds, m.memorySeconds, m.unattributedPower, m.unattributedEnergy}
 }
 
-func (m *accountingMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *accountingMetrics) update(b *batch, r *scrape.Result) {
 	m.ledger.Observe(r)
 	values := make([]string, 0, 16)
 	m.ledger.Each(func(g *accounting.GPU) {
 		idx := itoa(g.Index)
 		if g.UnattributedPowerWatts.Valid {
-			gauge(ch, m.unattributedPower, g.UnattributedPowerWatts.V, idx, g.UUID)
+			b.gauge(m.unattributedPower, g.UnattributedPowerWatts.V, idx, g.UUID)
 		}
-		counter(ch, m.unattributedEnergy, g.UnattributedEnergyJoules, idx, g.UUID)
+		b.counter(m.unattributedEnergy, g.UnattributedEnergyJoules, idx, g.UUID)
 		for _, w := range g.Workloads {
 			values = m.labels.appendWorkloadIdentity(append(values[:0], idx, g.UUID), &w.Identity)
 			if w.PowerWatts.Valid {
-				gauge(ch, m.power, w.PowerWatts.V, values...)
+				b.gauge(m.power, w.PowerWatts.V, values...)
 			}
-			counter(ch, m.energy, w.EnergyJoules, values...)
+			b.counter(m.energy, w.EnergyJoules, values...)
 			if w.SMSeconds.Valid {
-				counter(ch, m.smSeconds, w.SMSeconds.V, values...)
+				b.counter(m.smSeconds, w.SMSeconds.V, values...)
 			}
 			if w.MemoryByteSeconds.Valid {
-				counter(ch, m.memorySeconds, w.MemoryByteSeconds.V, values...)
+				b.counter(m.memorySeconds, w.MemoryByteSeconds.V, values...)
 			}
 		}
 	})

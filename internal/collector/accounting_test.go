@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
@@ -103,14 +103,7 @@ func TestAccountingOncePerReading(t *testing.T) {
 	}
 }
 
-func discard() chan<- prometheus.Metric {
-	ch := make(chan prometheus.Metric)
-	go func() {
-		for range ch {
-		}
-	}()
-	return ch
-}
+func discard() *batch { return newBatch() }
 
 // advancing serves the same node at a later time on each reading, so that every scrape is a new reading to account.
 type advancing struct {
@@ -132,15 +125,14 @@ func (s *advancing) Snapshot(context.Context) (*gpu.Snapshot, error) {
 // part accounts each one: the difference between the two is what accounting costs a scrape.
 func BenchmarkCollectEncodeAccounting(b *testing.B) {
 	snap, owners := benchNode()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(scrape.New(&advancing{snap: *snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	c := New(scrape.New(&advancing{snap: *snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
 	b.ReportAllocs()
 	for b.Loop() {
-		mfs, err := reg.Gather()
+		mfs, err := c.Gather()
 		if err != nil {
 			b.Fatal(err)
 		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain).WithEscapingScheme(model.NoEscaping))
 		for _, mf := range mfs {
 			if err := enc.Encode(mf); err != nil {
 				b.Fatal(err)

@@ -1,8 +1,6 @@
 package collector
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
@@ -19,8 +17,8 @@ type AllocationSource interface {
 // matched by namespace and pod name, the only identity the PodResources API gives.
 type allocationMetrics struct {
 	source                       AllocationSource
-	info, processes, unrequested *prometheus.Desc
-	unmapped                     *prometheus.Desc
+	info, processes, unrequested *desc
+	unmapped                     *desc
 }
 
 // The dra_* labels are dcgm-exporter's, so that queries over its DRA series carry over; they are empty for device
@@ -31,33 +29,30 @@ var allocationLabels = []string{"gpu", "uuid", "gpu_instance", "compute_instance
 func newAllocationMetrics(source AllocationSource) *allocationMetrics {
 	return &allocationMetrics{
 		source: source,
-		info: prometheus.NewDesc("gpu_allocation_info",
+		info: newDesc("gpu_allocation_info",
 			"GPU or MIG device that the kubelet allocated to the container (PodResources API), through a device plugin "+
 				"or a DRA ResourceClaim; always 1. gpu_instance and compute_instance are empty unless the device is a MIG "+
 				"instance; resource is the device plugin resource or the DRA driver; the dra_* labels are empty for "+
 				"device plugin allocations.",
-			allocationLabels, nil),
-		processes: prometheus.NewDesc("gpu_allocation_processes",
+			allocationLabels),
+		processes: newDesc("gpu_allocation_processes",
 			"Processes of the allocated pod on the allocated GPU or MIG device; 0 means allocated and idle. "+
 				"Processes of pods whose names are not known yet count for every allocation of their GPU.",
-			allocationLabels, nil),
-		unrequested: prometheus.NewDesc("gpu_unrequested_use",
+			allocationLabels),
+		unrequested: newDesc("gpu_unrequested_use",
 			"1 for a Kubernetes container with processes on a GPU or MIG device that no kubelet allocation gives its pod "+
 				"(NVIDIA_VISIBLE_DEVICES=all, privileged pods). Only while the kubelet's allocations are known.",
-			[]string{"gpu", "uuid", "gpu_instance", "compute_instance", "namespace", "pod", "container"}, nil),
-		unmapped: prometheus.NewDesc("gpu_pod_exporter_kubelet_unmapped_devices",
+			[]string{"gpu", "uuid", "gpu_instance", "compute_instance", "namespace", "pod", "container"}),
+		unmapped: newDesc("gpu_pod_exporter_kubelet_unmapped_devices",
 			"Allocated GPU device IDs and DRA device names that match no GPU or MIG device of the current reading (unknown "+
 				"ID format, a GPU that could not be read, a MIG device whose placement is unknown). Their pods get no "+
 				"gpu_unrequested_use series.",
-			nil, nil),
+			nil),
 	}
 }
 
-func (m *allocationMetrics) describe(ch chan<- *prometheus.Desc) {
-	ch <- m.info
-	ch <- m.processes
-	ch <- m.unrequested
-	ch <- m.unmapped
+func (m *allocationMetrics) descs() []*desc {
+	return []*desc{m.info, m.processes, m.unrequested, m.unmapped}
 }
 
 // target is the device an allocation resolves to: a whole GPU, or one MIG instance of it.
@@ -169,7 +164,7 @@ type allocKey struct {
 	claim                               kubelet.Claim
 }
 
-func (m *allocationMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *allocationMetrics) update(b *batch, r *scrape.Result) {
 	allocs, ok := m.source.Allocations()
 	if !ok {
 		return
@@ -201,13 +196,13 @@ func (m *allocationMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result
 		gi, ci := t.instanceLabels()
 		values := []string{itoa(t.dev.Index), t.dev.UUID, gi, ci, a.Namespace, a.Pod, a.Container, a.Resource,
 			claimName, claimNamespace, driver, pool, device}
-		gauge(ch, m.info, 1, values...)
+		b.gauge(m.info, 1, values...)
 		if t.dev.ProcessesListed {
-			gauge(ch, m.processes, float64(m.podProcesses(r, t, pk)), values...)
+			b.gauge(m.processes, float64(m.podProcesses(r, t, pk)), values...)
 		}
 	}
-	gauge(ch, m.unmapped, float64(unmapped))
-	m.updateUnrequested(ch, r, held, unknown)
+	b.gauge(m.unmapped, float64(unmapped))
+	m.updateUnrequested(b, r, held, unknown)
 }
 
 // podProcesses counts the pod's processes on the target, and those of Kubernetes processes whose pod is not named
@@ -230,7 +225,7 @@ func (m *allocationMetrics) podProcesses(r *scrape.Result, t target, pk podKey) 
 // updateUnrequested writes gpu_unrequested_use for each container of a named pod with processes on a GPU or MIG
 // instance that none of its pod's allocations covers. Pods with an allocation that could not be mapped are left
 // out: the unmapped one may be the very device.
-func (m *allocationMetrics) updateUnrequested(ch chan<- prometheus.Metric, r *scrape.Result, held map[podKey][]target, unknown map[podKey]bool) {
+func (m *allocationMetrics) updateUnrequested(b *batch, r *scrape.Result, held map[podKey][]target, unknown map[podKey]bool) {
 	type useKey struct {
 		gpu, gi, ci               int
 		namespace, pod, container string
@@ -255,7 +250,7 @@ func (m *allocationMetrics) updateUnrequested(ch chan<- prometheus.Metric, r *sc
 			}
 			seen[key] = true
 			gil, cil := target{gi: gi, ci: ci}.instanceLabels()
-			gauge(ch, m.unrequested, 1, itoa(d.Index), d.UUID, gil, cil, id.Namespace, id.Pod, id.Container)
+			b.gauge(m.unrequested, 1, itoa(d.Index), d.UUID, gil, cil, id.Namespace, id.Pod, id.Container)
 		}
 	}
 }

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
@@ -50,16 +49,15 @@ func benchNode() (*gpu.Snapshot, fixedOwners) {
 // text exposition.
 func BenchmarkCollectEncode(b *testing.B) {
 	snap, owners := benchNode()
-	// A plain registry, as the binary uses: the pedantic one of the tests re-checks every series.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
 	b.ReportAllocs()
 	for b.Loop() {
-		mfs, err := reg.Gather()
+		mfs, err := c.Gather()
 		if err != nil {
 			b.Fatal(err)
 		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		// Without escaping, as internal/exposition encodes families whose names need none.
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain).WithEscapingScheme(model.NoEscaping))
 		for _, mf := range mfs {
 			if err := enc.Encode(mf); err != nil {
 				b.Fatal(err)
@@ -85,12 +83,11 @@ func BenchmarkAllocationSignals(b *testing.B) {
 			}
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)),
-		Options{Allocations: fixedAllocations{allocs, true}}))
+	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)),
+		Options{Allocations: fixedAllocations{allocs, true}})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := reg.Gather(); err != nil {
+		if _, err := c.Gather(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -100,10 +97,9 @@ func BenchmarkAllocationSignals(b *testing.B) {
 // machine's load: 8 GPUs x 256 processes, about 10,600 series.
 func TestCollectAllocations(t *testing.T) {
 	snap, owners := benchNode()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
 	allocs := testing.AllocsPerRun(3, func() {
-		if _, err := reg.Gather(); err != nil {
+		if _, err := c.Gather(); err != nil {
 			t.Fatal(err)
 		}
 	})

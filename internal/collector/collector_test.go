@@ -32,15 +32,15 @@ type fixedOwners map[uint32]attribution.Owner
 
 func (o fixedOwners) Attribute(context.Context, *gpu.Snapshot) map[uint32]attribution.Owner { return o }
 
-func registry(t testing.TB, src gpu.Source, owners scrape.Attributor, opts Options) *prometheus.Registry {
+// registry is the collector behind prometheus.Gatherers, which checks every series the way a registry does:
+// valid names and UTF-8, sorted label pairs, no series twice.
+func registry(t testing.TB, src gpu.Source, owners scrape.Attributor, opts Options) prometheus.Gatherer {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(New(scrape.New(src, owners, time.Minute, slog.New(slog.DiscardHandler)), opts))
-	return reg
+	return prometheus.Gatherers{New(scrape.New(src, owners, time.Minute, slog.New(slog.DiscardHandler)), opts)}
 }
 
 // gpuFamilies is the exposition without the exporter's self-metrics, whose values vary from run to run.
-func gpuFamilies(t *testing.T, reg *prometheus.Registry) string {
+func gpuFamilies(t *testing.T, reg prometheus.Gatherer) string {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

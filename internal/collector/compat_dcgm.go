@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
@@ -40,7 +38,7 @@ func compatParts(opts Options) []part {
 
 const mib = 1 << 20
 
-// The fields of --compat=dcgm, in the order of dcgmMetrics.descs.
+// The fields of --compat=dcgm, in the order of dcgmMetrics.fields.
 const (
 	dcgmSMClock = iota
 	dcgmMemClock
@@ -64,7 +62,7 @@ const (
 // up: see dcgmSplit and docs/compat.md.
 type dcgmMetrics struct {
 	hostname string
-	descs    [dcgmFields]*prometheus.Desc
+	fields   [dcgmFields]*desc
 }
 
 func newDCGMMetrics(hostname string) *dcgmMetrics {
@@ -87,16 +85,12 @@ func newDCGMMetrics(hostname string) *dcgmMetrics {
 		dcgmFBFree:      {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."},
 		dcgmFBUsed:      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)." + shared},
 	} {
-		m.descs[f] = prometheus.NewDesc(d[0], d[1], labels, nil)
+		m.fields[f] = newDesc(d[0], d[1], labels)
 	}
 	return m
 }
 
-func (m *dcgmMetrics) describe(ch chan<- *prometheus.Desc) {
-	for _, d := range m.descs {
-		ch <- d
-	}
-}
+func (m *dcgmMetrics) descs() []*desc { return m.fields[:] }
 
 // dcgmSeries is one label set of the output and its values: the whole GPU, a GPU instance (GPU_I_ID) in MIG mode,
 // or a pod's share of either.
@@ -253,7 +247,7 @@ func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *scrape.R
 	return append(out, e)
 }
 
-func (m *dcgmMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *dcgmMetrics) update(b *batch, r *scrape.Result) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
@@ -265,9 +259,9 @@ func (m *dcgmMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 				switch {
 				case !v.Valid:
 				case f == dcgmEnergy:
-					counter(ch, m.descs[f], v.V, labels...)
+					b.counter(m.fields[f], v.V, labels...)
 				default:
-					gauge(ch, m.descs[f], v.V, labels...)
+					b.gauge(m.fields[f], v.V, labels...)
 				}
 			}
 		}

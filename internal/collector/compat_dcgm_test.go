@@ -28,7 +28,7 @@ func dcgmLintExempt(metric, text string) bool {
 // dcgmValues gathers the --compat=dcgm series as name → (gpu, GPU_I_ID, pod) → value.
 type dcgmKey struct{ gpu, instance, pod string }
 
-func dcgmValues(t *testing.T, reg *prometheus.Registry) map[string]map[dcgmKey]float64 {
+func dcgmValues(t *testing.T, reg prometheus.Gatherer) map[string]map[dcgmKey]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

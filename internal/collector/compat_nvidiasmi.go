@@ -3,8 +3,6 @@ package collector
 import (
 	"strconv"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
@@ -14,18 +12,18 @@ import (
 // add, so that a panel such as sum(nvidiasmi_process_used_memory_bytes{uuid=~"GPU-$gpu"}) by (pod_name) keeps
 // working. See docs/compat.md.
 type nvidiasmiMetrics struct {
-	memory *prometheus.Desc
+	memory *desc
 }
 
 func newNvidiasmiMetrics() *nvidiasmiMetrics {
 	return &nvidiasmiMetrics{
-		memory: prometheus.NewDesc("nvidiasmi_process_used_memory_bytes",
+		memory: newDesc("nvidiasmi_process_used_memory_bytes",
 			"GPU memory used by the process on this GPU, as the nvidia-smi exporter writes it (--compat=nvidiasmi); pod_name is the owning pod.",
-			[]string{"id", "uuid", "name", "process_pid", "process_name", "process_type", "pod_name"}, nil),
+			[]string{"id", "uuid", "name", "process_pid", "process_name", "process_type", "pod_name"}),
 	}
 }
 
-func (m *nvidiasmiMetrics) describe(ch chan<- *prometheus.Desc) { ch <- m.memory }
+func (m *nvidiasmiMetrics) descs() []*desc { return []*desc{m.memory} }
 
 // smiProcess is one process on one GPU. On a GPU in MIG mode the same PID can be listed once per MIG instance it
 // uses; the original has no instance label, so those entries are summed into one series instead of colliding.
@@ -35,7 +33,7 @@ type smiProcess struct {
 	memory gpu.Value
 }
 
-func (m *nvidiasmiMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *nvidiasmiMetrics) update(b *batch, r *scrape.Result) {
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		var order []uint32
@@ -59,7 +57,7 @@ func (m *nvidiasmiMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result)
 			if name == "" {
 				name = r.Owner(sp.p).Name
 			}
-			gauge(ch, m.memory, sp.memory.V, d.PCIBusID, d.UUID, d.Name, strconv.FormatUint(uint64(pid), 10), processName(name),
+			b.gauge(m.memory, sp.memory.V, d.PCIBusID, d.UUID, d.Name, strconv.FormatUint(uint64(pid), 10), processName(name),
 				smiProcessType(sp.p.Type), sp.pod)
 		}
 	}

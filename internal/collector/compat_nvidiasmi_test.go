@@ -80,7 +80,7 @@ func compatNode() (*gpu.Snapshot, fixedOwners) {
 }
 
 // compatExposition is the exposition of the families whose names start with prefix.
-func compatExposition(t *testing.T, reg *prometheus.Registry, prefix string) string {
+func compatExposition(t *testing.T, reg prometheus.Gatherer, prefix string) string {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -98,7 +98,7 @@ func compatExposition(t *testing.T, reg *prometheus.Registry, prefix string) str
 }
 
 // lint fails the test on promlint problems, except those that exempt says are inherent in a compatibility output.
-func lint(t *testing.T, reg *prometheus.Registry, exempt func(metric, text string) bool) {
+func lint(t *testing.T, reg prometheus.Gatherer, exempt func(metric, text string) bool) {
 	t.Helper()
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {

@@ -3,24 +3,22 @@ package collector
 import (
 	"strconv"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
 // deviceMetrics are the per-GPU series.
 type deviceMetrics struct {
-	info, memTotal, memUsed, memFree, memReserved *prometheus.Desc
-	util, memUtil, encUtil, decUtil               *prometheus.Desc
-	temp, power, powerLimit, energy, fan, pstate  *prometheus.Desc
-	clock, ecc, xid, processes                    *prometheus.Desc
+	info, memTotal, memUsed, memFree, memReserved *desc
+	util, memUtil, encUtil, decUtil               *desc
+	temp, power, powerLimit, energy, fan, pstate  *desc
+	clock, ecc, xid, processes                    *desc
 }
 
 var gpuLabels = []string{"gpu", "uuid"}
 
-func gpuDesc(name, help string, extra ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, append(append([]string{}, gpuLabels...), extra...), nil)
+func gpuDesc(name, help string, extra ...string) *desc {
+	return newDesc(name, help, append(append([]string{}, gpuLabels...), extra...))
 }
 
 func newDeviceMetrics() *deviceMetrics {
@@ -51,25 +49,23 @@ func newDeviceMetrics() *deviceMetrics {
 	}
 }
 
-func (m *deviceMetrics) describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.info, m.memTotal, m.memUsed, m.memFree, m.memReserved, m.util, m.memUtil, m.encUtil,
-		m.decUtil, m.temp, m.power, m.powerLimit, m.energy, m.fan, m.pstate, m.clock, m.ecc, m.xid, m.processes} {
-		ch <- d
-	}
+func (m *deviceMetrics) descs() []*desc {
+	return []*desc{m.info, m.memTotal, m.memUsed, m.memFree, m.memReserved, m.util, m.memUtil, m.encUtil,
+		m.decUtil, m.temp, m.power, m.powerLimit, m.energy, m.fan, m.pstate, m.clock, m.ecc, m.xid, m.processes}
 }
 
 var processTypes = []string{gpu.ProcessCompute, gpu.ProcessGraphics, gpu.ProcessComputeAndGraphics, gpu.ProcessMPS}
 
-func (m *deviceMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *deviceMetrics) update(b *batch, r *scrape.Result) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
 		idx := itoa(d.Index)
-		gauge(ch, m.info, 1, idx, d.UUID, d.Name, d.PCIBusID, snap.DriverVersion, snap.CUDAVersion, string(d.MIGMode),
+		b.gauge(m.info, 1, idx, d.UUID, d.Name, d.PCIBusID, snap.DriverVersion, snap.CUDAVersion, string(d.MIGMode),
 			strconv.FormatBool(snap.Simulated))
-		optional := func(desc *prometheus.Desc, v gpu.Value) {
+		optional := func(desc *desc, v gpu.Value) {
 			if v.Valid {
-				gauge(ch, desc, v.V, idx, d.UUID)
+				b.gauge(desc, v.V, idx, d.UUID)
 			}
 		}
 		optional(m.memTotal, d.MemoryTotalBytes)
@@ -86,16 +82,16 @@ func (m *deviceMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 		optional(m.fan, d.FanSpeedRatio)
 		optional(m.pstate, d.PerformanceState)
 		if d.EnergyJoules.Valid {
-			counter(ch, m.energy, d.EnergyJoules.V, idx, d.UUID)
+			b.counter(m.energy, d.EnergyJoules.V, idx, d.UUID)
 		}
 		for _, c := range d.Clocks {
-			gauge(ch, m.clock, c.Hertz, idx, d.UUID, c.Name)
+			b.gauge(m.clock, c.Hertz, idx, d.UUID, c.Name)
 		}
 		for _, e := range d.ECCErrors {
-			counter(ch, m.ecc, e.Count, idx, d.UUID, e.Type)
+			b.counter(m.ecc, e.Count, idx, d.UUID, e.Type)
 		}
 		for _, x := range d.XIDErrors {
-			counter(ch, m.xid, float64(x.Count), idx, d.UUID, strconv.FormatUint(x.XID, 10))
+			b.counter(m.xid, float64(x.Count), idx, d.UUID, strconv.FormatUint(x.XID, 10))
 		}
 		if d.ProcessesListed {
 			var counts [4]int
@@ -107,7 +103,7 @@ func (m *deviceMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 				}
 			}
 			for t, name := range processTypes {
-				gauge(ch, m.processes, float64(counts[t]), idx, d.UUID, name)
+				b.gauge(m.processes, float64(counts[t]), idx, d.UUID, name)
 			}
 		}
 	}
@@ -115,7 +111,7 @@ func (m *deviceMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 
 // migMetrics are the per-MIG-instance series.
 type migMetrics struct {
-	info, memTotal, memUsed *prometheus.Desc
+	info, memTotal, memUsed *desc
 }
 
 func newMIGMetrics() *migMetrics {
@@ -129,24 +125,20 @@ func newMIGMetrics() *migMetrics {
 	}
 }
 
-func (m *migMetrics) describe(ch chan<- *prometheus.Desc) {
-	ch <- m.info
-	ch <- m.memTotal
-	ch <- m.memUsed
-}
+func (m *migMetrics) descs() []*desc { return []*desc{m.info, m.memTotal, m.memUsed} }
 
-func (m *migMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *migMetrics) update(b *batch, r *scrape.Result) {
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		idx := itoa(d.Index)
 		for _, mig := range d.MIG {
 			gi, ci := itoa(mig.GPUInstance), itoa(mig.ComputeInstance)
-			gauge(ch, m.info, 1, idx, d.UUID, mig.UUID, gi, ci, mig.Profile)
+			b.gauge(m.info, 1, idx, d.UUID, mig.UUID, gi, ci, mig.Profile)
 			if mig.MemoryTotalBytes.Valid {
-				gauge(ch, m.memTotal, mig.MemoryTotalBytes.V, idx, d.UUID, mig.UUID, gi, ci)
+				b.gauge(m.memTotal, mig.MemoryTotalBytes.V, idx, d.UUID, mig.UUID, gi, ci)
 			}
 			if mig.MemoryUsedBytes.Valid {
-				gauge(ch, m.memUsed, mig.MemoryUsedBytes.V, idx, d.UUID, mig.UUID, gi, ci)
+				b.gauge(m.memUsed, mig.MemoryUsedBytes.V, idx, d.UUID, mig.UUID, gi, ci)
 			}
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
@@ -88,31 +86,27 @@ func (pl podLabels) labelNames(identity []string, base ...string) []string {
 // processMetrics are the per-PID series: one per process per GPU.
 type processMetrics struct {
 	labels                        podLabels
-	memory, sm, memUtil, enc, dec *prometheus.Desc
+	memory, sm, memUtil, enc, dec *desc
 }
 
 func newProcessMetrics(labels podLabels) *processMetrics {
 	names := labels.labelNames(identityLabels, "gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
-	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
+	family := func(name, help string) *desc { return newDesc(name, help, names) }
 	return &processMetrics{
 		labels: labels,
-		memory: desc("gpu_process_memory_used_bytes", "GPU memory used by the process on this GPU."),
-		sm: desc("gpu_process_sm_utilization_ratio", "Fraction of the GPU's SM time the process used, as the driver "+
+		memory: family("gpu_process_memory_used_bytes", "GPU memory used by the process on this GPU."),
+		sm: family("gpu_process_sm_utilization_ratio", "Fraction of the GPU's SM time the process used, as the driver "+
 			"averages it since the previous reading (at least the last second); 0 when it had none."),
-		memUtil: desc("gpu_process_memory_utilization_ratio", "Fraction of the GPU's memory bandwidth time the process "+
+		memUtil: family("gpu_process_memory_utilization_ratio", "Fraction of the GPU's memory bandwidth time the process "+
 			"used, as the driver averages it since the previous reading (at least the last second)."),
-		enc: desc("gpu_process_encoder_utilization_ratio", "Video encoder utilization of the process."),
-		dec: desc("gpu_process_decoder_utilization_ratio", "Video decoder utilization of the process."),
+		enc: family("gpu_process_encoder_utilization_ratio", "Video encoder utilization of the process."),
+		dec: family("gpu_process_decoder_utilization_ratio", "Video decoder utilization of the process."),
 	}
 }
 
-func (m *processMetrics) describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.memory, m.sm, m.memUtil, m.enc, m.dec} {
-		ch <- d
-	}
-}
+func (m *processMetrics) descs() []*desc { return []*desc{m.memory, m.sm, m.memUtil, m.enc, m.dec} }
 
-func (m *processMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *processMetrics) update(b *batch, r *scrape.Result) {
 	values := make([]string, 0, 16)
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
@@ -126,12 +120,12 @@ func (m *processMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 			values = append(values[:0], idx, d.UUID, strconv.FormatUint(uint64(p.PID), 10), processName(owner.Name), p.Type, gi, ci)
 			values = m.labels.appendIdentity(values, &owner.Identity)
 			for _, s := range []struct {
-				desc *prometheus.Desc
+				desc *desc
 				v    gpu.Value
 			}{{m.memory, p.UsedMemoryBytes}, {m.sm, p.SMUtilizationRatio}, {m.memUtil, p.MemoryUtilizationRatio},
 				{m.enc, p.EncoderUtilizationRatio}, {m.dec, p.DecoderUtilizationRatio}} {
 				if s.v.Valid {
-					gauge(ch, s.desc, s.v.V, values...)
+					b.gauge(s.desc, s.v.V, values...)
 				}
 			}
 		}
@@ -153,25 +147,21 @@ func processName(name string) string {
 // a series per container ID would be a new series at every restart.
 type workloadMetrics struct {
 	labels                podLabels
-	memory, sm, processes *prometheus.Desc
+	memory, sm, processes *desc
 }
 
 func newWorkloadMetrics(labels podLabels) *workloadMetrics {
 	names := labels.labelNames(workloadIdentityLabels, "gpu", "uuid")
-	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, names, nil) }
+	family := func(name, help string) *desc { return newDesc(name, help, names) }
 	return &workloadMetrics{
 		labels:    labels,
-		memory:    desc("gpu_workload_memory_used_bytes", "GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service)."),
-		sm:        desc("gpu_workload_sm_utilization_ratio", "Sum of the SM utilization of the workload's processes on this GPU."),
-		processes: desc("gpu_workload_processes", "Processes of the workload on this GPU."),
+		memory:    family("gpu_workload_memory_used_bytes", "GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service)."),
+		sm:        family("gpu_workload_sm_utilization_ratio", "Sum of the SM utilization of the workload's processes on this GPU."),
+		processes: family("gpu_workload_processes", "Processes of the workload on this GPU."),
 	}
 }
 
-func (m *workloadMetrics) describe(ch chan<- *prometheus.Desc) {
-	ch <- m.memory
-	ch <- m.sm
-	ch <- m.processes
-}
+func (m *workloadMetrics) descs() []*desc { return []*desc{m.memory, m.sm, m.processes} }
 
 type workload struct {
 	id         *attribution.Identity
@@ -179,7 +169,7 @@ type workload struct {
 	processes  int
 }
 
-func (m *workloadMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *workloadMetrics) update(b *batch, r *scrape.Result) {
 	values := make([]string, 0, 16)
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
@@ -202,12 +192,12 @@ func (m *workloadMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) 
 		for _, key := range order {
 			w := workloads[key]
 			values = m.labels.appendWorkloadIdentity(append(values[:0], idx, d.UUID), w.id)
-			gauge(ch, m.processes, float64(w.processes), values...)
+			b.gauge(m.processes, float64(w.processes), values...)
 			if w.memory.Valid {
-				gauge(ch, m.memory, w.memory.V, values...)
+				b.gauge(m.memory, w.memory.V, values...)
 			}
 			if w.sm.Valid {
-				gauge(ch, m.sm, w.sm.V, values...)
+				b.gauge(m.sm, w.sm.V, values...)
 			}
 		}
 	}

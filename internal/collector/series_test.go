@@ -2,6 +2,7 @@ package collector
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,67 +11,112 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
-// A series is exactly what prometheus.NewConstMetric builds: label order, constant labels, value and type.
-func TestSeriesIsAConstMetric(t *testing.T) {
-	desc := prometheus.NewDesc("gpu_x", "x", []string{"uuid", "gpu", "b_label"}, prometheus.Labels{"a_const": "0", "zz": "k"})
-	for _, tc := range []struct {
-		t      prometheus.ValueType
-		labels []string
-	}{
-		{prometheus.GaugeValue, []string{"GPU-1", "0", ""}},
-		{prometheus.CounterValue, []string{"", "", "x"}},
-		{prometheus.GaugeValue, []string{"0", "0", "0"}},
-	} {
-		want, err := prometheus.NewConstMetric(desc, tc.t, 42, tc.labels...)
+// constCollector writes series through client_golang's own NewConstMetric, to compare a batch with.
+type constCollector struct {
+	desc   *prometheus.Desc
+	series []constSeries
+}
+
+type constSeries struct {
+	t      prometheus.ValueType
+	v      float64
+	labels []string
+}
+
+func (c constCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c constCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.series {
+		ch <- prometheus.MustNewConstMetric(c.desc, s.t, s.v, s.labels...)
+	}
+}
+
+func exposition(t *testing.T, mfs []*dto.MetricFamily) string {
+	t.Helper()
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// A batch writes what a registry of NewConstMetric series writes: label order, series order, type and values.
+func TestBatchIsARegistry(t *testing.T) {
+	labels := []string{"uuid", "gpu", "b_label", "pid"}
+	for _, typ := range []prometheus.ValueType{prometheus.GaugeValue, prometheus.CounterValue} {
+		var want []constSeries
+		b := newBatch()
+		d := newDesc("gpu_x", "x", labels)
+		// Written out of order, the same label values in runs (as the families of one process share them) and
+		// apart, and values that sort differently as strings and as numbers.
+		for i, pid := range []string{"10", "9", "100", "9", "10"} {
+			for _, g := range []string{"1", "0"} {
+				if i >= 3 && g == "0" {
+					continue // 9 and 10 on GPU 1 come again below, with other values
+				}
+				values := []string{"GPU-" + g, g, "", pid}
+				if i >= 3 {
+					values[2] = "again"
+				}
+				want = append(want, constSeries{typ, float64(i), values})
+				if typ == prometheus.GaugeValue {
+					b.gauge(d, float64(i), values...)
+				} else {
+					b.counter(d, float64(i), values...)
+				}
+			}
+		}
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(constCollector{prometheus.NewDesc("gpu_x", "x", labels, nil), want})
+		wantMFs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := newSeries(desc, tc.t, 42, tc.labels)
-		if !ok {
-			t.Fatalf("%v: no series", tc.labels)
-		}
-		var w, g dto.Metric
-		if err := want.Write(&w); err != nil {
+		got, err := b.gather()
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := got.Write(&g); err != nil {
-			t.Fatal(err)
-		}
-		if !proto.Equal(&w, &g) {
-			t.Errorf("%v:\n got %v\nwant %v", tc.labels, &g, &w)
+		if g, w := exposition(t, got), exposition(t, wantMFs); g != w {
+			t.Errorf("batch:\n%s\nregistry:\n%s", g, w)
 		}
 	}
 }
 
-// What NewConstMetric refuses is left to it, so that the error reaches the scrape as an invalid series.
-func TestSeriesRefusesWhatConstMetricRefuses(t *testing.T) {
-	desc := prometheus.NewDesc("gpu_x", "x", []string{"a", "b"}, nil)
-	if _, ok := newSeries(desc, prometheus.GaugeValue, 1, []string{"ok", "\xff"}); ok {
-		t.Error("a label value that is not UTF-8 was accepted")
+// What a registry refuses, a batch refuses: the series alone is left out and named in the error.
+func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
+	b := newBatch()
+	d := newDesc("gpu_x", "x", []string{"a", "b"})
+	b.gauge(d, 1, "ok", "\xff")
+	b.gauge(d, 2, "one")
+	b.gauge(d, 3, "1", "2", "3")
+	b.gauge(d, 4, "kept", "x")
+	b.gauge(d, 5, "kept", "x") // twice: the first is kept
+	b.counter(d, 6, "counter", "x")
+	b.gauge(newDesc("gpu_y", "y", []string{"a", "a"}), 1, "1", "2")
+	b.gauge(newDesc("9gpu", "y", nil), 1)
+	b.gauge(newDesc("gpu_z", "z", []string{"__reserved"}), 1, "1")
+	mfs, err := b.gather()
+	if got := exposition(t, mfs); got != "# HELP gpu_x x\n# TYPE gpu_x gauge\ngpu_x{a=\"kept\",b=\"x\"} 4\n" {
+		t.Errorf("exposition:\n%s", got)
 	}
-	for _, labels := range [][]string{{"one"}, {"1", "2", "3"}} {
-		if _, ok := newSeries(desc, prometheus.GaugeValue, 1, labels); ok {
-			t.Errorf("%d label values for 2 labels were accepted", len(labels))
+	for _, want := range []string{"not valid UTF-8", "1 label values for 2 labels", "3 label values for 2 labels",
+		"collected before", "both as a gauge and as a counter", `label name "a"`, `"9gpu" is not a valid metric name`,
+		`label name "__reserved"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
 		}
-	}
-	ch := make(chan prometheus.Metric, 1)
-	constMetric(ch, desc, prometheus.GaugeValue, 1, []string{"ok", "\xff"})
-	var m dto.Metric
-	if err := (<-ch).Write(&m); err == nil {
-		t.Error("invalid UTF-8: the series is not reported as invalid")
 	}
 }
 
 // Gatherings at the same time give what one alone gives: the shared label pairs are never mixed up.
 func TestConcurrentGatheringsAgree(t *testing.T) {
 	snap, owners := benchNode()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	reg := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
 	text := func() string {
 		mfs, err := reg.Gather()
 		if err != nil {
@@ -98,4 +144,25 @@ func TestConcurrentGatheringsAgree(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// The collector's own order is the registry's: Gatherers, which sorts families and series itself and checks every
+// series, changes nothing on a large node.
+func TestGatherIsNormalized(t *testing.T) {
+	snap, owners := benchNode()
+	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	strip := func(mfs []*dto.MetricFamily, err error) []*dto.MetricFamily {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool { return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") })
+	}
+	got := exposition(t, strip(c.Gather()))
+	if want := exposition(t, strip(prometheus.Gatherers{c}.Gather())); got != want {
+		t.Error("the collector's exposition is not in the registry's order")
+	}
+	if n := strings.Count(got, "\ngpu_process_memory_used_bytes{"); n != 2048 {
+		t.Errorf("%d process series, want 2048", n)
+	}
 }

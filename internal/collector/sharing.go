@@ -1,8 +1,6 @@
 package collector
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
@@ -10,7 +8,7 @@ import (
 // sharingMetrics say how many workloads share each GPU: time-slicing, MPS and pods that see GPUs they did not
 // request all show up as more than one. It needs no kubelet.
 type sharingMetrics struct {
-	workloads *prometheus.Desc
+	workloads *desc
 }
 
 func newSharingMetrics() *sharingMetrics {
@@ -19,9 +17,9 @@ func newSharingMetrics() *sharingMetrics {
 			"with processes on the GPU, MIG instances included. Absent when the process list could not be read.")}
 }
 
-func (m *sharingMetrics) describe(ch chan<- *prometheus.Desc) { ch <- m.workloads }
+func (m *sharingMetrics) descs() []*desc { return []*desc{m.workloads} }
 
-func (m *sharingMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
+func (m *sharingMetrics) update(b *batch, r *scrape.Result) {
 	distinct := make(map[attribution.WorkloadKey]struct{})
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
@@ -32,6 +30,6 @@ func (m *sharingMetrics) update(ch chan<- prometheus.Metric, r *scrape.Result) {
 		for _, p := range d.Processes {
 			distinct[r.Owner(p).Identity.Key()] = struct{}{}
 		}
-		gauge(ch, m.workloads, float64(len(distinct)), itoa(d.Index), d.UUID)
+		b.gauge(m.workloads, float64(len(distinct)), itoa(d.Index), d.UUID)
 	}
 }

@@ -3,9 +3,6 @@ package collector
 import (
 	"strconv"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -34,35 +31,31 @@ type AllocationSignal struct {
 // and reads its series back, so that a view and /metrics can never disagree about who holds or misuses a GPU.
 func ReadAllocationSignals(source AllocationSource, r *scrape.Result) AllocationSignals {
 	m := newAllocationMetrics(source)
-	ch := make(chan prometheus.Metric)
-	go func() {
-		m.update(ch, r)
-		close(ch)
-	}()
+	b := newBatch()
+	m.update(b, r)
 	var s AllocationSignals
 	processes := make(map[AllocationSignal]int)
-	for metric := range ch {
-		var pb dto.Metric
-		if metric.Write(&pb) != nil {
-			continue // a series that could not be built (a label that is not UTF-8) is left out, as on /metrics
-		}
-		l := make(map[string]string, len(pb.GetLabel()))
-		for _, lp := range pb.GetLabel() {
-			l[lp.GetName()] = lp.GetValue()
-		}
-		sig := AllocationSignal{
-			GPU: number(l["gpu"]), GPUInstance: number(l["gpu_instance"]), ComputeInstance: number(l["compute_instance"]),
-			Namespace: l["namespace"], Pod: l["pod"], Container: l["container"], Resource: l["resource"], Processes: -1,
-		}
-		switch metric.Desc() {
-		case m.unmapped:
-			s.Known = true // written on every reading whose allocations are known, even with none
-		case m.info:
-			s.Allocations = append(s.Allocations, sig)
-		case m.processes:
-			processes[sig] = int(pb.GetGauge().GetValue())
-		case m.unrequested:
-			s.Unrequested = append(s.Unrequested, sig)
+	// A series that could not be written (a label that is not UTF-8) is left out, as on /metrics.
+	for _, f := range b.families {
+		for _, series := range f.series {
+			l := make(map[string]string, len(f.desc.labels))
+			for i, name := range f.desc.labels {
+				l[name] = series.labels.values[i]
+			}
+			sig := AllocationSignal{
+				GPU: number(l["gpu"]), GPUInstance: number(l["gpu_instance"]), ComputeInstance: number(l["compute_instance"]),
+				Namespace: l["namespace"], Pod: l["pod"], Container: l["container"], Resource: l["resource"], Processes: -1,
+			}
+			switch f.desc {
+			case m.unmapped:
+				s.Known = true // written on every reading whose allocations are known, even with none
+			case m.info:
+				s.Allocations = append(s.Allocations, sig)
+			case m.processes:
+				processes[sig] = int(series.metric.GetGauge().GetValue())
+			case m.unrequested:
+				s.Unrequested = append(s.Unrequested, sig)
+			}
 		}
 	}
 	for i, a := range s.Allocations {

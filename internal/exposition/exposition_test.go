@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/protobuf/proto"
 )
 
 // gate is a Gatherer that holds each gathering until the test releases it, and counts them.
@@ -336,4 +338,36 @@ func gunzip(t *testing.T, b []byte) string {
 		t.Fatal(err)
 	}
 	return string(out)
+}
+
+type families []*dto.MetricFamily
+
+func (f families) Gather() ([]*dto.MetricFamily, error) { return f, nil }
+
+// Names that need escaping are escaped as the negotiated format says, whether they are a family's or a label's.
+func TestNamesThatNeedEscapingAreEscaped(t *testing.T) {
+	gauge := func(name, label string) *dto.MetricFamily {
+		return &dto.MetricFamily{Name: proto.String(name), Help: proto.String("h"), Type: dto.MetricType_GAUGE.Enum(),
+			Metric: []*dto.Metric{{Label: []*dto.LabelPair{{Name: proto.String(label), Value: proto.String("v")}},
+				Gauge: &dto.Gauge{Value: proto.Float64(1)}}}}
+	}
+	for _, mfs := range []families{
+		{gauge("a", "ok"), gauge("b.utf8", "ok")},
+		{gauge("a", "ok"), gauge("b", "label.utf8")},
+		{gauge("a", "ok"), gauge("b", "ok")},
+	} {
+		h := New(mfs, slog.New(slog.DiscardHandler))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, request(t.Context(), "text/plain;version=0.0.4", ""))
+		var want bytes.Buffer
+		enc := expfmt.NewEncoder(&want, expfmt.NewFormat(expfmt.TypeTextPlain).WithEscapingScheme(model.UnderscoreEscaping))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := w.Body.String(); got != want.String() || strings.Contains(got, ".") {
+			t.Errorf("body:\n%s\nwant:\n%s", got, want.String())
+		}
+	}
 }

@@ -62,9 +62,13 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	c := collector.New(scrape.New(simulated.Demo(), attr, time.Minute, slog.New(slog.DiscardHandler)),
 		collector.Options{Processes: true, Compat: []string{collector.CompatNvidiasmi, collector.CompatDCGM}, Allocations: kc},
 		attr, kc)
+	for _, name := range c.Families() {
+		families[name] = true
+	}
 	ch := make(chan *prometheus.Desc)
 	go func() {
-		c.Describe(ch)
+		attr.Describe(ch)
+		kc.Describe(ch)
 		close(ch)
 	}()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
