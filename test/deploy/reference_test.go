@@ -59,7 +59,8 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	}
 	defer kc.Close()
 	attr := attribution.New(attribution.Config{})
-	c := collector.New(scrape.New(simulated.Demo(), attr, time.Minute, slog.New(slog.DiscardHandler)),
+	scraper := scrape.New(simulated.Demo(), attr, time.Minute, slog.New(slog.DiscardHandler))
+	c := collector.New(scraper,
 		collector.Options{Processes: true, Compat: []string{collector.CompatNvidiasmi, collector.CompatDCGM}, Allocations: kc},
 		attr, kc)
 	for _, name := range c.Families() {
@@ -67,8 +68,10 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	}
 	ch := make(chan *prometheus.Desc)
 	go func() {
-		attr.Describe(ch)
-		kc.Describe(ch)
+		// The self-metrics; vectors that have no series yet are not served.
+		for _, self := range []prometheus.Collector{scraper, attr, kc} {
+			self.Describe(ch)
+		}
 		close(ch)
 	}()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
