@@ -2,7 +2,6 @@ package collector
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,8 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
@@ -125,18 +122,5 @@ func (s *advancing) Snapshot(context.Context) (*gpu.Snapshot, error) {
 // part accounts each one: the difference between the two is what accounting costs a scrape.
 func BenchmarkCollectEncodeAccounting(b *testing.B) {
 	snap, owners := benchNode()
-	c := New(scrape.New(&advancing{snap: *snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
-	b.ReportAllocs()
-	for b.Loop() {
-		mfs, err := c.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain).WithEscapingScheme(model.NoEscaping))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	benchmarkScrape(b, New(scrape.New(&advancing{snap: *snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
 }

@@ -55,9 +55,13 @@ type batch struct {
 	// the same process) shares it.
 	last *labelSet
 
-	// Series are cut from slabs: one allocation per 256 series instead of three per series.
-	metrics []dto.Metric
-	values  []value
+	// Series and label sets are cut from slabs: an allocation per hundreds of them instead of three each.
+	metrics  []dto.Metric
+	gauges   []gaugeValue
+	counters []counterValue
+	pairs    []dto.LabelPair
+	pointers []*dto.LabelPair
+	strings  []string
 }
 
 type family struct {
@@ -69,10 +73,15 @@ type family struct {
 type series struct {
 	labels *labelSet
 	metric *dto.Metric
+	n      int // the order written, which decides between series with the same labels
 }
 
-type value struct {
-	gauge   dto.Gauge
+type gaugeValue struct {
+	gauge dto.Gauge
+	v     float64
+}
+
+type counterValue struct {
 	counter dto.Counter
 	v       float64
 }
@@ -137,24 +146,43 @@ func (b *batch) add(d *desc, typ *dto.MetricType, v float64, labels []string) {
 				return
 			}
 		}
-		set = b.layoutOf(d).add(labels)
+		set = b.newLabelSet(b.layoutOf(d), labels)
 		b.last = set
 	}
-	if len(b.metrics) == 0 {
-		b.metrics, b.values = make([]dto.Metric, slab), make([]value, slab)
-	}
-	m, val := &b.metrics[0], &b.values[0]
-	b.metrics, b.values = b.metrics[1:], b.values[1:]
-	val.v = v
+	m := cut(&b.metrics, slab)
 	m.Label = set.pairs
 	if typ == &gaugeType {
-		val.gauge.Value = &val.v
-		m.Gauge = &val.gauge
+		g := cut(&b.gauges, slab)
+		g.v = v
+		g.gauge.Value = &g.v
+		m.Gauge = &g.gauge
 	} else {
-		val.counter.Value = &val.v
-		m.Counter = &val.counter
+		c := cut(&b.counters, slab)
+		c.v = v
+		c.counter.Value = &c.v
+		m.Counter = &c.counter
 	}
-	f.series = append(f.series, series{labels: set, metric: m})
+	f.series = append(f.series, series{labels: set, metric: m, n: len(f.series)})
+}
+
+// cut takes one element from a slab, which it refills with n new ones when empty.
+func cut[T any](from *[]T, n int) *T {
+	if len(*from) == 0 {
+		*from = make([]T, n)
+	}
+	e := &(*from)[0]
+	*from = (*from)[1:]
+	return e
+}
+
+// cutN takes n elements from a slab of label values or pairs, as one slice.
+func cutN[T any](from *[]T, n int) []T {
+	if len(*from) < n {
+		*from = make([]T, max(n, slab*8))
+	}
+	s := (*from)[:n:n]
+	*from = (*from)[n:]
+	return s
 }
 
 // maxErrors bounds the errors of one gathering: a driver that names every process in bytes that are not UTF-8
@@ -182,10 +210,12 @@ func (b *batch) layoutOf(d *desc) *layout {
 	return l
 }
 
-func (l *layout) add(values []string) *labelSet {
-	s := &labelSet{layout: l, values: slices.Clone(values)}
-	pairs := make([]dto.LabelPair, len(values))
-	s.pairs = make([]*dto.LabelPair, len(values))
+func (b *batch) newLabelSet(l *layout, values []string) *labelSet {
+	n := len(values)
+	s := &labelSet{layout: l, values: cutN(&b.strings, n)}
+	copy(s.values, values)
+	pairs := cutN(&b.pairs, n)
+	s.pairs = cutN(&b.pointers, n)
 	for i, j := range l.order {
 		pairs[i].Name, pairs[i].Value = &l.labels[j], &s.values[j]
 		s.pairs[i] = &pairs[i]
@@ -232,7 +262,7 @@ func (b *batch) gather() ([]*dto.MetricFamily, error) {
 		for _, s := range f.series {
 			s.labels.layout.rank()
 		}
-		slices.SortStableFunc(f.series, func(x, y series) int { return cmp.Compare(x.labels.rank, y.labels.rank) })
+		slices.SortFunc(f.series, func(x, y series) int { return cmp.Or(cmp.Compare(x.labels.rank, y.labels.rank), cmp.Compare(x.n, y.n)) })
 		mf := &dto.MetricFamily{Name: &f.desc.name, Help: &f.desc.help, Type: f.typ, Metric: make([]*dto.Metric, 0, len(f.series))}
 		for i, s := range f.series {
 			if i > 0 && s.labels.rank == f.series[i-1].labels.rank {

@@ -2,15 +2,14 @@ package collector
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
@@ -45,23 +44,26 @@ func benchNode() (*gpu.Snapshot, fixedOwners) {
 	return snap, owners
 }
 
-// BenchmarkCollectEncode is one scrape of the whole pipeline after the source: collect every family and write the
-// text exposition.
+// BenchmarkCollectEncode is one scrape of the whole pipeline after the source, as the binary serves it: collect
+// every family and write the gzipped text exposition that Prometheus negotiates.
 func BenchmarkCollectEncode(b *testing.B) {
 	snap, owners := benchNode()
-	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	benchmarkScrape(b, New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+}
+
+func benchmarkScrape(b *testing.B, c *Collector) {
+	h := exposition.New(c, slog.New(slog.DiscardHandler))
+	r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	r.Header.Set("Accept", "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"+
+		"application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"+
+		"text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
+	r.Header.Set("Accept-Encoding", "gzip")
 	b.ReportAllocs()
 	for b.Loop() {
-		mfs, err := c.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		// Without escaping, as internal/exposition encodes families whose names need none.
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain).WithEscapingScheme(model.NoEscaping))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
 		}
 	}
 }

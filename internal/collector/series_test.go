@@ -34,7 +34,7 @@ func (c constCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func exposition(t *testing.T, mfs []*dto.MetricFamily) string {
+func textOf(t *testing.T, mfs []*dto.MetricFamily) string {
 	t.Helper()
 	var b strings.Builder
 	for _, mf := range mfs {
@@ -81,7 +81,7 @@ func TestBatchIsARegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g, w := exposition(t, got), exposition(t, wantMFs); g != w {
+		if g, w := textOf(t, got), textOf(t, wantMFs); g != w {
 			t.Errorf("batch:\n%s\nregistry:\n%s", g, w)
 		}
 	}
@@ -101,7 +101,7 @@ func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
 	b.gauge(newDesc("9gpu", "y", nil), 1)
 	b.gauge(newDesc("gpu_z", "z", []string{"__reserved"}), 1, "1")
 	mfs, err := b.gather()
-	if got := exposition(t, mfs); got != "# HELP gpu_x x\n# TYPE gpu_x gauge\ngpu_x{a=\"kept\",b=\"x\"} 4\n" {
+	if got := textOf(t, mfs); got != "# HELP gpu_x x\n# TYPE gpu_x gauge\ngpu_x{a=\"kept\",b=\"x\"} 4\n" {
 		t.Errorf("exposition:\n%s", got)
 	}
 	for _, want := range []string{"not valid UTF-8", "1 label values for 2 labels", "3 label values for 2 labels",
@@ -158,8 +158,8 @@ func TestGatherIsNormalized(t *testing.T) {
 		}
 		return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool { return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") })
 	}
-	got := exposition(t, strip(c.Gather()))
-	if want := exposition(t, strip(prometheus.Gatherers{c}.Gather())); got != want {
+	got := textOf(t, strip(c.Gather()))
+	if want := textOf(t, strip(prometheus.Gatherers{c}.Gather())); got != want {
 		t.Error("the collector's exposition is not in the registry's order")
 	}
 	if n := strings.Count(got, "\ngpu_process_memory_used_bytes{"); n != 2048 {

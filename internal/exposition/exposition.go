@@ -189,7 +189,12 @@ func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey) ([]byte, error) {
 		// know that: a fifth of the encoding of a large node.
 		format = format.WithEscapingScheme(model.NoEscaping)
 	}
-	enc := expfmt.NewEncoder(w, format)
+	var enc expfmt.Encoder
+	if format.FormatType() == expfmt.TypeTextPlain {
+		enc = newTextEncoder(w, format)
+	} else {
+		enc = expfmt.NewEncoder(w, format)
+	}
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
 			return nil, fmt.Errorf("encoding %s: %w", mf.GetName(), err)

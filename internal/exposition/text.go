@@ -1,0 +1,203 @@
+package exposition
+
+import (
+	"bufio"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// textEncoder writes the text format byte for byte as expfmt writes it, for the families where that takes no
+// escaping: legacy names, and help texts and label values without a backslash, quote or line feed. Everything else
+// (and any family it is unsure of) goes to expfmt's own encoder. It exists because a large node's label sets are
+// long and repeated: 8 GPUs x 256 processes is 10,600 series of 15 labels, and expfmt validates and escapes every
+// label of every series, a third of a scrape's CPU. Here the text of each label set is built once per body and shared
+// by every series that has it (the five families of one process). TestTextIsExpfmt and FuzzTextIsExpfmt hold it to
+// expfmt's output.
+type textEncoder struct {
+	w      *bufio.Writer
+	expfmt expfmt.Encoder // writes to the writer under w, so w is flushed before it is used
+	labels map[labelsKey]string
+	texts  []string
+	names  []string // label names known to be valid, by position
+	num    []byte
+}
+
+// labelsKey is a label set's identity: client_golang's and the collector's series of one process share the slice.
+type labelsKey struct {
+	first **dto.LabelPair
+	n     int
+}
+
+func newTextEncoder(w io.Writer, format expfmt.Format) *textEncoder {
+	return &textEncoder{
+		w:      bufio.NewWriterSize(w, 32<<10),
+		expfmt: expfmt.NewEncoder(w, format),
+		labels: make(map[labelsKey]string),
+	}
+}
+
+func (e *textEncoder) Encode(mf *dto.MetricFamily) error {
+	if !e.plain(mf) {
+		if err := e.w.Flush(); err != nil {
+			return err
+		}
+		return e.expfmt.Encode(mf)
+	}
+	w := e.w
+	name := mf.GetName()
+	if mf.Help != nil {
+		w.WriteString("# HELP ")
+		w.WriteString(name)
+		w.WriteByte(' ')
+		w.WriteString(mf.GetHelp())
+		w.WriteByte('\n')
+	}
+	w.WriteString("# TYPE ")
+	w.WriteString(name)
+	switch mf.GetType() {
+	case dto.MetricType_COUNTER:
+		w.WriteString(" counter\n")
+	case dto.MetricType_GAUGE:
+		w.WriteString(" gauge\n")
+	default:
+		w.WriteString(" untyped\n")
+	}
+	for i, m := range mf.Metric {
+		w.WriteString(name)
+		w.WriteString(e.texts[i])
+		w.WriteByte(' ')
+		var v float64
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			v = m.Counter.GetValue()
+		case dto.MetricType_GAUGE:
+			v = m.Gauge.GetValue()
+		default:
+			v = m.Untyped.GetValue()
+		}
+		e.writeFloat(v)
+		if err := w.WriteByte('\n'); err != nil {
+			return err // bufio keeps the first error: any write above that failed fails this one
+		}
+	}
+	return nil
+}
+
+// Close flushes what is buffered.
+func (e *textEncoder) Close() error { return e.w.Flush() }
+
+// plain reports whether the family can be written without escaping anything, and leaves the text of each series'
+// label set in e.texts.
+func (e *textEncoder) plain(mf *dto.MetricFamily) bool {
+	switch mf.GetType() {
+	case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
+	default:
+		return false
+	}
+	if len(mf.Metric) == 0 || !model.LegacyValidation.IsValidMetricName(mf.GetName()) || strings.ContainsAny(mf.GetHelp(), "\\\n") {
+		return false
+	}
+	e.texts = e.texts[:0]
+	for _, m := range mf.Metric {
+		if m == nil || m.TimestampMs != nil {
+			return false
+		}
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			if m.Counter == nil {
+				return false
+			}
+		case dto.MetricType_GAUGE:
+			if m.Gauge == nil {
+				return false
+			}
+		default:
+			if m.Untyped == nil {
+				return false
+			}
+		}
+		text, ok := e.labelText(m.Label)
+		if !ok {
+			return false
+		}
+		e.texts = append(e.texts, text)
+	}
+	return true
+}
+
+// labelText is a label set as the text format writes it, {name="value",...}, or false if it takes escaping.
+func (e *textEncoder) labelText(pairs []*dto.LabelPair) (string, bool) {
+	if len(pairs) == 0 {
+		return "", true
+	}
+	key := labelsKey{&pairs[0], len(pairs)}
+	if text, ok := e.labels[key]; ok {
+		return text, true
+	}
+	size := 1
+	for i, p := range pairs {
+		if p == nil {
+			return "", false
+		}
+		name, value := p.GetName(), p.GetValue()
+		// The label sets of a family have the same names, the same strings: each is checked once.
+		if i >= len(e.names) || name != e.names[i] {
+			if !model.LegacyValidation.IsValidLabelName(name) {
+				return "", false
+			}
+			if i < len(e.names) {
+				e.names[i] = name
+			} else {
+				e.names = append(e.names, name)
+			}
+		}
+		if strings.IndexByte(value, '\\') >= 0 || strings.IndexByte(value, '"') >= 0 || strings.IndexByte(value, '\n') >= 0 {
+			return "", false
+		}
+		size += len(name) + len(value) + 4
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for i, p := range pairs {
+		if i == 0 {
+			b.WriteByte('{')
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(p.GetName())
+		b.WriteString(`="`)
+		b.WriteString(p.GetValue())
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	text := b.String()
+	e.labels[key] = text
+	return text, true
+}
+
+// writeFloat writes a sample value as expfmt does.
+func (e *textEncoder) writeFloat(f float64) {
+	switch {
+	case f == 1:
+		e.w.WriteByte('1')
+	case f == 0:
+		e.w.WriteByte('0')
+	case f == -1:
+		e.w.WriteString("-1")
+	case math.IsNaN(f):
+		e.w.WriteString("NaN")
+	case math.IsInf(f, +1):
+		e.w.WriteString("+Inf")
+	case math.IsInf(f, -1):
+		e.w.WriteString("-Inf")
+	default:
+		e.num = strconv.AppendFloat(e.num[:0], f, 'g', -1, 64)
+		e.w.Write(e.num)
+	}
+}
