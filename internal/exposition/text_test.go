@@ -67,7 +67,7 @@ func TestTextIsExpfmt(t *testing.T) {
 			gauge(math.Inf(-1)), gauge(0.1), gauge(-0.0), gauge(1e-300), gauge(123456789012), gauge(math.MaxFloat64))},
 		"escaped label values": {family("e", "h", dto.MetricType_GAUGE, gauge(1, pair("a", `quote"`)), gauge(1, pair("a", `back\slash`)),
 			gauge(1, pair("a", "line\nfeed")), gauge(1, pair("a", "tab\tand ünïcode")))},
-		"escaped help":         {family("e", "back\\slash and\nline feed", dto.MetricType_GAUGE, gauge(1))},
+		"escaped help": {family("e", "back\\slash and\nline feed", dto.MetricType_GAUGE, gauge(1))},
 		"names that need escaping": {
 			family("a.b", "h", dto.MetricType_GAUGE, gauge(1)),
 			family("c", "h", dto.MetricType_GAUGE, gauge(1, pair("d.e", "x"))),
