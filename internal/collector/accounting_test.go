@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -100,7 +101,7 @@ func TestAccountingOncePerReading(t *testing.T) {
 	}
 }
 
-func discard() *batch { return newBatch() }
+func discard() *batch { return newBatch(nil, maphash.MakeSeed()) }
 
 // advancing serves the same node at a later time on each reading, so that every scrape is a new reading to account.
 type advancing struct {

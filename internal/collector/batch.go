@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -17,12 +18,13 @@ import (
 type desc struct {
 	name, help string
 	labels     []string // label names, in the order the parts pass their values
-	order      []int    // the values' indexes in exposition order: by label name, as client_golang writes them
+	layout     *layout  // the same for every desc of a Collector with the same label names (see New)
 	err        error    // an invalid name or label name: every series of the family is refused with it
 }
 
 func newDesc(name, help string, labels []string) *desc {
-	d := &desc{name: name, help: help, labels: labels, order: make([]int, len(labels))}
+	order := make([]int, len(labels))
+	d := &desc{name: name, help: help, labels: labels, layout: &layout{labels: labels, order: order}}
 	if !model.LegacyValidation.IsValidMetricName(name) {
 		d.err = fmt.Errorf("%q is not a valid metric name", name)
 	}
@@ -30,16 +32,84 @@ func newDesc(name, help string, labels []string) *desc {
 		if !model.LegacyValidation.IsValidLabelName(l) || strings.HasPrefix(l, model.ReservedLabelPrefix) || slices.Contains(labels[:i], l) {
 			d.err = cmp.Or(d.err, fmt.Errorf("%s: label name %q is not valid, reserved or repeated", name, l))
 		}
-		d.order[i] = i
+		order[i] = i
 	}
-	slices.SortFunc(d.order, func(a, b int) int { return strings.Compare(labels[a], labels[b]) })
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(labels[a], labels[b]) })
 	return d
+}
+
+// layout is some families' label names, and the order in which the exposition writes them: by name, as
+// client_golang writes them.
+type layout struct {
+	labels []string
+	order  []int // indexes into labels
+}
+
+// shareLayouts gives the descs with the same label names one layout, so that their series can share label sets.
+func shareLayouts(descs []*desc) {
+	layouts := make(map[string]*layout)
+	for _, d := range descs {
+		key := strings.Join(d.labels, "\x00")
+		if l, ok := layouts[key]; ok {
+			d.layout = l
+		} else {
+			layouts[key] = d.layout
+		}
+	}
 }
 
 var (
 	gaugeType   = dto.MetricType_GAUGE
 	counterType = dto.MetricType_COUNTER
 )
+
+// labelSet is one set of label values and its label pairs. It is never changed once built, so that the series of
+// every family with its label names share it, in this gathering and the next ones.
+type labelSet struct {
+	layout *layout
+	values []string // in the order of layout.labels
+	pairs  []*dto.LabelPair
+}
+
+// labelSets are the label sets of one gathering, by the hash of their values: the next gathering takes from them the
+// sets it writes again (the same processes and workloads, mostly) instead of building them anew. Only the sets of
+// the last gathering are kept, so they are bounded by its series.
+type labelSets map[uint64]setRefs
+
+// setRefs are the sets of one hash: almost always one.
+type setRefs struct {
+	first setRef
+	more  []setRef
+}
+
+type setRef struct {
+	set   *labelSet
+	index int // among its layout's sets in this gathering (ranking.sets)
+}
+
+func (s labelSets) find(h uint64, l *layout, values []string) (setRef, bool) {
+	refs, ok := s[h]
+	if !ok {
+		return setRef{}, false
+	}
+	is := func(r setRef) bool { return r.set.layout == l && slices.Equal(r.set.values, values) }
+	if is(refs.first) {
+		return refs.first, true
+	}
+	if i := slices.IndexFunc(refs.more, is); i >= 0 {
+		return refs.more[i], true
+	}
+	return setRef{}, false
+}
+
+func (s labelSets) add(h uint64, r setRef) {
+	if refs, ok := s[h]; ok {
+		refs.more = append(refs.more, r)
+		s[h] = refs
+	} else {
+		s[h] = setRefs{first: r}
+	}
+}
 
 // batch builds the families of one reading. It replaces client_golang's registry for the GPU series: a large node
 // writes tens of thousands of them per scrape, and the registry's per-series checks, hashes and sorting were half of
@@ -48,12 +118,15 @@ var (
 type batch struct {
 	families []*family
 	byDesc   map[*desc]*family
-	layouts  map[*desc]*layout
 	errs     []error
 
-	// The label set of the last series: the next series with the same label names and values (the next family of
-	// the same process) shares it.
-	last *labelSet
+	prev, sets labelSets // the last gathering's label sets (read only), and this one's
+	seed       maphash.Seed
+	rankings   map[*layout]*ranking
+	// The label set of the last series: the next series with the same layout and values (the next family of the
+	// same process) takes it without a lookup.
+	last    setRef
+	hasLast bool
 
 	// Series and label sets are cut from slabs: an allocation per hundreds of them instead of three each.
 	metrics  []dto.Metric
@@ -71,7 +144,7 @@ type family struct {
 }
 
 type series struct {
-	labels *labelSet
+	set    int // index among the layout's sets (ranking.sets)
 	metric *dto.Metric
 	n      int // the order written, which decides between series with the same labels
 }
@@ -86,26 +159,19 @@ type counterValue struct {
 	v       float64
 }
 
-// labelSet is one set of label values, shared by the series of every family with the same label names.
-type labelSet struct {
-	layout *layout
-	values []string // in the order of desc.labels
-	pairs  []*dto.LabelPair
-	rank   int // position among the layout's label sets, in exposition order; equal values have equal ranks
-}
-
-// layout is the label names of some families, and every label set written with them.
-type layout struct {
-	labels []string
-	order  []int
-	sets   []*labelSet
-	ranked bool
+// ranking is the label sets of one layout in one gathering, and their order in the exposition: by label values in
+// exposition order. Equal values have equal ranks.
+type ranking struct {
+	sets  []*labelSet
+	ranks []int
 }
 
 const slab = 256
 
-func newBatch() *batch {
-	return &batch{byDesc: make(map[*desc]*family), layouts: make(map[*desc]*layout)}
+// newBatch returns a batch that takes label sets from prev (nil: none) and hashes them with seed.
+func newBatch(prev labelSets, seed maphash.Seed) *batch {
+	return &batch{byDesc: make(map[*desc]*family), prev: prev, sets: make(labelSets, len(prev)), seed: seed,
+		rankings: make(map[*layout]*ranking)}
 }
 
 func (b *batch) gauge(d *desc, v float64, labels ...string) {
@@ -127,8 +193,8 @@ func (b *batch) add(d *desc, typ *dto.MetricType, v float64, labels []string) {
 	}
 	switch {
 	case d.err != nil:
-		if len(f.series) == 0 && len(b.errs) < maxErrors {
-			b.errs = append(b.errs, d.err)
+		if len(f.series) == 0 {
+			b.fail(d.err)
 		}
 		return
 	case f.typ != typ:
@@ -138,19 +204,15 @@ func (b *batch) add(d *desc, typ *dto.MetricType, v float64, labels []string) {
 		b.fail(fmt.Errorf("%s: %d label values for %d labels", d.name, len(labels), len(d.labels)))
 		return
 	}
-	set := b.last
-	if set == nil || !slices.Equal(set.layout.labels, d.labels) || !slices.Equal(set.values, labels) {
-		for _, l := range labels {
-			if !utf8.ValidString(l) {
-				b.fail(fmt.Errorf("%s: label value %q is not valid UTF-8", d.name, l))
-				return
-			}
+	ref, ok := b.last, b.hasLast && b.last.set.layout == d.layout && slices.Equal(b.last.set.values, labels)
+	if !ok {
+		if ref, ok = b.setOf(d, labels); !ok {
+			return
 		}
-		set = b.newLabelSet(b.layoutOf(d), labels)
-		b.last = set
+		b.last, b.hasLast = ref, true
 	}
 	m := cut(&b.metrics, slab)
-	m.Label = set.pairs
+	m.Label = ref.set.pairs
 	if typ == &gaugeType {
 		g := cut(&b.gauges, slab)
 		g.v = v
@@ -162,7 +224,55 @@ func (b *batch) add(d *desc, typ *dto.MetricType, v float64, labels []string) {
 		c.counter.Value = &c.v
 		m.Counter = &c.counter
 	}
-	f.series = append(f.series, series{labels: set, metric: m, n: len(f.series)})
+	f.series = append(f.series, series{set: ref.index, metric: m, n: len(f.series)})
+}
+
+// setOf finds the label set of values in this gathering, or takes it from the last one, or builds it.
+func (b *batch) setOf(d *desc, values []string) (setRef, bool) {
+	var h maphash.Hash
+	h.SetSeed(b.seed)
+	for _, v := range values {
+		h.WriteString(v)
+		h.WriteByte(0xff) // never in UTF-8
+	}
+	sum := h.Sum64()
+	if ref, ok := b.sets.find(sum, d.layout, values); ok {
+		return ref, true
+	}
+	var set *labelSet
+	if ref, ok := b.prev.find(sum, d.layout, values); ok {
+		set = ref.set
+	} else {
+		for _, v := range values {
+			if !utf8.ValidString(v) {
+				b.fail(fmt.Errorf("%s: label value %q is not valid UTF-8", d.name, v))
+				return setRef{}, false
+			}
+		}
+		set = b.newLabelSet(d.layout, values)
+	}
+	r := b.rankings[d.layout]
+	if r == nil {
+		r = &ranking{}
+		b.rankings[d.layout] = r
+	}
+	ref := setRef{set: set, index: len(r.sets)}
+	r.sets = append(r.sets, set)
+	b.sets.add(sum, ref)
+	return ref, true
+}
+
+func (b *batch) newLabelSet(l *layout, values []string) *labelSet {
+	n := len(values)
+	s := &labelSet{layout: l, values: cutN(&b.strings, n)}
+	copy(s.values, values)
+	pairs := cutN(&b.pairs, n)
+	s.pairs = cutN(&b.pointers, n)
+	for i, j := range l.order {
+		pairs[i].Name, pairs[i].Value = &l.labels[j], &s.values[j]
+		s.pairs[i] = &pairs[i]
+	}
+	return s
 }
 
 // cut takes one element from a slab, which it refills with n new ones when empty.
@@ -195,59 +305,31 @@ func (b *batch) fail(err error) {
 	}
 }
 
-func (b *batch) layoutOf(d *desc) *layout {
-	if l := b.layouts[d]; l != nil {
-		return l
-	}
-	for _, l := range b.layouts {
-		if slices.Equal(l.labels, d.labels) {
-			b.layouts[d] = l
-			return l
-		}
-	}
-	l := &layout{labels: d.labels, order: d.order}
-	b.layouts[d] = l
-	return l
-}
-
-func (b *batch) newLabelSet(l *layout, values []string) *labelSet {
-	n := len(values)
-	s := &labelSet{layout: l, values: cutN(&b.strings, n)}
-	copy(s.values, values)
-	pairs := cutN(&b.pairs, n)
-	s.pairs = cutN(&b.pointers, n)
-	for i, j := range l.order {
-		pairs[i].Name, pairs[i].Value = &l.labels[j], &s.values[j]
-		s.pairs[i] = &pairs[i]
-	}
-	l.sets = append(l.sets, s)
-	l.ranked = false
-	return s
-}
-
-// rank orders the layout's label sets as the registry orders series: by label values, in exposition order.
-func (l *layout) rank() {
-	if l.ranked {
+// rank orders the sets as the registry orders series.
+func (r *ranking) rank(l *layout) {
+	if len(r.ranks) == len(r.sets) {
 		return
 	}
-	sets := slices.Clone(l.sets)
-	slices.SortFunc(sets, l.compare)
-	for i, s := range sets {
-		s.rank = i
-		if i > 0 && l.compare(sets[i-1], s) == 0 {
-			s.rank = sets[i-1].rank
+	byValues := make([]int, len(r.sets))
+	for i := range byValues {
+		byValues[i] = i
+	}
+	compare := func(x, y int) int {
+		for _, j := range l.order {
+			if c := strings.Compare(r.sets[x].values[j], r.sets[y].values[j]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	}
+	slices.SortFunc(byValues, compare)
+	r.ranks = make([]int, len(r.sets))
+	for i, s := range byValues {
+		r.ranks[s] = i
+		if i > 0 && compare(byValues[i-1], s) == 0 {
+			r.ranks[s] = r.ranks[byValues[i-1]]
 		}
 	}
-	l.ranked = true
-}
-
-func (l *layout) compare(a, b *labelSet) int {
-	for _, j := range l.order {
-		if c := strings.Compare(a.values[j], b.values[j]); c != 0 {
-			return c
-		}
-	}
-	return 0
 }
 
 // gather returns the batch's families sorted by name, their series sorted by label values, each family once. A
@@ -259,14 +341,15 @@ func (b *batch) gather() ([]*dto.MetricFamily, error) {
 		if len(f.series) == 0 {
 			continue
 		}
-		for _, s := range f.series {
-			s.labels.layout.rank()
-		}
-		slices.SortFunc(f.series, func(x, y series) int { return cmp.Or(cmp.Compare(x.labels.rank, y.labels.rank), cmp.Compare(x.n, y.n)) })
+		r := b.rankings[f.desc.layout]
+		r.rank(f.desc.layout)
+		slices.SortFunc(f.series, func(x, y series) int {
+			return cmp.Or(cmp.Compare(r.ranks[x.set], r.ranks[y.set]), cmp.Compare(x.n, y.n))
+		})
 		mf := &dto.MetricFamily{Name: &f.desc.name, Help: &f.desc.help, Type: f.typ, Metric: make([]*dto.Metric, 0, len(f.series))}
 		for i, s := range f.series {
-			if i > 0 && s.labels.rank == f.series[i-1].labels.rank {
-				b.fail(fmt.Errorf("collected metric %s %s was collected before with the same name and label values", f.desc.name, s.labels))
+			if i > 0 && r.ranks[s.set] == r.ranks[f.series[i-1].set] {
+				b.fail(fmt.Errorf("collected metric %s %s was collected before with the same name and label values", f.desc.name, r.sets[s.set]))
 				continue
 			}
 			mf.Metric = append(mf.Metric, s.metric)

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -43,6 +45,10 @@ type Collector struct {
 	scraper *scrape.Scraper
 	self    *prometheus.Registry
 	parts   []part
+
+	seed maphash.Seed
+	mu   sync.Mutex
+	sets labelSets // the label sets of the last gathering, for the next one to take
 }
 
 // New returns the collector. self are the self-metrics of the pieces behind the scraper (attribution, resolvers);
@@ -58,9 +64,14 @@ func New(scraper *scrape.Scraper, opts Options, self ...prometheus.Collector) *C
 		parts = append(parts, newAllocationMetrics(opts.Allocations))
 	}
 	parts = append(parts, compatParts(opts)...)
+	var descs []*desc
+	for _, p := range parts {
+		descs = append(descs, p.descs()...)
+	}
+	shareLayouts(descs)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(append([]prometheus.Collector{scraper}, self...)...)
-	return &Collector{scraper: scraper, self: reg, parts: parts}
+	return &Collector{scraper: scraper, self: reg, parts: parts, seed: maphash.MakeSeed()}
 }
 
 // Registerer is where the exporter's other self-metrics (build information, Go runtime, HTTP handler) go: they are
@@ -85,13 +96,18 @@ func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
 	var gpu []*dto.MetricFamily
 	var errs []error
 	if r, err := c.scraper.Scrape(context.Background()); err == nil {
-		b := newBatch()
+		c.mu.Lock()
+		b := newBatch(c.sets, c.seed)
+		c.mu.Unlock()
 		for _, p := range c.parts {
 			p.update(b, r)
 		}
 		var err error
 		gpu, err = b.gather()
 		errs = append(errs, err)
+		c.mu.Lock()
+		c.sets = b.sets
+		c.mu.Unlock()
 	}
 	self, err := c.self.Gather()
 	errs = append(errs, err)

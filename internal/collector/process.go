@@ -164,7 +164,7 @@ func newWorkloadMetrics(labels podLabels) *workloadMetrics {
 func (m *workloadMetrics) descs() []*desc { return []*desc{m.memory, m.sm, m.processes} }
 
 type workload struct {
-	id         *attribution.Identity
+	id         attribution.Identity
 	memory, sm gpu.Value
 	processes  int
 }
@@ -181,7 +181,7 @@ func (m *workloadMetrics) update(b *batch, r *scrape.Result) {
 			key := owner.Identity.Key()
 			w, ok := workloads[key]
 			if !ok {
-				w = &workload{id: &owner.Identity}
+				w = &workload{id: owner.Identity}
 				workloads[key] = w
 				order = append(order, key)
 			}
@@ -191,7 +191,7 @@ func (m *workloadMetrics) update(b *batch, r *scrape.Result) {
 		}
 		for _, key := range order {
 			w := workloads[key]
-			values = m.labels.appendWorkloadIdentity(append(values[:0], idx, d.UUID), w.id)
+			values = m.labels.appendWorkloadIdentity(append(values[:0], idx, d.UUID), &w.id)
 			b.gauge(m.processes, float64(w.processes), values...)
 			if w.memory.Valid {
 				b.gauge(m.memory, w.memory.V, values...)

@@ -1,6 +1,9 @@
 package collector
 
 import (
+	"context"
+	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
 
@@ -50,7 +55,7 @@ func TestBatchIsARegistry(t *testing.T) {
 	labels := []string{"uuid", "gpu", "b_label", "pid"}
 	for _, typ := range []prometheus.ValueType{prometheus.GaugeValue, prometheus.CounterValue} {
 		var want []constSeries
-		b := newBatch()
+		b := newBatch(nil, maphash.MakeSeed())
 		d := newDesc("gpu_x", "x", labels)
 		// Written out of order, the same label values in runs (as the families of one process share them) and
 		// apart, and values that sort differently as strings and as numbers.
@@ -89,7 +94,7 @@ func TestBatchIsARegistry(t *testing.T) {
 
 // What a registry refuses, a batch refuses: the series alone is left out and named in the error.
 func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
-	b := newBatch()
+	b := newBatch(nil, maphash.MakeSeed())
 	d := newDesc("gpu_x", "x", []string{"a", "b"})
 	b.gauge(d, 1, "ok", "\xff")
 	b.gauge(d, 2, "one")
@@ -164,5 +169,99 @@ func TestGatherIsNormalized(t *testing.T) {
 	}
 	if n := strings.Count(got, "\ngpu_process_memory_used_bytes{"); n != 2048 {
 		t.Errorf("%d process series, want 2048", n)
+	}
+}
+
+type switchingSource struct{ snap *gpu.Snapshot }
+
+func (s *switchingSource) Name() string { return "switching" }
+func (s *switchingSource) Close() error { return nil }
+func (s *switchingSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
+	return s.snap, nil
+}
+
+// A gathering takes the label sets of the last one where they still hold, and writes exactly what a collector that
+// never saw the last reading writes: processes that came, went, moved or changed owner included.
+func TestLabelSetsCarryOver(t *testing.T) {
+	first, owners := benchNode()
+	second, _ := benchNode()
+	for g := range second.Devices {
+		d := &second.Devices[g]
+		d.Processes = d.Processes[len(d.Processes)/4:] // a quarter went away
+		for i := range 16 {
+			pid := uint32(90000 + g*100 + i) // new ones came
+			d.Processes = append(d.Processes, gpu.Process{PID: pid, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(1)})
+			owners[pid] = attribution.Owner{Name: "new", Identity: attribution.Identity{Namespace: "new", Pod: fmt.Sprint("new-", pid)}}
+		}
+	}
+	second.Devices[0].Processes[0].Type = gpu.ProcessGraphics // a label value changed
+	second.Devices[1], second.Devices[2] = second.Devices[2], second.Devices[1]
+	second.Devices[1].Index, second.Devices[2].Index = 1, 2 // processes moved GPU
+
+	src := &switchingSource{first}
+	logger := slog.New(slog.DiscardHandler)
+	c := New(scrape.New(src, owners, time.Minute, logger), Options{Processes: true})
+	gather := func(c *Collector) ([]*dto.MetricFamily, string) {
+		t.Helper()
+		mfs, err := c.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mfs, textOf(t, slices.DeleteFunc(slices.Clone(mfs), func(mf *dto.MetricFamily) bool {
+			return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_")
+		}))
+	}
+	before, _ := gather(c)
+	src.snap = second
+	after, got := gather(c)
+	_, want := gather(New(scrape.New(&switchingSource{second}, owners, time.Minute, logger), Options{Processes: true}))
+	if n := strings.Count(got, "\ngpu_process_memory_used_bytes{"); n != 8*(192+16) {
+		t.Errorf("%d process series, want %d", n, 8*(192+16))
+	}
+	if got != want {
+		t.Error("a gathering after another differs from a first gathering of the same reading")
+	}
+	pairs := func(mfs []*dto.MetricFamily) map[**dto.LabelPair]bool {
+		seen := map[**dto.LabelPair]bool{}
+		for _, mf := range mfs {
+			if mf.GetName() == "gpu_process_memory_used_bytes" {
+				for _, m := range mf.Metric {
+					seen[&m.Label[0]] = true
+				}
+			}
+		}
+		return seen
+	}
+	kept, old := 0, pairs(before)
+	for p := range pairs(after) {
+		if old[p] {
+			kept++
+		}
+	}
+	// 8 x 192 processes stayed; those on GPUs 1 and 2 moved (a new gpu label), one changed type.
+	if want := 6*192 - 1; kept != want {
+		t.Errorf("%d label sets were taken from the last gathering, want %d", kept, want)
+	}
+}
+
+// Label sets whose hashes collide are told apart by their layout and values.
+func TestLabelSetsCollide(t *testing.T) {
+	a, b := newDesc("a", "a", []string{"x"}), newDesc("b", "b", []string{"x"})
+	batch := newBatch(nil, maphash.MakeSeed())
+	sets := labelSets{}
+	one, two, three := batch.newLabelSet(a.layout, []string{"1"}), batch.newLabelSet(a.layout, []string{"2"}), batch.newLabelSet(b.layout, []string{"1"})
+	for i, s := range []*labelSet{one, two, three} {
+		sets.add(42, setRef{set: s, index: i})
+	}
+	for i, want := range []struct {
+		l      *layout
+		values []string
+	}{{a.layout, []string{"1"}}, {a.layout, []string{"2"}}, {b.layout, []string{"1"}}} {
+		if got, ok := sets.find(42, want.l, want.values); !ok || got.index != i {
+			t.Errorf("set %d: found %v, %v", i, got.index, ok)
+		}
+	}
+	if _, ok := sets.find(42, a.layout, []string{"3"}); ok {
+		t.Error("found a set that is not there")
 	}
 }

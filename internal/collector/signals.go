@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"hash/maphash"
 	"strconv"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
@@ -31,7 +32,7 @@ type AllocationSignal struct {
 // and reads its series back, so that a view and /metrics can never disagree about who holds or misuses a GPU.
 func ReadAllocationSignals(source AllocationSource, r *scrape.Result) AllocationSignals {
 	m := newAllocationMetrics(source)
-	b := newBatch()
+	b := newBatch(nil, maphash.MakeSeed())
 	m.update(b, r)
 	var s AllocationSignals
 	processes := make(map[AllocationSignal]int)
@@ -40,7 +41,7 @@ func ReadAllocationSignals(source AllocationSource, r *scrape.Result) Allocation
 		for _, series := range f.series {
 			l := make(map[string]string, len(f.desc.labels))
 			for i, name := range f.desc.labels {
-				l[name] = series.labels.values[i]
+				l[name] = b.rankings[f.desc.layout].sets[series.set].values[i]
 			}
 			sig := AllocationSignal{
 				GPU: number(l["gpu"]), GPUInstance: number(l["gpu_instance"]), ComputeInstance: number(l["compute_instance"]),

@@ -31,6 +31,8 @@ type Handler struct {
 	gathering *flight         // the gathering that a new scrape joins; nil when none is running
 	problem   logstate.State  // the last gathering error logged, so that a lasting one is logged once
 	sizeHint  map[bodyKey]int // the last body's size, to allocate the next one at once
+	// The text of the label sets of the last text body (see textEncoder); nil while a body is being written.
+	labelTexts labelTexts
 
 	// Tests' hooks: a scrape joined a gathering; a body is being encoded.
 	onJoin, onEncode func()
@@ -191,7 +193,19 @@ func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey) ([]byte, error) {
 	}
 	var enc expfmt.Encoder
 	if format.FormatType() == expfmt.TypeTextPlain {
-		enc = newTextEncoder(w, format)
+		// The label texts of the last text body, taken for this one: another body written meanwhile starts without.
+		h.mu.Lock()
+		labels := h.labelTexts
+		h.labelTexts = nil
+		h.mu.Unlock()
+		text := newTextEncoder(w, format, labels)
+		defer func() {
+			text.labels.sweep()
+			h.mu.Lock()
+			h.labelTexts = text.labels
+			h.mu.Unlock()
+		}()
+		enc = text
 	} else {
 		enc = expfmt.NewEncoder(w, format)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,28 +18,64 @@ import (
 // (and any family it is unsure of) goes to expfmt's own encoder. It exists because a large node's label sets are
 // long and repeated: 8 GPUs x 256 processes is 10,600 series of 15 labels, and expfmt validates and escapes every
 // label of every series, a third of a scrape's CPU. Here the text of each label set is built once per body and shared
-// by every series that has it (the five families of one process). TestTextIsExpfmt and FuzzTextIsExpfmt hold it to
-// expfmt's output.
+// by every series that has it (the five families of one process), and kept for the next body while its label pairs
+// are the same (internal/collector keeps them from one gathering to the next). TestTextIsExpfmt and
+// FuzzTextIsExpfmt hold it to expfmt's output.
 type textEncoder struct {
 	w      *bufio.Writer
 	expfmt expfmt.Encoder // writes to the writer under w, so w is flushed before it is used
-	labels map[labelsKey]string
+	labels labelTexts
 	texts  []string
 	names  []string // label names known to be valid, by position
 	num    []byte
 }
 
-// labelsKey is a label set's identity: client_golang's and the collector's series of one process share the slice.
+// labelTexts are the texts of label sets, by the label pairs' slice: the series of one process share it.
+type labelTexts map[labelsKey]*labelText
+
 type labelsKey struct {
 	first **dto.LabelPair
 	n     int
 }
 
-func newTextEncoder(w io.Writer, format expfmt.Format) *textEncoder {
+type labelText struct {
+	text string
+	// What the text was written from: the pairs, and their names and values, to tell a label set that has changed
+	// since (no Gatherer here changes one, but nothing in client_model forbids it).
+	pairs   []*dto.LabelPair
+	strings []*string
+	used    bool // by the body being written
+}
+
+func (t *labelText) writtenFrom(pairs []*dto.LabelPair) bool {
+	for i, p := range pairs {
+		if p != t.pairs[i] || p.Name != t.strings[2*i] || p.Value != t.strings[2*i+1] {
+			return false
+		}
+	}
+	return true
+}
+
+// sweep forgets the texts that the body just written did not use, so that what is kept is bounded by one body.
+func (l labelTexts) sweep() {
+	for k, t := range l {
+		if !t.used {
+			delete(l, k)
+		}
+		t.used = false
+	}
+}
+
+// newTextEncoder returns an encoder that takes the label texts of earlier bodies from labels (nil: none) and leaves
+// this body's there.
+func newTextEncoder(w io.Writer, format expfmt.Format, labels labelTexts) *textEncoder {
+	if labels == nil {
+		labels = make(labelTexts)
+	}
 	return &textEncoder{
-		w:      bufio.NewWriterSize(w, 32<<10),
+		w:      bufio.NewWriterSize(w, 4<<10),
 		expfmt: expfmt.NewEncoder(w, format),
-		labels: make(map[labelsKey]string),
+		labels: labels,
 	}
 }
 
@@ -137,8 +174,9 @@ func (e *textEncoder) labelText(pairs []*dto.LabelPair) (string, bool) {
 		return "", true
 	}
 	key := labelsKey{&pairs[0], len(pairs)}
-	if text, ok := e.labels[key]; ok {
-		return text, true
+	if t, ok := e.labels[key]; ok && t.writtenFrom(pairs) {
+		t.used = true
+		return t.text, true
 	}
 	size := 1
 	for i, p := range pairs {
@@ -176,9 +214,12 @@ func (e *textEncoder) labelText(pairs []*dto.LabelPair) (string, bool) {
 		b.WriteByte('"')
 	}
 	b.WriteByte('}')
-	text := b.String()
-	e.labels[key] = text
-	return text, true
+	t := &labelText{text: b.String(), pairs: slices.Clone(pairs), strings: make([]*string, 0, 2*len(pairs)), used: true}
+	for _, p := range pairs {
+		t.strings = append(t.strings, p.Name, p.Value)
+	}
+	e.labels[key] = t
+	return t.text, true
 }
 
 // writeFloat writes a sample value as expfmt does.

@@ -3,6 +3,7 @@ package exposition
 import (
 	"bytes"
 	"math"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -23,7 +24,7 @@ func checkText(t *testing.T, mfs []*dto.MetricFamily) {
 	t.Helper()
 	for _, format := range textFormats {
 		var got, want bytes.Buffer
-		enc, ref := newTextEncoder(&got, format), expfmt.NewEncoder(&want, format)
+		enc, ref := newTextEncoder(&got, format, nil), expfmt.NewEncoder(&want, format)
 		for _, mf := range mfs {
 			gotErr, wantErr := enc.Encode(mf), ref.Encode(mf)
 			if (gotErr == nil) != (wantErr == nil) {
@@ -113,4 +114,50 @@ func FuzzTextIsExpfmt(f *testing.F) {
 			family(name+"_2", help, types[(typ/3)%3], shared),
 		})
 	})
+}
+
+// The label texts of one body serve the next while their pairs are the same, are written anew when a pair has
+// changed, and are forgotten when the body does not use them.
+func TestLabelTextsAcrossBodies(t *testing.T) {
+	format := textFormats[0]
+	labels := labelTexts{}
+	kept := []*dto.LabelPair{pair("gpu", "0"), pair("pod", "a")}
+	gone := []*dto.LabelPair{pair("gpu", "1")}
+	body := func(mfs ...*dto.MetricFamily) string {
+		t.Helper()
+		var got, want bytes.Buffer
+		enc, ref := newTextEncoder(&got, format, labels), expfmt.NewEncoder(&want, format)
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.Encode(mf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := enc.Close(); err != nil {
+			t.Fatal(err)
+		}
+		labels.sweep()
+		if got.String() != want.String() {
+			t.Fatalf("body:\n%s\nexpfmt wrote:\n%s", got.String(), want.String())
+		}
+		return got.String()
+	}
+	body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...), gauge(2, gone...)))
+	if len(labels) != 2 {
+		t.Fatalf("%d label texts kept, want 2", len(labels))
+	}
+	body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...)))
+	if len(labels) != 1 {
+		t.Errorf("%d label texts kept after a body that used one, want 1", len(labels))
+	}
+	kept[1].Value = proto.String("b") // changed in place, under the same slice
+	if got := body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...))); !strings.Contains(got, `pod="b"`) {
+		t.Errorf("a changed label set was written from its old text:\n%s", got)
+	}
+	kept[1] = pair("pod", "c") // another pair in the same slot
+	if got := body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...))); !strings.Contains(got, `pod="c"`) {
+		t.Errorf("a changed label set was written from its old text:\n%s", got)
+	}
 }
