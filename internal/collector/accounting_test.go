@@ -101,7 +101,7 @@ func TestAccountingOncePerReading(t *testing.T) {
 	}
 }
 
-func discard() *batch { return newBatch(nil, maphash.MakeSeed()) }
+func discard() *batch { return newBatch(carried{}, maphash.MakeSeed()) }
 
 // advancing serves the same node at a later time on each reading, so that every scrape is a new reading to account.
 type advancing struct {

@@ -123,6 +123,10 @@ type batch struct {
 	prev, sets labelSets // the last gathering's label sets (read only), and this one's
 	seed       maphash.Seed
 	rankings   map[*layout]*ranking
+	// The last gathering's rankings, whose ranks a ranking of the same sets takes.
+	prevRankings map[*layout]*ranking
+	counts       []int    // scratch of sortByRank
+	sorted       []series // scratch of sortByRank
 	// The label set of the last series: the next series with the same layout and values (the next family of the
 	// same process) takes it without a lookup.
 	last    setRef
@@ -146,7 +150,6 @@ type family struct {
 type series struct {
 	set    int // index among the layout's sets (ranking.sets)
 	metric *dto.Metric
-	n      int // the order written, which decides between series with the same labels
 }
 
 type gaugeValue struct {
@@ -168,11 +171,20 @@ type ranking struct {
 
 const slab = 256
 
-// newBatch returns a batch that takes label sets from prev (nil: none) and hashes them with seed.
-func newBatch(prev labelSets, seed maphash.Seed) *batch {
-	return &batch{byDesc: make(map[*desc]*family), prev: prev, sets: make(labelSets, len(prev)), seed: seed,
-		rankings: make(map[*layout]*ranking)}
+// carried is what a gathering leaves the next: its label sets and their ranks.
+type carried struct {
+	sets     labelSets
+	rankings map[*layout]*ranking
 }
+
+// newBatch returns a batch that takes label sets and ranks from what the last gathering carried.
+func newBatch(last carried, seed maphash.Seed) *batch {
+	return &batch{byDesc: make(map[*desc]*family), seed: seed, rankings: make(map[*layout]*ranking),
+		prev: last.sets, prevRankings: last.rankings, sets: make(labelSets, len(last.sets))}
+}
+
+// carry is what the batch leaves the next gathering.
+func (b *batch) carry() carried { return carried{b.sets, b.rankings} }
 
 func (b *batch) gauge(d *desc, v float64, labels ...string) {
 	b.add(d, &gaugeType, v, labels)
@@ -224,7 +236,7 @@ func (b *batch) add(d *desc, typ *dto.MetricType, v float64, labels []string) {
 		c.counter.Value = &c.v
 		m.Counter = &c.counter
 	}
-	f.series = append(f.series, series{set: ref.index, metric: m, n: len(f.series)})
+	f.series = append(f.series, series{set: ref.index, metric: m})
 }
 
 // setOf finds the label set of values in this gathering, or takes it from the last one, or builds it.
@@ -305,9 +317,14 @@ func (b *batch) fail(err error) {
 	}
 }
 
-// rank orders the sets as the registry orders series.
-func (r *ranking) rank(l *layout) {
+// rank orders the sets as the registry orders series. A gathering with the same sets as the last (prev) takes its
+// ranks.
+func (r *ranking) rank(l *layout, prev *ranking) {
 	if len(r.ranks) == len(r.sets) {
+		return
+	}
+	if prev != nil && slices.Equal(prev.sets, r.sets) {
+		r.ranks = prev.ranks // never changed once made
 		return
 	}
 	byValues := make([]int, len(r.sets))
@@ -332,6 +349,26 @@ func (r *ranking) rank(l *layout) {
 	}
 }
 
+// sortByRank sorts series by the rank of their label set, in the order written among equal ranks: a counting sort,
+// since ranks are below the number of sets.
+func (b *batch) sortByRank(series []series, ranks []int) {
+	counts := slices.Grow(b.counts[:0], len(ranks)+1)[:len(ranks)+1]
+	clear(counts)
+	for _, s := range series {
+		counts[ranks[s.set]+1]++
+	}
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	sorted := slices.Grow(b.sorted[:0], len(series))[:len(series)]
+	for _, s := range series {
+		sorted[counts[ranks[s.set]]] = s
+		counts[ranks[s.set]]++
+	}
+	copy(series, sorted)
+	b.counts, b.sorted = counts, sorted
+}
+
 // gather returns the batch's families sorted by name, their series sorted by label values, each family once. A
 // series written twice with the same labels is kept the first time, as the registry keeps it, and named in the
 // error.
@@ -342,10 +379,8 @@ func (b *batch) gather() ([]*dto.MetricFamily, error) {
 			continue
 		}
 		r := b.rankings[f.desc.layout]
-		r.rank(f.desc.layout)
-		slices.SortFunc(f.series, func(x, y series) int {
-			return cmp.Or(cmp.Compare(r.ranks[x.set], r.ranks[y.set]), cmp.Compare(x.n, y.n))
-		})
+		r.rank(f.desc.layout, b.prevRankings[f.desc.layout])
+		b.sortByRank(f.series, r.ranks)
 		mf := &dto.MetricFamily{Name: &f.desc.name, Help: &f.desc.help, Type: f.typ, Metric: make([]*dto.Metric, 0, len(f.series))}
 		for i, s := range f.series {
 			if i > 0 && r.ranks[s.set] == r.ranks[f.series[i-1].set] {

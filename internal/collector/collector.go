@@ -48,7 +48,7 @@ type Collector struct {
 
 	seed maphash.Seed
 	mu   sync.Mutex
-	sets labelSets // the label sets of the last gathering, for the next one to take
+	last carried // what the last gathering left for the next
 }
 
 // New returns the collector. self are the self-metrics of the pieces behind the scraper (attribution, resolvers);
@@ -97,7 +97,7 @@ func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
 	var errs []error
 	if r, err := c.scraper.Scrape(context.Background()); err == nil {
 		c.mu.Lock()
-		b := newBatch(c.sets, c.seed)
+		b := newBatch(c.last, c.seed)
 		c.mu.Unlock()
 		for _, p := range c.parts {
 			p.update(b, r)
@@ -106,7 +106,7 @@ func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
 		gpu, err = b.gather()
 		errs = append(errs, err)
 		c.mu.Lock()
-		c.sets = b.sets
+		c.last = b.carry()
 		c.mu.Unlock()
 	}
 	self, err := c.self.Gather()

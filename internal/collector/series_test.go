@@ -55,7 +55,7 @@ func TestBatchIsARegistry(t *testing.T) {
 	labels := []string{"uuid", "gpu", "b_label", "pid"}
 	for _, typ := range []prometheus.ValueType{prometheus.GaugeValue, prometheus.CounterValue} {
 		var want []constSeries
-		b := newBatch(nil, maphash.MakeSeed())
+		b := newBatch(carried{}, maphash.MakeSeed())
 		d := newDesc("gpu_x", "x", labels)
 		// Written out of order, the same label values in runs (as the families of one process share them) and
 		// apart, and values that sort differently as strings and as numbers.
@@ -94,7 +94,7 @@ func TestBatchIsARegistry(t *testing.T) {
 
 // What a registry refuses, a batch refuses: the series alone is left out and named in the error.
 func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
-	b := newBatch(nil, maphash.MakeSeed())
+	b := newBatch(carried{}, maphash.MakeSeed())
 	d := newDesc("gpu_x", "x", []string{"a", "b"})
 	b.gauge(d, 1, "ok", "\xff")
 	b.gauge(d, 2, "one")
@@ -221,6 +221,9 @@ func TestLabelSetsCarryOver(t *testing.T) {
 	if got != want {
 		t.Error("a gathering after another differs from a first gathering of the same reading")
 	}
+	if _, again := gather(c); again != want { // the same label sets again: their ranks are taken too
+		t.Error("a gathering of the same reading again differs from a first gathering")
+	}
 	pairs := func(mfs []*dto.MetricFamily) map[**dto.LabelPair]bool {
 		seen := map[**dto.LabelPair]bool{}
 		for _, mf := range mfs {
@@ -247,7 +250,7 @@ func TestLabelSetsCarryOver(t *testing.T) {
 // Label sets whose hashes collide are told apart by their layout and values.
 func TestLabelSetsCollide(t *testing.T) {
 	a, b := newDesc("a", "a", []string{"x"}), newDesc("b", "b", []string{"x"})
-	batch := newBatch(nil, maphash.MakeSeed())
+	batch := newBatch(carried{}, maphash.MakeSeed())
 	sets := labelSets{}
 	one, two, three := batch.newLabelSet(a.layout, []string{"1"}), batch.newLabelSet(a.layout, []string{"2"}), batch.newLabelSet(b.layout, []string{"1"})
 	for i, s := range []*labelSet{one, two, three} {

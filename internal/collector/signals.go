@@ -32,7 +32,7 @@ type AllocationSignal struct {
 // and reads its series back, so that a view and /metrics can never disagree about who holds or misuses a GPU.
 func ReadAllocationSignals(source AllocationSource, r *scrape.Result) AllocationSignals {
 	m := newAllocationMetrics(source)
-	b := newBatch(nil, maphash.MakeSeed())
+	b := newBatch(carried{}, maphash.MakeSeed())
 	m.update(b, r)
 	var s AllocationSignals
 	processes := make(map[AllocationSignal]int)

@@ -26,6 +26,10 @@ type textEncoder struct {
 	expfmt expfmt.Encoder // writes to the writer under w, so w is flushed before it is used
 	labels labelTexts
 	texts  []string
+	// The label sets of the family before, and their texts: the next family of the same series (process
+	// memory, then SM utilization, ...) has the same sets in the same order, and takes their texts without a lookup.
+	lastKeys, keys []labelsKey
+	lastTexts      []string
 	names  []string // label names known to be valid, by position
 	num    []byte
 }
@@ -107,7 +111,7 @@ func (e *textEncoder) Encode(mf *dto.MetricFamily) error {
 	}
 	for i, m := range mf.Metric {
 		w.WriteString(name)
-		w.WriteString(e.texts[i])
+		w.WriteString(e.lastTexts[i])
 		w.WriteByte(' ')
 		var v float64
 		switch mf.GetType() {
@@ -129,8 +133,8 @@ func (e *textEncoder) Encode(mf *dto.MetricFamily) error {
 // Close flushes what is buffered.
 func (e *textEncoder) Close() error { return e.w.Flush() }
 
-// plain reports whether the family can be written without escaping anything, and leaves the text of each series'
-// label set in e.texts.
+// plain reports whether the family can be written without escaping anything, and if so leaves the text of each
+// series' label set in e.lastTexts.
 func (e *textEncoder) plain(mf *dto.MetricFamily) bool {
 	switch mf.GetType() {
 	case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
@@ -140,8 +144,8 @@ func (e *textEncoder) plain(mf *dto.MetricFamily) bool {
 	if len(mf.Metric) == 0 || !model.LegacyValidation.IsValidMetricName(mf.GetName()) || strings.ContainsAny(mf.GetHelp(), "\\\n") {
 		return false
 	}
-	e.texts = e.texts[:0]
-	for _, m := range mf.Metric {
+	e.texts, e.keys = e.texts[:0], e.keys[:0]
+	for i, m := range mf.Metric {
 		if m == nil || m.TimestampMs != nil {
 			return false
 		}
@@ -159,12 +163,22 @@ func (e *textEncoder) plain(mf *dto.MetricFamily) bool {
 				return false
 			}
 		}
+		var key labelsKey
+		if len(m.Label) > 0 {
+			key = labelsKey{&m.Label[0], len(m.Label)}
+		}
+		if i < len(e.lastKeys) && key == e.lastKeys[i] {
+			e.texts, e.keys = append(e.texts, e.lastTexts[i]), append(e.keys, key)
+			continue
+		}
 		text, ok := e.labelText(m.Label)
 		if !ok {
 			return false
 		}
-		e.texts = append(e.texts, text)
+		e.texts, e.keys = append(e.texts, text), append(e.keys, key)
 	}
+	e.lastKeys, e.keys = e.keys, e.lastKeys
+	e.lastTexts, e.texts = e.texts, e.lastTexts
 	return true
 }
 
