@@ -98,7 +98,7 @@ type Attributor struct {
 	// procs are the cgroup-derived identities of the processes of the last reading, by PID: a process is read once
 	// for its whole life, told from a later process with the same PID by its start time. A process that leaves the
 	// GPUs leaves this map at the next reading, so it holds no more than the node's GPU processes.
-	procs map[uint32]procEntry
+	procs map[uint32]*procEntry
 }
 
 // procEntry is what the cgroup file of one process told.
@@ -188,8 +188,12 @@ type pending struct {
 // Attribute returns the owner of every process in the snapshot, keyed by PID. It never fails: what cannot be
 // learned is left empty. Every value is valid UTF-8, as label values must be. It waits at most the lookup budget (or until ctx ends) for the runtimes.
 func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint32]Owner {
-	owners := make(map[uint32]Owner)
-	var procs []pending
+	n := 0
+	for _, d := range snap.Devices {
+		n += len(d.Processes)
+	}
+	owners := make(map[uint32]Owner, n)
+	procs := make([]pending, 0, n)
 	var r *procfs.Reader
 	var tally procfs.Tally
 	var preset map[uint32]Identity
@@ -198,7 +202,7 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	seen := make(map[uint32]procEntry, len(a.procs))
+	seen := make(map[uint32]*procEntry, len(a.procs))
 	for _, d := range snap.Devices {
 		for _, p := range d.Processes {
 			if _, done := owners[p.PID]; done {
@@ -269,7 +273,7 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 // manager (cgroup.Info.UserManager). A process that has exited keeps the source's name and an empty identity. The
 // cgroup file of a process seen at the last reading, with the same start time, is not read again; seen gets the
 // process's entry.
-func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.Tally, seen map[uint32]procEntry) (Owner, string, bool) {
+func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.Tally, seen map[uint32]*procEntry) (Owner, string, bool) {
 	o := Owner{Name: p.Name}
 	comm, start, stat, err := a.readStat(r, p.PID, len(seen) < maxOpenStat)
 	if err != nil {
@@ -306,7 +310,7 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 		o.Identity.User, _ = a.users.User(p.PID)
 	}
 	delegated := info.UserManager != ""
-	seen[p.PID] = procEntry{start: start, identity: o.Identity, outer: info.OuterContainerID, delegated: delegated, stat: stat}
+	seen[p.PID] = &procEntry{start: start, identity: o.Identity, outer: info.OuterContainerID, delegated: delegated, stat: stat}
 	return o, info.OuterContainerID, delegated
 }
 
@@ -320,7 +324,6 @@ func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, 
 			return comm, start, e.stat, nil
 		}
 		e.closeStat()
-		a.procs[pid] = e
 	}
 	if !keep {
 		comm, start, err := r.Stat(pid)

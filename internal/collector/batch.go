@@ -132,13 +132,11 @@ type batch struct {
 	last    setRef
 	hasLast bool
 
-	// Series and label sets are cut from slabs: an allocation per hundreds of them instead of three each.
+	// Series are cut from slabs: an allocation per hundreds of them instead of three each. A slab lives as long as
+	// the gathering's families.
 	metrics  []dto.Metric
 	gauges   []gaugeValue
 	counters []counterValue
-	pairs    []dto.LabelPair
-	pointers []*dto.LabelPair
-	strings  []string
 }
 
 type family struct {
@@ -261,7 +259,7 @@ func (b *batch) setOf(d *desc, values []string) (setRef, bool) {
 				return setRef{}, false
 			}
 		}
-		set = b.newLabelSet(d.layout, values)
+		set = newLabelSet(d.layout, values)
 	}
 	r := b.rankings[d.layout]
 	if r == nil {
@@ -274,12 +272,12 @@ func (b *batch) setOf(d *desc, values []string) (setRef, bool) {
 	return ref, true
 }
 
-func (b *batch) newLabelSet(l *layout, values []string) *labelSet {
-	n := len(values)
-	s := &labelSet{layout: l, values: cutN(&b.strings, n)}
-	copy(s.values, values)
-	pairs := cutN(&b.pairs, n)
-	s.pairs = cutN(&b.pointers, n)
+// newLabelSet builds a label set in allocations of its own, not cut from a slab: it may outlive this gathering by
+// many, and would keep a whole slab alive.
+func newLabelSet(l *layout, values []string) *labelSet {
+	s := &labelSet{layout: l, values: slices.Clone(values)}
+	pairs := make([]dto.LabelPair, len(values))
+	s.pairs = make([]*dto.LabelPair, len(values))
 	for i, j := range l.order {
 		pairs[i].Name, pairs[i].Value = &l.labels[j], &s.values[j]
 		s.pairs[i] = &pairs[i]
@@ -295,16 +293,6 @@ func cut[T any](from *[]T, n int) *T {
 	e := &(*from)[0]
 	*from = (*from)[1:]
 	return e
-}
-
-// cutN takes n elements from a slab of label values or pairs, as one slice.
-func cutN[T any](from *[]T, n int) []T {
-	if len(*from) < n {
-		*from = make([]T, max(n, slab*8))
-	}
-	s := (*from)[:n:n]
-	*from = (*from)[n:]
-	return s
 }
 
 // maxErrors bounds the errors of one gathering: a driver that names every process in bytes that are not UTF-8

@@ -250,9 +250,8 @@ func TestLabelSetsCarryOver(t *testing.T) {
 // Label sets whose hashes collide are told apart by their layout and values.
 func TestLabelSetsCollide(t *testing.T) {
 	a, b := newDesc("a", "a", []string{"x"}), newDesc("b", "b", []string{"x"})
-	batch := newBatch(carried{}, maphash.MakeSeed())
 	sets := labelSets{}
-	one, two, three := batch.newLabelSet(a.layout, []string{"1"}), batch.newLabelSet(a.layout, []string{"2"}), batch.newLabelSet(b.layout, []string{"1"})
+	one, two, three := newLabelSet(a.layout, []string{"1"}), newLabelSet(a.layout, []string{"2"}), newLabelSet(b.layout, []string{"1"})
 	for i, s := range []*labelSet{one, two, three} {
 		sets.add(42, setRef{set: s, index: i})
 	}
