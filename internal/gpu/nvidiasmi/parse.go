@@ -49,6 +49,11 @@ func Parse(r io.Reader) (*gpu.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading: %w", err)
 	}
+	return parse(raw)
+}
+
+// parse is Parse of the whole output. The snapshot holds no part of raw.
+func parse(raw []byte) (*gpu.Snapshot, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, errors.New("empty output")
 	}

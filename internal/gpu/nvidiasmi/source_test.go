@@ -157,6 +157,33 @@ func TestSourceFile(t *testing.T) {
 	}
 }
 
+// A run reuses the last run's output buffer: the snapshot it returned must hold none of it. The second output is
+// the shorter, so that it is written over the first.
+func TestSourceSnapshotOutlivesTheNextRun(t *testing.T) {
+	first, err := filepath.Abs("testdata/500farm__4-geforce-rtx-3090.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := filepath.Abs("testdata/telegraf__a100-sxm4-v12.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake(t, "file", "FAKESMI_FILE="+first)
+	s := newSource(t, Config{Timeout: 10 * time.Second})
+	snap, err := s.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := render(snap)
+	t.Setenv("FAKESMI_FILE", second)
+	if _, err := s.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := render(snap); got != want {
+		t.Errorf("the first snapshot changed with the second run:\n%s", got)
+	}
+}
+
 func TestSourceFailures(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	for _, tc := range []struct {
