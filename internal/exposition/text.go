@@ -30,8 +30,8 @@ type textEncoder struct {
 	// memory, then SM utilization, ...) has the same sets in the same order, and takes their texts without a lookup.
 	lastKeys, keys []labelsKey
 	lastTexts      []string
-	names  []string // label names known to be valid, by position
-	num    []byte
+	names          []string // label names known to be valid, by position
+	num            []byte
 }
 
 // labelTexts are the texts of label sets, by the label pairs' slice: the series of one process share it.
