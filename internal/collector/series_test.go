@@ -267,3 +267,22 @@ func TestLabelSetsCollide(t *testing.T) {
 		t.Error("found a set that is not there")
 	}
 }
+
+// A self-metric with a GPU family's name is left out, and the gathering says so.
+func TestSelfMetricWithAGPUFamilysName(t *testing.T) {
+	snap, owners := benchNode()
+	clash := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpu_info", Help: "clash"})
+	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{}, clash)
+	mfs, err := c.Gather()
+	if err == nil || !strings.Contains(err.Error(), "gpu_info is both a GPU family and a self-metric") {
+		t.Errorf("error %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "gpu_info" && mf.GetHelp() == "clash" {
+			t.Error("the self-metric was served")
+		}
+	}
+	if !slices.IsSortedFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) }) {
+		t.Error("families are not sorted by name")
+	}
+}
