@@ -103,15 +103,19 @@ func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
 	b.gauge(d, 5, "kept", "x") // twice: the first is kept
 	b.counter(d, 6, "counter", "x")
 	b.gauge(newDesc("gpu_y", "y", []string{"a", "a"}), 1, "1", "2")
-	b.gauge(newDesc("9gpu", "y", nil), 1)
+	bad := newDesc("9gpu", "y", nil)
+	for range maxErrors { // reported once, not once per series: the errors of other families still fit
+		b.gauge(bad, 1)
+	}
 	b.gauge(newDesc("gpu_z", "z", []string{"__reserved"}), 1, "1")
+	b.gauge(newDesc("gpu_x", "again", []string{"a", "b"}), 7, "other", "x") // a second desc of the same name
 	mfs, err := b.gather()
 	if got := textOf(t, mfs); got != "# HELP gpu_x x\n# TYPE gpu_x gauge\ngpu_x{a=\"kept\",b=\"x\"} 4\n" {
 		t.Errorf("exposition:\n%s", got)
 	}
 	for _, want := range []string{"not valid UTF-8", "1 label values for 2 labels", "3 label values for 2 labels",
 		"collected before", "both as a gauge and as a counter", `label name "a"`, `"9gpu" is not a valid metric name`,
-		`label name "__reserved"`} {
+		`label name "__reserved"`, "gpu_x is written by two parts"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
 		}
@@ -284,5 +288,25 @@ func TestSelfMetricWithAGPUFamilysName(t *testing.T) {
 	}
 	if !slices.IsSortedFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) }) {
 		t.Error("families are not sorted by name")
+	}
+}
+
+// Every option on, no two parts write a family of the same name.
+func TestFamilyNamesAreUnique(t *testing.T) {
+	snap, owners := benchNode()
+	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{
+		Processes: true, PodLabels: []string{"app"}, ProcessUser: true, Compat: []string{CompatNvidiasmi, CompatDCGM},
+		Allocations: fixedAllocations{nil, true},
+	})
+	names := c.Families()
+	if len(names) < 40 {
+		t.Fatalf("only %d families: %v", len(names), names)
+	}
+	seen := map[string]bool{}
+	for _, name := range names {
+		if seen[name] {
+			t.Errorf("%s is written by two parts", name)
+		}
+		seen[name] = true
 	}
 }

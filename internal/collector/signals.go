@@ -41,7 +41,7 @@ func ReadAllocationSignals(source AllocationSource, r *scrape.Result) Allocation
 		for _, series := range f.series {
 			l := make(map[string]string, len(f.desc.labels))
 			for i, name := range f.desc.labels {
-				l[name] = b.rankings[f.desc.layout].sets[series.set].values[i]
+				l[name] = b.values(f, series)[i]
 			}
 			sig := AllocationSignal{
 				GPU: number(l["gpu"]), GPUInstance: number(l["gpu_instance"]), ComputeInstance: number(l["compute_instance"]),

@@ -87,10 +87,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if names := r.URL.Query()["name[]"]; len(names) > 0 {
 		// A filtered scrape (promhttp's name[] parameter) is rare and gets a body of its own.
 		b = &body{}
-		b.b, b.err = h.encode(filter(f.mfs, names), key)
+		b.b, b.err = h.encode(filter(f.mfs, names), key, false)
 	} else if b2, first := f.body(key); first {
 		b = b2
-		b.b, b.err = h.encode(f.mfs, key)
+		b.b, b.err = h.encode(f.mfs, key, true)
 		close(b.done)
 	} else {
 		b = b2
@@ -163,7 +163,9 @@ func (f *flight) body(key bodyKey) (b *body, first bool) {
 // gzipWriters are reused: a gzip.Writer holds about 1 MiB of tables.
 var gzipWriters sync.Pool
 
-func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey) ([]byte, error) {
+// encode writes the body of mfs in key's format. whole is set for a body of every family, which takes the label
+// texts of the last such body and leaves its own; a filtered body would leave only its few.
+func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey, whole bool) ([]byte, error) {
 	if h.onEncode != nil {
 		h.onEncode()
 	}
@@ -194,17 +196,21 @@ func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey) ([]byte, error) {
 	var enc expfmt.Encoder
 	if format.FormatType() == expfmt.TypeTextPlain {
 		// The label texts of the last text body, taken for this one: another body written meanwhile starts without.
-		h.mu.Lock()
-		labels := h.labelTexts
-		h.labelTexts = nil
-		h.mu.Unlock()
-		text := newTextEncoder(w, format, labels)
-		defer func() {
-			text.labels.sweep()
+		var labels labelTexts
+		if whole {
 			h.mu.Lock()
-			h.labelTexts = text.labels
+			labels, h.labelTexts = h.labelTexts, nil
 			h.mu.Unlock()
-		}()
+		}
+		text := newTextEncoder(w, format, labels)
+		if whole {
+			defer func() {
+				text.labels.sweep()
+				h.mu.Lock()
+				h.labelTexts = text.labels
+				h.mu.Unlock()
+			}()
+		}
 		enc = text
 	} else {
 		enc = expfmt.NewEncoder(w, format)
@@ -254,8 +260,10 @@ func acceptsGzip(header string) bool {
 	return star
 }
 
-// legacyNames reports whether every family's name and label names are valid without escaping. A registry (and a
-// collector's batch) gives every series of a family the same label names, so the first series stands for all.
+// legacyNames reports whether every family's name and label names are valid without escaping, and none is reserved
+// (escaping also escapes __name__'s value). A registry of described collectors (and internal/collector) gives
+// every series of a family the same label names, so the first series stands for all: checking each would cost
+// what escaping costs.
 func legacyNames(mfs []*dto.MetricFamily) bool {
 	for _, mf := range mfs {
 		if !model.LegacyValidation.IsValidMetricName(mf.GetName()) {
@@ -265,7 +273,7 @@ func legacyNames(mfs []*dto.MetricFamily) bool {
 			continue
 		}
 		for _, l := range mf.Metric[0].GetLabel() {
-			if !model.LegacyValidation.IsValidLabelName(l.GetName()) {
+			if !model.LegacyValidation.IsValidLabelName(l.GetName()) || strings.HasPrefix(l.GetName(), model.ReservedLabelPrefix) {
 				return false
 			}
 		}

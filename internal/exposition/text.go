@@ -44,16 +44,18 @@ type labelsKey struct {
 
 type labelText struct {
 	text string
-	// What the text was written from: the pairs, and their names and values, to tell a label set that has changed
-	// since (no Gatherer here changes one, but nothing in client_model forbids it).
-	pairs   []*dto.LabelPair
-	strings []*string
-	used    bool // by the body being written
+	// What the text was written from: the pairs and the strings they point to, so that a slice whose pairs were
+	// swapped or repointed since is written anew. A string changed in place through its pointer is not seen: a
+	// Gatherer's families must not change once gathered, which the sharing of one gathering between scrapes needs
+	// as well.
+	pairs []*dto.LabelPair
+	from  []*string // each pair's name and value
+	used  bool      // by the body being written
 }
 
 func (t *labelText) writtenFrom(pairs []*dto.LabelPair) bool {
 	for i, p := range pairs {
-		if p != t.pairs[i] || p.Name != t.strings[2*i] || p.Value != t.strings[2*i+1] {
+		if p != t.pairs[i] || p.Name != t.from[2*i] || p.Value != t.from[2*i+1] {
 			return false
 		}
 	}
@@ -84,7 +86,7 @@ func newTextEncoder(w io.Writer, format expfmt.Format, labels labelTexts) *textE
 }
 
 func (e *textEncoder) Encode(mf *dto.MetricFamily) error {
-	if !e.plain(mf) {
+	if !e.prepare(mf) {
 		if err := e.w.Flush(); err != nil {
 			return err
 		}
@@ -133,9 +135,9 @@ func (e *textEncoder) Encode(mf *dto.MetricFamily) error {
 // Close flushes what is buffered.
 func (e *textEncoder) Close() error { return e.w.Flush() }
 
-// plain reports whether the family can be written without escaping anything, and if so leaves the text of each
+// prepare reports whether the family can be written without escaping anything, and if so leaves the text of each
 // series' label set in e.lastTexts.
-func (e *textEncoder) plain(mf *dto.MetricFamily) bool {
+func (e *textEncoder) prepare(mf *dto.MetricFamily) bool {
 	switch mf.GetType() {
 	case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
 	default:
@@ -200,7 +202,8 @@ func (e *textEncoder) labelText(pairs []*dto.LabelPair) (string, bool) {
 		name, value := p.GetName(), p.GetValue()
 		// The label sets of a family have the same names, the same strings: each is checked once.
 		if i >= len(e.names) || name != e.names[i] {
-			if !model.LegacyValidation.IsValidLabelName(name) {
+			// A reserved name goes to expfmt: the escaping schemes escape __name__'s value as a metric name.
+			if !model.LegacyValidation.IsValidLabelName(name) || strings.HasPrefix(name, model.ReservedLabelPrefix) {
 				return "", false
 			}
 			if i < len(e.names) {
@@ -228,9 +231,9 @@ func (e *textEncoder) labelText(pairs []*dto.LabelPair) (string, bool) {
 		b.WriteByte('"')
 	}
 	b.WriteByte('}')
-	t := &labelText{text: b.String(), pairs: slices.Clone(pairs), strings: make([]*string, 0, 2*len(pairs)), used: true}
+	t := &labelText{text: b.String(), pairs: slices.Clone(pairs), from: make([]*string, 0, 2*len(pairs)), used: true}
 	for _, p := range pairs {
-		t.strings = append(t.strings, p.Name, p.Value)
+		t.from = append(t.from, p.Name, p.Value)
 	}
 	e.labels[key] = t
 	return t.text, true

@@ -73,6 +73,7 @@ func TestTextIsExpfmt(t *testing.T) {
 			family("a.b", "h", dto.MetricType_GAUGE, gauge(1)),
 			family("c", "h", dto.MetricType_GAUGE, gauge(1, pair("d.e", "x"))),
 		},
+		"reserved label names": {family("r", "h", dto.MetricType_GAUGE, gauge(1, pair("__name__", "x.y"), pair("a", "b")))},
 		"timestamps": {family("t", "h", dto.MetricType_GAUGE, &dto.Metric{Gauge: &dto.Gauge{Value: proto.Float64(1)}, TimestampMs: proto.Int64(5)})},
 		"summaries and histograms": {
 			family("s", "h", dto.MetricType_SUMMARY, &dto.Metric{Summary: &dto.Summary{SampleCount: proto.Uint64(1), SampleSum: proto.Float64(2)}}),
@@ -152,7 +153,7 @@ func TestLabelTextsAcrossBodies(t *testing.T) {
 	if len(labels) != 1 {
 		t.Errorf("%d label texts kept after a body that used one, want 1", len(labels))
 	}
-	kept[1].Value = proto.String("b") // changed in place, under the same slice
+	kept[1].Value = proto.String("b") // repointed, in a pair of the same slice
 	if got := body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...))); !strings.Contains(got, `pod="b"`) {
 		t.Errorf("a changed label set was written from its old text:\n%s", got)
 	}
