@@ -74,7 +74,7 @@ func TestTextIsExpfmt(t *testing.T) {
 			family("c", "h", dto.MetricType_GAUGE, gauge(1, pair("d.e", "x"))),
 		},
 		"reserved label names": {family("r", "h", dto.MetricType_GAUGE, gauge(1, pair("__name__", "x.y"), pair("a", "b")))},
-		"timestamps": {family("t", "h", dto.MetricType_GAUGE, &dto.Metric{Gauge: &dto.Gauge{Value: proto.Float64(1)}, TimestampMs: proto.Int64(5)})},
+		"timestamps":           {family("t", "h", dto.MetricType_GAUGE, &dto.Metric{Gauge: &dto.Gauge{Value: proto.Float64(1)}, TimestampMs: proto.Int64(5)})},
 		"summaries and histograms": {
 			family("s", "h", dto.MetricType_SUMMARY, &dto.Metric{Summary: &dto.Summary{SampleCount: proto.Uint64(1), SampleSum: proto.Float64(2)}}),
 			family("h", "h", dto.MetricType_HISTOGRAM, &dto.Metric{Histogram: &dto.Histogram{SampleCount: proto.Uint64(1), SampleSum: proto.Float64(2)}}),
