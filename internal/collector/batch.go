@@ -124,8 +124,9 @@ type batch struct {
 	prev, sets labelSets // the last gathering's label sets (read only), and this one's
 	seed       maphash.Seed
 	rankings   map[*layout]*ranking
-	// The last gathering's rankings, whose ranks a ranking of the same sets takes.
+	// The last gathering's rankings, whose ranks a ranking of the same sets takes, and its families' sizes.
 	prevRankings map[*layout]*ranking
+	prevSizes    map[*desc]int
 	counts       []int    // scratch of sortByRank
 	sorted       []series // scratch of sortByRank
 	// The label set of the last series: the next series with the same layout and values (the next family of the
@@ -171,20 +172,28 @@ type ranking struct {
 
 const slab = 256
 
-// carried is what a gathering leaves the next: its label sets and their ranks.
+// carried is what a gathering leaves the next: its label sets and their ranks, and how many series each family
+// had, to size the next one's at once.
 type carried struct {
 	sets     labelSets
 	rankings map[*layout]*ranking
+	sizes    map[*desc]int
 }
 
 // newBatch returns a batch that takes label sets and ranks from what the last gathering carried.
 func newBatch(last carried, seed maphash.Seed) *batch {
 	return &batch{byDesc: make(map[*desc]*family), seed: seed, rankings: make(map[*layout]*ranking),
-		prev: last.sets, prevRankings: last.rankings, sets: make(labelSets, len(last.sets))}
+		prev: last.sets, prevRankings: last.rankings, prevSizes: last.sizes, sets: make(labelSets, len(last.sets))}
 }
 
 // carry is what the batch leaves the next gathering.
-func (b *batch) carry() carried { return carried{b.sets, b.rankings} }
+func (b *batch) carry() carried {
+	sizes := make(map[*desc]int, len(b.families))
+	for _, f := range b.families {
+		sizes[f.desc] = len(f.series)
+	}
+	return carried{b.sets, b.rankings, sizes}
+}
 
 func (b *batch) gauge(d *desc, v float64, labels ...string) {
 	b.add(d, &gaugeType, v, labels)
@@ -199,7 +208,7 @@ func (b *batch) counter(d *desc, v float64, labels ...string) {
 func (b *batch) add(d *desc, typ *dto.MetricType, v float64, labels []string) {
 	f := b.byDesc[d]
 	if f == nil {
-		f = &family{desc: d, typ: typ}
+		f = &family{desc: d, typ: typ, series: make([]series, 0, b.prevSizes[d])}
 		b.byDesc[d] = f
 		b.families = append(b.families, f)
 	}

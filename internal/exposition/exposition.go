@@ -31,8 +31,11 @@ type Handler struct {
 	gathering *flight         // the gathering that a new scrape joins; nil when none is running
 	problem   logstate.State  // the last gathering error logged, so that a lasting one is logged once
 	sizeHint  map[bodyKey]int // the last body's size, to allocate the next one at once
-	// The text of the label sets of the last text body (see textEncoder); nil while a body is being written.
-	labelTexts labelTexts
+	// Kept from one body to the next: the text encoder of whole bodies, with the text of the last body's label sets
+	// (nil while a body is being written), and gzip compressors, each holding about 1 MiB of tables. A sync.Pool
+	// would lose them at every GC, which a large node runs every few scrapes.
+	text  *textEncoder
+	gzips []*gzip.Writer
 
 	// Tests' hooks: a scrape joined a gathering; a body is being encoded.
 	onJoin, onEncode func()
@@ -160,8 +163,9 @@ func (f *flight) body(key bodyKey) (b *body, first bool) {
 	return b, true
 }
 
-// gzipWriters are reused: a gzip.Writer holds about 1 MiB of tables.
-var gzipWriters sync.Pool
+// maxGzips bounds the compressors kept: bodies are encoded once per gathering and format, so two are at work
+// together only when a gathering's bodies overlap the next one's.
+const maxGzips = 2
 
 // encode writes the body of mfs in key's format. whole is set for a body of every family, which takes the label
 // texts of the last such body and leaves its own; a filtered body would leave only its few.
@@ -176,15 +180,25 @@ func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey, whole bool) ([]by
 	var w io.Writer = buf
 	var gz *gzip.Writer
 	if key.gzip {
-		if z, ok := gzipWriters.Get().(*gzip.Writer); ok {
-			gz = z
+		h.mu.Lock()
+		if n := len(h.gzips); n > 0 {
+			gz, h.gzips = h.gzips[n-1], h.gzips[:n-1]
+		}
+		h.mu.Unlock()
+		if gz != nil {
 			gz.Reset(buf)
 		} else {
 			// BestSpeed: the body is encoded once for every scraper, but on the scrape's clock; level 1 costs a
 			// third of the default level and leaves the body about 30% larger.
 			gz, _ = gzip.NewWriterLevel(buf, gzip.BestSpeed)
 		}
-		defer gzipWriters.Put(gz)
+		defer func() {
+			h.mu.Lock()
+			if len(h.gzips) < maxGzips {
+				h.gzips = append(h.gzips, gz)
+			}
+			h.mu.Unlock()
+		}()
 		w = gz
 	}
 	format := key.format
@@ -195,19 +209,24 @@ func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey, whole bool) ([]by
 	}
 	var enc expfmt.Encoder
 	if format.FormatType() == expfmt.TypeTextPlain {
-		// The label texts of the last text body, taken for this one: another body written meanwhile starts without.
-		var labels labelTexts
+		// The encoder of the last whole body, taken for this one with its label texts: another body written
+		// meanwhile starts without.
+		var text *textEncoder
 		if whole {
 			h.mu.Lock()
-			labels, h.labelTexts = h.labelTexts, nil
+			text, h.text = h.text, nil
 			h.mu.Unlock()
 		}
-		text := newTextEncoder(w, format, labels)
+		if text == nil {
+			text = newTextEncoder()
+		}
+		text.reset(w, format)
 		if whole {
 			defer func() {
 				text.labels.sweep()
+				text.reset(nil, format) // holds no body
 				h.mu.Lock()
-				h.labelTexts = text.labels
+				h.text = text
 				h.mu.Unlock()
 			}()
 		}

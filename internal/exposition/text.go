@@ -72,17 +72,17 @@ func (l labelTexts) sweep() {
 	}
 }
 
-// newTextEncoder returns an encoder that takes the label texts of earlier bodies from labels (nil: none) and leaves
-// this body's there.
-func newTextEncoder(w io.Writer, format expfmt.Format, labels labelTexts) *textEncoder {
-	if labels == nil {
-		labels = make(labelTexts)
-	}
-	return &textEncoder{
-		w:      bufio.NewWriterSize(w, 4<<10),
-		expfmt: expfmt.NewEncoder(w, format),
-		labels: labels,
-	}
+// newTextEncoder returns an encoder for reset to start a body with. It keeps the text of the label sets of one body
+// for the next, and its buffers.
+func newTextEncoder() *textEncoder {
+	return &textEncoder{w: bufio.NewWriterSize(nil, 4<<10), labels: make(labelTexts)}
+}
+
+// reset starts a body written to w.
+func (e *textEncoder) reset(w io.Writer, format expfmt.Format) {
+	e.w.Reset(w)
+	e.expfmt = expfmt.NewEncoder(w, format)
+	e.lastKeys, e.lastTexts = e.lastKeys[:0], e.lastTexts[:0]
 }
 
 func (e *textEncoder) Encode(mf *dto.MetricFamily) error {

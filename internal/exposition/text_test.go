@@ -24,7 +24,8 @@ func checkText(t *testing.T, mfs []*dto.MetricFamily) {
 	t.Helper()
 	for _, format := range textFormats {
 		var got, want bytes.Buffer
-		enc, ref := newTextEncoder(&got, format, nil), expfmt.NewEncoder(&want, format)
+		enc, ref := newTextEncoder(), expfmt.NewEncoder(&want, format)
+		enc.reset(&got, format)
 		for _, mf := range mfs {
 			gotErr, wantErr := enc.Encode(mf), ref.Encode(mf)
 			if (gotErr == nil) != (wantErr == nil) {
@@ -121,13 +122,14 @@ func FuzzTextIsExpfmt(f *testing.F) {
 // changed, and are forgotten when the body does not use them.
 func TestLabelTextsAcrossBodies(t *testing.T) {
 	format := textFormats[0]
-	labels := labelTexts{}
+	enc := newTextEncoder()
 	kept := []*dto.LabelPair{pair("gpu", "0"), pair("pod", "a")}
 	gone := []*dto.LabelPair{pair("gpu", "1")}
 	body := func(mfs ...*dto.MetricFamily) string {
 		t.Helper()
 		var got, want bytes.Buffer
-		enc, ref := newTextEncoder(&got, format, labels), expfmt.NewEncoder(&want, format)
+		ref := expfmt.NewEncoder(&want, format)
+		enc.reset(&got, format)
 		for _, mf := range mfs {
 			if err := enc.Encode(mf); err != nil {
 				t.Fatal(err)
@@ -139,19 +141,19 @@ func TestLabelTextsAcrossBodies(t *testing.T) {
 		if err := enc.Close(); err != nil {
 			t.Fatal(err)
 		}
-		labels.sweep()
+		enc.labels.sweep()
 		if got.String() != want.String() {
 			t.Fatalf("body:\n%s\nexpfmt wrote:\n%s", got.String(), want.String())
 		}
 		return got.String()
 	}
 	body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...), gauge(2, gone...)))
-	if len(labels) != 2 {
-		t.Fatalf("%d label texts kept, want 2", len(labels))
+	if len(enc.labels) != 2 {
+		t.Fatalf("%d label texts kept, want 2", len(enc.labels))
 	}
 	body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...)))
-	if len(labels) != 1 {
-		t.Errorf("%d label texts kept after a body that used one, want 1", len(labels))
+	if len(enc.labels) != 1 {
+		t.Errorf("%d label texts kept after a body that used one, want 1", len(enc.labels))
 	}
 	kept[1].Value = proto.String("b") // repointed, in a pair of the same slice
 	if got := body(family("a", "h", dto.MetricType_GAUGE, gauge(1, kept...))); !strings.Contains(got, `pod="b"`) {
