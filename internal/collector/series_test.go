@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
 )
@@ -309,4 +313,122 @@ func TestFamilyNamesAreUnique(t *testing.T) {
 		}
 		seen[name] = true
 	}
+}
+
+// A released gathering's series are written over by the next gathering, which writes what a fresh collector
+// writes; an unreleased one's are not touched.
+func TestReleasedSeriesAreReused(t *testing.T) {
+	snap, owners := benchNode()
+	logger := slog.New(slog.DiscardHandler)
+	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, logger), Options{Processes: true})
+	gpuText := func(mfs []*dto.MetricFamily) string {
+		return textOf(t, slices.DeleteFunc(slices.Clone(mfs), func(mf *dto.MetricFamily) bool {
+			return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_")
+		}))
+	}
+	metrics := func(mfs []*dto.MetricFamily) map[*dto.Metric]bool {
+		seen := map[*dto.Metric]bool{}
+		for _, mf := range mfs {
+			for _, m := range mf.Metric {
+				seen[m] = true
+			}
+		}
+		return seen
+	}
+	first, err := c.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gpuText(first)
+	kept, err := c.Gather() // not released: the third gathering must leave it alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Release(first)
+	third, err := c.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gpuText(third); got != want {
+		t.Error("a gathering on released series differs from the first")
+	}
+	if got := gpuText(kept); got != want {
+		t.Error("an unreleased gathering changed")
+	}
+	reused, old, untouched := 0, metrics(first), metrics(kept)
+	for m := range metrics(third) {
+		if old[m] {
+			reused++
+		}
+		if untouched[m] {
+			t.Fatal("a series of an unreleased gathering was reused")
+		}
+	}
+	gpuSeries := 0
+	for _, mf := range first {
+		if !strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") {
+			gpuSeries += len(mf.Metric)
+		}
+	}
+	// All of its slabs are reused; the one it had not filled is filled, so up to a slab's series are new ones.
+	if reused < gpuSeries-slab {
+		t.Errorf("%d series reused of a released gathering's %d", reused, gpuSeries)
+	}
+}
+
+// countingSource is benchNode with every process's memory set to the number of the reading.
+type countingSource struct {
+	snap *gpu.Snapshot
+	n    atomic.Int64
+}
+
+func (s *countingSource) Name() string { return "counting" }
+func (s *countingSource) Close() error { return nil }
+func (s *countingSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
+	n := float64(s.n.Add(1))
+	snap := *s.snap
+	snap.Devices = slices.Clone(snap.Devices)
+	for i := range snap.Devices {
+		d := &snap.Devices[i]
+		d.Processes = slices.Clone(d.Processes)
+		for j := range d.Processes {
+			d.Processes[j].UsedMemoryBytes = gpu.Known(n)
+		}
+	}
+	return &snap, nil
+}
+
+// Scrapes at the same time through the exposition, gathering after gathering with each handed back and its series
+// written over by a later one, each get one whole reading: the series of a reading still being served are never
+// reused.
+func TestConcurrentScrapesWithReleases(t *testing.T) {
+	snap, owners := benchNode()
+	c := New(scrape.New(&countingSource{snap: snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	h := exposition.New(c, slog.New(slog.DiscardHandler))
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+				values := map[string]int{}
+				for line := range strings.Lines(w.Body.String()) {
+					if strings.HasPrefix(line, "gpu_process_memory_used_bytes{") {
+						values[strings.Fields(line)[1]]++
+					}
+				}
+				if len(values) != 1 {
+					t.Errorf("one body has the memory of readings %v", values)
+					return
+				}
+				for _, n := range values {
+					if n != 2048 {
+						t.Errorf("%d processes in a body, want 2048", n)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -47,11 +47,23 @@ func New(g prometheus.Gatherer, logger *slog.Logger) *Handler {
 	return &Handler{gatherer: g, logger: logger, sizeHint: make(map[bodyKey]int)}
 }
 
+// Releaser is a Gatherer that can reuse the memory of the families it gathered once they are served: the Handler
+// hands each gathering's families back to Release when no scrape is using them any more, and never touches them
+// afterwards.
+type Releaser interface {
+	prometheus.Gatherer
+	Release(mfs []*dto.MetricFamily)
+}
+
 // flight is one gathering and the bodies encoded from it.
 type flight struct {
 	done chan struct{} // closed when mfs and err are set
 	mfs  []*dto.MetricFamily
 	err  error
+	// Guarded by Handler.mu: the scrapes that joined the gathering and have not returned, and whether mfs have been
+	// handed back to a Releaser. They are, once the gathering is over and its last scrape has returned.
+	users    int
+	released bool
 
 	mu     sync.Mutex
 	bodies map[bodyKey]*body
@@ -73,6 +85,7 @@ type body struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	f := h.join()
+	defer h.leave(f)
 	if h.onJoin != nil {
 		h.onJoin()
 	}
@@ -125,20 +138,44 @@ func (h *Handler) join() *flight {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if f := h.gathering; f != nil {
+		f.users++
 		return f
 	}
-	f := &flight{done: make(chan struct{}), bodies: make(map[bodyKey]*body)}
+	f := &flight{done: make(chan struct{}), bodies: make(map[bodyKey]*body), users: 1}
 	h.gathering = f
 	go h.gather(f)
 	return f
 }
 
+// leave ends a scrape's use of a gathering: the last one out of a finished gathering releases it.
+func (h *Handler) leave(f *flight) {
+	h.mu.Lock()
+	f.users--
+	release := h.releasable(f)
+	h.mu.Unlock()
+	if release {
+		h.release(f)
+	}
+}
+
+// releasable reports whether f is to be released now, and marks it so. h.mu is held.
+func (h *Handler) releasable(f *flight) bool {
+	if f.users > 0 || h.gathering == f || f.released {
+		return false
+	}
+	f.released = true
+	return true
+}
+
+func (h *Handler) release(f *flight) {
+	if r, ok := h.gatherer.(Releaser); ok && len(f.mfs) > 0 {
+		r.Release(f.mfs)
+	}
+}
+
 // gather runs in its own goroutine, so that no scrape's going away cancels what the others wait for.
 func (h *Handler) gather(f *flight) {
 	mfs, err := h.gatherer.Gather()
-	h.mu.Lock()
-	h.gathering = nil // scrapes from now on want a newer reading
-	h.mu.Unlock()
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -146,8 +183,15 @@ func (h *Handler) gather(f *flight) {
 	if _, changed := h.problem.Set(msg); changed && err != nil {
 		h.logger.Error("gathering metrics: some series are left out", "err", err)
 	}
+	h.mu.Lock()
 	f.mfs, f.err = mfs, err
+	h.gathering = nil          // scrapes from now on want a newer reading
+	release := h.releasable(f) // every scrape that joined has gone away already
+	h.mu.Unlock()
 	close(f.done)
+	if release {
+		h.release(f)
+	}
 }
 
 // body returns the flight's body for key. first is true for the first scrape that asks: it encodes the body and

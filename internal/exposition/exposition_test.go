@@ -371,3 +371,89 @@ func TestNamesThatNeedEscapingAreEscaped(t *testing.T) {
 		}
 	}
 }
+
+// releasingGate is a gate that is also a Releaser, and says when it is handed a gathering back.
+type releasingGate struct {
+	*gate
+	released chan []*dto.MetricFamily
+}
+
+func (g releasingGate) Release(mfs []*dto.MetricFamily) { g.released <- mfs }
+
+// blockingWriter is a client that takes its body only when the test lets it.
+type blockingWriter struct {
+	*httptest.ResponseRecorder
+	unblock chan struct{}
+}
+
+func (w blockingWriter) Write(b []byte) (int, error) {
+	<-w.unblock
+	return w.ResponseRecorder.Write(b)
+}
+
+// A gathering is handed back once, when the last scrape that joined it has returned: not while one still writes
+// its body.
+func TestGatheringIsReleasedAfterItsLastScrape(t *testing.T) {
+	g := releasingGate{newGate(t), make(chan []*dto.MetricFamily, 4)}
+	h := New(g, slog.New(slog.DiscardHandler))
+	joins := joined(t, h, 2)
+	slow := blockingWriter{httptest.NewRecorder(), make(chan struct{})}
+	slowDone, fastDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		h.ServeHTTP(slow, request(t.Context(), "", ""))
+	}()
+	go func() {
+		defer close(fastDone)
+		h.ServeHTTP(httptest.NewRecorder(), request(t.Context(), "", "gzip"))
+	}()
+	<-joins
+	<-joins
+	close(g.release)
+	<-fastDone
+	select {
+	case <-g.released:
+		t.Fatal("released while a scrape was still writing its body")
+	default:
+	}
+	close(slow.unblock)
+	<-slowDone
+	select {
+	case mfs := <-g.released:
+		if len(mfs) != 1 || mfs[0].GetName() != "gpu_test" {
+			t.Errorf("released %v, want the gathering", mfs)
+		}
+	default:
+		t.Fatal("not released after its last scrape returned")
+	}
+	if !strings.Contains(slow.Body.String(), `gpu_test{gpu="2"} 42`) {
+		t.Errorf("slow scrape's body:\n%s", slow.Body)
+	}
+	select {
+	case <-g.released:
+		t.Error("released twice")
+	default:
+	}
+}
+
+// A gathering whose scrapes all went away before it ended is handed back when it ends.
+func TestGatheringWithoutScrapesIsReleasedWhenItEnds(t *testing.T) {
+	g := releasingGate{newGate(t), make(chan []*dto.MetricFamily, 1)}
+	h := New(g, slog.New(slog.DiscardHandler))
+	joins := joined(t, h, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(httptest.NewRecorder(), request(ctx, "", ""))
+	}()
+	<-joins
+	cancel()
+	<-done
+	close(g.release)
+	select {
+	case <-g.released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gathering was not released when it ended")
+	}
+}
