@@ -432,3 +432,6 @@ func TestConcurrentScrapesWithReleases(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The exposition hands gatherings back to the collector.
+var _ exposition.Releaser = (*Collector)(nil)
