@@ -130,8 +130,10 @@ func parsePath(path string) Info {
 		if strings.HasSuffix(seg, ".service") || strings.HasSuffix(seg, ".scope") {
 			unit = seg
 		}
-		if info.UserManager == "" && isUserManager(seg) {
-			// Everything below is the user's to name; the first (outermost) manager is the real one.
+		if info.UserManager == "" && !named(info) && isUserManager(seg) {
+			// Everything below is the user's to name; the first (outermost) manager is the real one. A manager
+			// inside a pod, a container or a Slurm job (systemd run there) is part of that workload, which stays
+			// the owner.
 			info.UserManager = seg
 			at.user = true
 		}
@@ -151,7 +153,7 @@ func parsePath(path string) Info {
 			at.prev2, at.prev = at.prev, base
 		}
 	}
-	if info.ContainerID == "" && info.PodUID == "" && info.SlurmJobID == "" {
+	if !named(info) {
 		info.SystemdUnit = unit
 		if info.UserManager != "" && unit != info.UserManager {
 			info.SystemdUnit = info.UserManager + "/" + unit
@@ -161,6 +163,11 @@ func parsePath(path string) Info {
 		info.OuterContainerID = "" // the pod's container nested in itself further down: nothing outer to name
 	}
 	return info
+}
+
+// named reports whether the path so far names a workload: a container, a pod or a Slurm job.
+func named(info Info) bool {
+	return info.ContainerID != "" || info.PodUID != "" || info.SlurmJobID != ""
 }
 
 // where is what the path above a token tells.

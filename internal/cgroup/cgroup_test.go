@@ -118,6 +118,17 @@ func TestParseShapes(t *testing.T) {
 			want:  Info{Runtime: "crio", ContainerID: id1, PodUID: uid, QoS: "burstable"},
 		},
 		{
+			// Found by FuzzParse: systemd running inside a pod's container starts a user manager there.
+			name:  "a user manager inside a pod's container is the pod's",
+			input: "0::/kubepods/pod" + uid + "/crio-" + id1 + "/user.slice/user-0.slice/user@0.service/app.slice/x.service\n",
+			want:  Info{Runtime: "crio", ContainerID: id1, PodUID: uid, QoS: "guaranteed"},
+		},
+		{
+			name:  "a user manager inside a Slurm job is the job's",
+			input: "0::/system.slice/slurmstepd.scope/job_42/step_0/user/user@1000.service/a.service\n",
+			want:  Info{SlurmJobID: "42"},
+		},
+		{
 			name:  "crio conmon is not the container",
 			input: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uidU + ".slice/crio-conmon-" + id1 + ".scope\n",
 			want:  Info{PodUID: uid, QoS: "burstable"},
