@@ -198,7 +198,9 @@ func parseToken(info *Info, base string, at where) {
 		info.ContainerID, info.Runtime, info.OuterContainerID = "", "", ""
 		return
 	}
-	if job, ok := slurmJobToken(base, at.slurm); ok {
+	// A job below a user manager is the user's cgroup named like one: Slurm's root above the manager does not make
+	// it Slurm's.
+	if job, ok := slurmJobToken(base, at.slurm && !at.user); ok {
 		info.SlurmJobID = job
 	}
 }
