@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // --- fixtures -------------------------------------------------------------------------------------------------
@@ -888,5 +889,43 @@ func TestExitSeenThroughKeptStatFile(t *testing.T) {
 	}
 	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "exited"}); v != 1 {
 		t.Errorf("procfs_errors_total{exited} = %v, want 1", v)
+	}
+}
+
+// On the kernel's procfs the file kept for a process is its comm, read at each scrape; elsewhere its stat.
+func TestKeptFileIsCommOnProcFS(t *testing.T) {
+	if ok, err := procfs.IsProcFS("/proc"); err != nil || !ok {
+		t.Skip("no procfs at /proc")
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	pid := uint32(cmd.Process.Pid)
+	kept := func() []string {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var files []string
+		for _, e := range entries {
+			if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "/proc/"+strconv.Itoa(int(pid))+"/") {
+				files = append(files, target)
+			}
+		}
+		return files
+	}
+	a := newAttributor(t, Config{ProcFS: "/proc"})
+	for range 2 {
+		if got := a.Attribute(t.Context(), snapshot(pid))[pid].Name; got != "sleep" {
+			t.Fatalf("name %q, want sleep", got)
+		}
+	}
+	if files := kept(); len(files) != 1 || !strings.HasSuffix(files[0], "/comm") {
+		t.Errorf("files kept for the process: %v, want its comm", files)
 	}
 }

@@ -74,10 +74,10 @@ func (r *Reader) Stat(pid uint32) (comm string, start uint64, err error) {
 	return statFields(b, r.root+"/"+strconv.FormatUint(uint64(pid), 10)+"/stat")
 }
 
-// StatFile is an open <procfs>/<pid>/stat, read again at each scrape with one pread instead of an open, an fstat,
-// reads and a close. On procfs it stays tied to the process it was opened for: once that process has exited,
-// reading it fails with ESRCH, even when the kernel has given its PID to another process. A StatFile is used by
-// one goroutine at a time.
+// StatFile is an open <procfs>/<pid>/stat (or comm, see OpenComm), read again at each scrape with one pread instead
+// of an open, an fstat, reads and a close. On procfs it stays tied to the process it was opened for: once that
+// process has exited, reading it fails with ESRCH, even when the kernel has given its PID to another process. A
+// StatFile is used by one goroutine at a time.
 type StatFile struct {
 	fd   int
 	path string
@@ -105,6 +105,27 @@ func (r *Reader) ReadStat(f *StatFile) (comm string, start uint64, err error) {
 
 // Close closes the file.
 func (f *StatFile) Close() error { return syscall.Close(f.fd) }
+
+// OpenComm opens <procfs>/<pid>/comm for ReadComm. On the kernel's procfs an open comm file is tied to its process
+// as a stat file is, and costs a third as much to read (the kernel formats one field instead of fifty-two). Close
+// it when done.
+func (r *Reader) OpenComm(pid uint32) (*StatFile, error) {
+	path := r.pathOf(pid, "comm")
+	fd, err := open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading process name: %w", err)
+	}
+	return &StatFile{fd: fd, path: path}, nil
+}
+
+// ReadComm reads an open comm file from its start: the process name, as Comm gives it.
+func (r *Reader) ReadComm(f *StatFile) (string, error) {
+	b, err := r.readFD(f.fd, f.path, maxCommFile, true)
+	if err != nil {
+		return "", fmt.Errorf("reading process name: %w", err)
+	}
+	return strings.TrimRight(string(b), "\n"), nil
+}
 
 func statFields(b []byte, path string) (string, uint64, error) {
 	comm, start, ok := parseStat(b)

@@ -280,3 +280,31 @@ func TestStatFileIsTiedToItsProcess(t *testing.T) {
 		t.Errorf("after the process was reaped: %v, want an exited error", err)
 	}
 }
+
+// An open comm file is tied to its process as a stat file is.
+func TestCommFileIsTiedToItsProcess(t *testing.T) {
+	if ok, err := IsProcFS("/proc"); err != nil || !ok {
+		t.Skip("no procfs at /proc")
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	r := NewReader("/proc")
+	f, err := r.OpenComm(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for range 3 {
+		if comm, err := r.ReadComm(f); err != nil || comm != "sleep" {
+			t.Fatalf("ReadComm = %q, %v", comm, err)
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if _, err := r.ReadComm(f); !Exited(err) {
+		t.Errorf("after the process was reaped: %v, want an exited error", err)
+	}
+}
