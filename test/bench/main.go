@@ -37,11 +37,12 @@ const clockTicks = 100
 func main() {
 	binary := flag.String("binary", "./gpu-pod-exporter", "the exporter binary to measure")
 	sizes := flag.String("sizes", "1,8,64,512,2048", "process counts, comma-separated")
-	cases := flag.String("cases", "simulated,nvidia-smi,demo", "what to measure: simulated (in-process source), nvidia-smi (fake that cats a fixture), demo (idle --demo)")
+	cases := flag.String("cases", "simulated,nvidia-smi,procfs,demo", "what to measure: simulated (in-process source), nvidia-smi (fake that cats a fixture), procfs (the simulated source listing real processes, read through /proc), demo (idle --demo)")
 	concurrency := flag.String("concurrency", "8,20", "concurrent scrapers, comma-separated (each after the sequential run)")
 	fixture := flag.String("fixture", "internal/gpu/nvidiasmi/testdata/500farm__4-geforce-rtx-3090.xml", "nvidia-smi fixture for the nvidia-smi case")
 	seconds := flag.Float64("seconds", 3, "rough length of each measurement")
 	smiSizes := flag.String("smi-sizes", "4,64", "process counts of the nvidia-smi case")
+	procSizes := flag.String("procfs-sizes", "64,2048", "process counts of the procfs case (real sleep processes)")
 	flag.Parse()
 
 	work, err := os.MkdirTemp("", "gpe-bench-")
@@ -67,9 +68,41 @@ func main() {
 			measureNode(work, *binary, "nvidia-smi", 4, n, *fixture, ints(*concurrency), *seconds)
 		}
 	}
+	if want["procfs"] {
+		for _, n := range ints(*procSizes) {
+			measureRealProcesses(work, *binary, n, ints(*concurrency), *seconds)
+		}
+	}
 	if want["demo"] {
 		measureDemo(*binary)
 	}
+}
+
+// measureRealProcesses is the simulated case on real processes: the bench's fake procfs is cheaper to read than the
+// kernel's, so this is what attribution costs on a node. The processes are sleeps in the bench's own cgroup, so
+// they are one workload per GPU rather than the fake node's pods.
+func measureRealProcesses(work, binary string, count int, concurrency []int, seconds float64) {
+	var sleeps []*exec.Cmd
+	defer func() {
+		for _, c := range sleeps {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	var pids []int
+	for range count {
+		c := exec.Command("sleep", "3600")
+		if err := c.Start(); err != nil {
+			fail(fmt.Errorf("starting %d processes: %w", count, err))
+		}
+		sleeps = append(sleeps, c)
+		pids = append(pids, c.Process.Pid)
+	}
+	n, err := newRealNode(filepath.Join(work, fmt.Sprintf("procfs-%d", count)), 8, pids)
+	if err != nil {
+		fail(err)
+	}
+	measure(n, binary, "procfs", "simulated", concurrency, seconds)
 }
 
 func measureNode(work, binary, source string, gpus, pids int, fixture string, concurrency []int, seconds float64) {
@@ -78,6 +111,12 @@ func measureNode(work, binary, source string, gpus, pids int, fixture string, co
 	if err != nil {
 		fail(err)
 	}
+	measure(n, binary, source, source, concurrency, seconds)
+}
+
+// measure runs the binary on node n with the given GPU source and prints a row per concurrency, named name.
+func measure(n *node, binary, name, source string, concurrency []int, seconds float64) {
+	dir := n.dir
 	args := []string{"--path.procfs=" + n.procfs, "--runtime.endpoint=unix://" + filepath.Join(dir, "no-cri.sock"),
 		"--docker.host=unix://" + filepath.Join(dir, "no-docker.sock"), "--podman.host=unix://" + filepath.Join(dir, "no-podman.sock")}
 	if source == "simulated" {
@@ -100,7 +139,7 @@ func measureNode(work, binary, source string, gpus, pids int, fixture string, co
 	count := max(10, min(1000, int(seconds/time.Since(t0).Seconds())))
 	for _, c := range append([]int{1}, concurrency...) {
 		r := e.load(c, max(c*3, count))
-		r.print(source, pids, gpus, c, e)
+		r.print(name, n.pids, n.gpus, c, e)
 	}
 }
 

@@ -21,7 +21,10 @@ type node struct {
 	simulated  string // simulated node file
 	smi        string // fake nvidia-smi
 	gpus, pids int
+	pidOf      func(i int) int // the i-th process's PID
 }
+
+func fakePID(i int) int { return firstPID + i }
 
 // containers is how many pod containers the processes run in: one each, up to 256, then several per container
 // (a heavily time-sliced node).
@@ -44,7 +47,7 @@ func cgroupFile(c int) string {
 
 // newNode writes a node of pids processes spread over gpus GPUs under dir.
 func newNode(dir string, gpus, pids int, smiFixture string) (*node, error) {
-	n := &node{dir: dir, procfs: filepath.Join(dir, "proc"), gpus: gpus, pids: pids}
+	n := &node{dir: dir, procfs: filepath.Join(dir, "proc"), gpus: gpus, pids: pids, pidOf: fakePID}
 	for i := range pids {
 		pid := firstPID + i
 		p := filepath.Join(n.procfs, fmt.Sprint(pid))
@@ -69,6 +72,15 @@ func newNode(dir string, gpus, pids int, smiFixture string) (*node, error) {
 		}
 	}
 	return n, nil
+}
+
+// newRealNode writes a simulated node file that lists real processes, read through the kernel's procfs.
+func newRealNode(dir string, gpus int, pids []int) (*node, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	n := &node{dir: dir, procfs: "/proc", gpus: gpus, pids: len(pids), pidOf: func(i int) int { return pids[i] }}
+	return n, n.writeSimulated()
 }
 
 // gpuOf is the GPU of the i-th process: round robin.
@@ -100,7 +112,7 @@ func (n *node) writeSimulated() error {
 				continue
 			}
 			fmt.Fprintf(&b, "      - {pid: %d, name: python3, type: compute, used_memory_bytes: 268435456, sm_utilization_ratio: 0.01, memory_utilization_ratio: 0.01}\n",
-				firstPID+i)
+				n.pidOf(i))
 		}
 	}
 	n.simulated = filepath.Join(n.dir, "node.yaml")
@@ -134,7 +146,7 @@ func (n *node) writeSMI(fixture string) error {
 			fmt.Fprintf(&out, "\t\t\t<process_info>\n\t\t\t\t<gpu_instance_id>N/A</gpu_instance_id>\n"+
 				"\t\t\t\t<compute_instance_id>N/A</compute_instance_id>\n\t\t\t\t<pid>%d</pid>\n\t\t\t\t<type>C</type>\n"+
 				"\t\t\t\t<process_name>python3</process_name>\n\t\t\t\t<used_memory>2974 MiB</used_memory>\n\t\t\t</process_info>\n",
-				firstPID+i)
+				n.pidOf(i))
 		}
 		out.WriteString("\t\t")
 		rest = rest[start+end:]
