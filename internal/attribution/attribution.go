@@ -345,25 +345,25 @@ func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, 
 		comm, start, err := r.Stat(pid)
 		return comm, start, nil, err
 	}
+	var f *procfs.StatFile
+	var err error
 	if a.keptComm {
-		// Opened before stat is read: the file is then tied to the process whose start time is read, or to one
-		// that exited before it, whose file fails at the next scrape and is opened anew.
-		f, err := r.OpenComm(pid)
-		if err != nil {
-			return "", 0, nil, err
-		}
-		comm, start, err := r.Stat(pid)
-		if err != nil {
-			_ = f.Close()
-			return "", 0, nil, err
-		}
-		return comm, start, f, nil
+		f, err = r.OpenComm(pid)
+	} else {
+		f, err = r.OpenStat(pid)
 	}
-	f, err := r.OpenStat(pid)
 	if err != nil {
 		return "", 0, nil, err
 	}
-	comm, start, err := r.ReadStat(f)
+	var comm string
+	var start uint64
+	if a.keptComm {
+		// comm is opened before stat is read: it is then tied to the process whose start time is read, or to one
+		// that exited before it, whose file fails at the next scrape and is opened anew.
+		comm, start, err = r.Stat(pid)
+	} else {
+		comm, start, err = r.ReadStat(f)
+	}
 	if err != nil {
 		_ = f.Close()
 		return "", 0, nil, err

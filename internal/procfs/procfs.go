@@ -86,10 +86,18 @@ type StatFile struct {
 // OpenStat opens <procfs>/<pid>/stat for ReadStat, as every file of a process is opened (see read). Close it when
 // done.
 func (r *Reader) OpenStat(pid uint32) (*StatFile, error) {
-	path := r.pathOf(pid, "stat")
-	fd, err := open(path)
+	f, err := r.openFile(pid, "stat")
 	if err != nil {
 		return nil, fmt.Errorf("reading process status: %w", err)
+	}
+	return f, nil
+}
+
+func (r *Reader) openFile(pid uint32, file string) (*StatFile, error) {
+	path := r.pathOf(pid, file)
+	fd, err := open(path)
+	if err != nil {
+		return nil, err
 	}
 	return &StatFile{fd: fd, path: path}, nil
 }
@@ -110,12 +118,11 @@ func (f *StatFile) Close() error { return syscall.Close(f.fd) }
 // as a stat file is, and costs a third as much to read (the kernel formats one field instead of fifty-two). Close
 // it when done.
 func (r *Reader) OpenComm(pid uint32) (*StatFile, error) {
-	path := r.pathOf(pid, "comm")
-	fd, err := open(path)
+	f, err := r.openFile(pid, "comm")
 	if err != nil {
 		return nil, fmt.Errorf("reading process name: %w", err)
 	}
-	return &StatFile{fd: fd, path: path}, nil
+	return f, nil
 }
 
 // ReadComm reads an open comm file from its start: the process name, as Comm gives it.
