@@ -3,6 +3,7 @@ package exposition
 import (
 	stdgzip "compress/gzip"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -26,32 +27,33 @@ func processBody() []byte {
 // level (promhttp's) and at BestSpeed. Measured here: see docs/performance.md.
 func BenchmarkGzip(b *testing.B) {
 	body := processBody()
+	run := func(b *testing.B, w compressor) {
+		var c counter
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			c = 0
+			w.Reset(&c)
+			_, _ = w.Write(body)
+			_ = w.Close()
+		}
+		b.ReportMetric(float64(c), "gzip-bytes")
+	}
 	for _, level := range []int{stdgzip.DefaultCompression, stdgzip.BestSpeed} {
 		b.Run(fmt.Sprintf("stdlib/level=%d", level), func(b *testing.B) {
 			w, _ := stdgzip.NewWriterLevel(nil, level)
-			var c counter
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				c = 0
-				w.Reset(&c)
-				_, _ = w.Write(body)
-				_ = w.Close()
-			}
-			b.ReportMetric(float64(c), "gzip-bytes")
+			run(b, w)
 		})
 		b.Run(fmt.Sprintf("klauspost/level=%d", level), func(b *testing.B) {
 			w, _ := gzip.NewWriterLevel(nil, level)
-			var c counter
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				c = 0
-				w.Reset(&c)
-				_, _ = w.Write(body)
-				_ = w.Close()
-			}
-			b.ReportMetric(float64(c), "gzip-bytes")
+			run(b, w)
 		})
 	}
+}
+
+// compressor is what the two gzip writers have in common.
+type compressor interface {
+	io.WriteCloser
+	Reset(io.Writer)
 }
 
 type counter int

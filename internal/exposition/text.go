@@ -115,15 +115,7 @@ func (e *textEncoder) Encode(mf *dto.MetricFamily) error {
 		w.WriteString(name)
 		w.WriteString(e.lastTexts[i])
 		w.WriteByte(' ')
-		var v float64
-		switch mf.GetType() {
-		case dto.MetricType_COUNTER:
-			v = m.Counter.GetValue()
-		case dto.MetricType_GAUGE:
-			v = m.Gauge.GetValue()
-		default:
-			v = m.Untyped.GetValue()
-		}
+		v, _ := value(mf.GetType(), m) // prepare has seen that it is there
 		e.writeFloat(v)
 		if err := w.WriteByte('\n'); err != nil {
 			return err // bufio keeps the first error: any write above that failed fails this one
@@ -138,11 +130,6 @@ func (e *textEncoder) Close() error { return e.w.Flush() }
 // prepare reports whether the family can be written without escaping anything, and if so leaves the text of each
 // series' label set in e.lastTexts.
 func (e *textEncoder) prepare(mf *dto.MetricFamily) bool {
-	switch mf.GetType() {
-	case dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
-	default:
-		return false
-	}
 	if len(mf.Metric) == 0 || !model.LegacyValidation.IsValidMetricName(mf.GetName()) || strings.ContainsAny(mf.GetHelp(), "\\\n") {
 		return false
 	}
@@ -151,19 +138,8 @@ func (e *textEncoder) prepare(mf *dto.MetricFamily) bool {
 		if m == nil || m.TimestampMs != nil {
 			return false
 		}
-		switch mf.GetType() {
-		case dto.MetricType_COUNTER:
-			if m.Counter == nil {
-				return false
-			}
-		case dto.MetricType_GAUGE:
-			if m.Gauge == nil {
-				return false
-			}
-		default:
-			if m.Untyped == nil {
-				return false
-			}
+		if _, ok := value(mf.GetType(), m); !ok {
+			return false // a summary or histogram, or a series without its family's type
 		}
 		var key labelsKey
 		if len(m.Label) > 0 {
@@ -182,6 +158,20 @@ func (e *textEncoder) prepare(mf *dto.MetricFamily) bool {
 	e.lastKeys, e.keys = e.keys, e.lastKeys
 	e.lastTexts, e.texts = e.texts, e.lastTexts
 	return true
+}
+
+// value is the value of a gauge, counter or untyped series; false for other types, and for a series without its
+// family type's value.
+func value(t dto.MetricType, m *dto.Metric) (float64, bool) {
+	switch {
+	case t == dto.MetricType_COUNTER && m.Counter != nil:
+		return m.Counter.GetValue(), true
+	case t == dto.MetricType_GAUGE && m.Gauge != nil:
+		return m.Gauge.GetValue(), true
+	case t == dto.MetricType_UNTYPED && m.Untyped != nil:
+		return m.Untyped.GetValue(), true
+	}
+	return 0, false
 }
 
 // labelText is a label set as the text format writes it, {name="value",...}, or false if it takes escaping.
