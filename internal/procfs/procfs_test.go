@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -249,62 +250,47 @@ func TestStatOfSelf(t *testing.T) {
 	}
 }
 
-// An open stat file reads its process again and again, and fails once that process has exited and been reaped:
-// a PID that the kernel gives to another process cannot be read through it.
-func TestStatFileIsTiedToItsProcess(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc")
-	}
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	pid := uint32(cmd.Process.Pid)
-	r := NewReader("/proc")
-	f, err := r.OpenStat(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var first uint64
-	for range 3 {
-		comm, start, err := r.ReadStat(f)
-		if err != nil || comm != "sleep" || first != 0 && start != first {
-			t.Fatalf("ReadStat = %q, %d, %v", comm, start, err)
-		}
-		first = start
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	if _, _, err := r.ReadStat(f); !Exited(err) {
-		t.Errorf("after the process was reaped: %v, want an exited error", err)
-	}
-}
-
-// An open comm file is tied to its process as a stat file is.
-func TestCommFileIsTiedToItsProcess(t *testing.T) {
+// An open stat or comm file reads its process again and again, and fails once that process has exited and been
+// reaped: a PID that the kernel gives to another process cannot be read through it.
+func TestKeptFilesAreTiedToTheirProcess(t *testing.T) {
 	if ok, err := IsProcFS("/proc"); err != nil || !ok {
 		t.Skip("no procfs at /proc")
 	}
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	pid := uint32(cmd.Process.Pid)
 	r := NewReader("/proc")
-	f, err := r.OpenComm(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for range 3 {
-		if comm, err := r.ReadComm(f); err != nil || comm != "sleep" {
-			t.Fatalf("ReadComm = %q, %v", comm, err)
-		}
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	if _, err := r.ReadComm(f); !Exited(err) {
-		t.Errorf("after the process was reaped: %v, want an exited error", err)
+	for _, tc := range []struct {
+		file string
+		open func(uint32) (*StatFile, error)
+		read func(*StatFile) (string, error)
+	}{
+		{"stat", r.OpenStat, func(f *StatFile) (string, error) {
+			comm, start, err := r.ReadStat(f)
+			return fmt.Sprint(comm, " ", start), err
+		}},
+		{"comm", r.OpenComm, r.ReadComm},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			cmd := exec.Command("sleep", "60")
+			if err := cmd.Start(); err != nil {
+				t.Skip("cannot start sleep:", err)
+			}
+			f, err := tc.open(uint32(cmd.Process.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var first string
+			for range 3 {
+				got, err := tc.read(f)
+				if err != nil || strings.Fields(got)[0] != "sleep" || first != "" && got != first {
+					t.Fatalf("read %q, %v; first %q", got, err, first)
+				}
+				first = got
+			}
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if _, err := tc.read(f); !Exited(err) {
+				t.Errorf("after the process was reaped: %v, want an exited error", err)
+			}
+		})
 	}
 }
