@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // A benchmark node: a fake procfs with one directory per GPU process (comm, stat and a kubelet-shaped cgroup v1
@@ -49,18 +51,8 @@ func cgroupFile(c int) string {
 func newNode(dir string, gpus, pids int, smiFixture string) (*node, error) {
 	n := &node{dir: dir, procfs: filepath.Join(dir, "proc"), gpus: gpus, pids: pids, pidOf: fakePID}
 	for i := range pids {
-		pid := firstPID + i
-		p := filepath.Join(n.procfs, fmt.Sprint(pid))
-		if err := os.MkdirAll(p, 0o755); err != nil {
+		if err := e2eutil.WriteProc(n.procfs, uint32(n.pidOf(i)), "python3", cgroupFile(i%containers(pids))); err != nil {
 			return nil, err
-		}
-		// The fields of stat up to starttime (22), as the kernel writes them.
-		stat := fmt.Sprintf("%d (python3) S 1 %d %d 0 -1 4194560 1000 0 0 0 100 20 0 0 20 0 8 0 %d 1000000 1000 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
-			pid, pid, pid, 4242+i)
-		for name, content := range map[string]string{"comm": "python3\n", "stat": stat, "cgroup": cgroupFile(i % containers(pids))} {
-			if err := os.WriteFile(filepath.Join(p, name), []byte(content), 0o644); err != nil {
-				return nil, err
-			}
 		}
 	}
 	if err := n.writeSimulated(); err != nil {

@@ -247,8 +247,8 @@ func TestSoakConcurrentScrapesOfAHungSource(t *testing.T) {
 				} else {
 					refused.Add(1)
 				}
-				if d := int64(time.Since(start)); d > slowest.Load() {
-					slowest.Store(d)
+				d := int64(time.Since(start))
+				for old := slowest.Load(); d > old && !slowest.CompareAndSwap(old, d); old = slowest.Load() {
 				}
 			}
 		})

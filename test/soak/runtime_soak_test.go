@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -139,22 +138,13 @@ func pendingEntries(t *testing.T, a *attribution.Attributor) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if label(m, "state") == "pending" {
+			if e2eutil.Label(m, "state") == "pending" {
 				return m.GetGauge().GetValue()
 			}
 		}
 	}
 	t.Fatal("no cache_entries{state=pending}")
 	return 0
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 // TestSoakHungRuntimeDuringChurn: a CRI whose calls never return, while 80 new GPU containers a second come and
