@@ -98,10 +98,13 @@ func (r *deviceReader) readIdentity(h gonvml.Device, d *gpu.Device) {
 	if pci, ret := h.GetPciInfo(); r.ok(gpu.OpPCI, ret) {
 		d.PCIBusID = cString(pci.BusId[:])
 	}
-	if r.lost != nil || !r.s.syms.mig {
+	if r.lost != nil {
 		return
 	}
-	d.MinorNumber = readValue(r, gpu.OpMinorNumber, 1, h.GetMinorNumber)
+	d.MinorNumber = readValue(r, gpu.OpMinorNumber, 1, h.GetMinorNumber) // older than MIG: every driver has it
+	if !r.s.syms.mig {
+		return
+	}
 	// NOT_SUPPORTED (GPUs before Ampere) leaves MIGMode empty, which SPEC reads as "no MIG".
 	if current, _, ret := h.GetMigMode(); r.ok(gpu.OpMIGMode, ret) {
 		d.MIGMode = gpu.MIGDisabled

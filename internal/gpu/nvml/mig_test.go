@@ -213,6 +213,10 @@ func TestNoMIGQueriesWithoutMIGSymbols(t *testing.T) {
 	if d := deviceByUUID(t, snap, "GPU-0"); d.MIGMode != gpu.MIGUnsupported || !d.ProcessesListed {
 		t.Errorf("MIG mode %q, processes listed %v", d.MIGMode, d.ProcessesListed)
 	}
+	// The minor number is older than MIG, and names the GPU to NVIDIA's DRA driver.
+	if d := deviceByUUID(t, snap, "GPU-0"); !d.MinorNumber.Valid {
+		t.Errorf("minor number %+v without MIG symbols, want it read", d.MinorNumber)
+	}
 }
 
 // Compute instances of one GPU instance share its memory, and each MIG device handle answers with the GPU
