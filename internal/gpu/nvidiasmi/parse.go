@@ -45,7 +45,7 @@ import (
 // a device without a UUID is reported in Snapshot.Errors and left out, and a value that cannot be read leaves its
 // field invalid.
 func Parse(r io.Reader) (*gpu.Snapshot, error) {
-	raw, err := readAll(r)
+	raw, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("reading: %w", err)
 	}
@@ -95,25 +95,4 @@ func decode(b []byte) (*gpu.Snapshot, error) {
 		})
 	}
 	return snap, nil
-}
-
-// readAll is io.ReadAll, with the buffer sized at once when r knows its length (the Source's bytes.Reader).
-func readAll(r io.Reader) ([]byte, error) {
-	if l, ok := r.(interface{ Len() int }); ok {
-		b := make([]byte, 0, l.Len()+1)
-		for {
-			n, err := r.Read(b[len(b):cap(b)])
-			b = b[:len(b)+n]
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			if err != nil {
-				return nil, err
-			}
-			if len(b) == cap(b) {
-				b = append(b, 0)[:len(b)]
-			}
-		}
-	}
-	return io.ReadAll(r)
 }

@@ -81,11 +81,7 @@ func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []mi
 	var util map[uint32]*gonvml.ProcessUtilizationSample
 	utilKnown := false
 	if !migEnabled && len(set) > 0 {
-		pids := make(map[uint32]bool, len(set))
-		for k := range set {
-			pids[k.pid] = true
-		}
-		util, utilKnown = r.readProcessUtilization(h, pids)
+		util, utilKnown = r.readProcessUtilization(h, set)
 	}
 
 	procs := make([]gpu.Process, 0, len(set))
@@ -235,8 +231,8 @@ func usedMemory(v uint64) gpu.Value {
 // Drivers return garbage now and then (a sample of 37,100%, timestamps from before the asked-for time or from the
 // future, PIDs that are not running on the GPU), so, as nvtop does, only samples of listed PIDs with every field at
 // most 100% and lastSeen < timestamp <= now + utilizationClockSlack are kept, and the last-seen timestamp advances
-// only to the newest kept sample.
-func (r *deviceReader) readProcessUtilization(h gonvml.Device, listed map[uint32]bool) (samples map[uint32]*gonvml.ProcessUtilizationSample, known bool) {
+// only to the newest kept sample. listed are the GPU's processes: without MIG, a process's key is its PID alone.
+func (r *deviceReader) readProcessUtilization(h gonvml.Device, listed map[procKey]*procEntry) (samples map[uint32]*gonvml.ProcessUtilizationSample, known bool) {
 	// go-nvml asks for the sample count, then reads into a slice of that length and slices it by the count the
 	// driver returns, which is larger when processes started in between: a panic (go-nvml#11, #27). The reading is
 	// then lost, not the GPU.
@@ -270,7 +266,7 @@ func (r *deviceReader) readProcessUtilization(h gonvml.Device, listed map[uint32
 	newest, dropped := last, 0
 	for i := range list {
 		s := &list[i]
-		if !listed[s.Pid] {
+		if listed[procKey{pid: s.Pid}] == nil {
 			dropped++
 			continue
 		}
