@@ -87,12 +87,8 @@ func printPS(ctx context.Context, scraper *scrape.Scraper, f *psFlags, w io.Writ
 	} else {
 		writeErr = ps.WriteTable(w, r.Snapshot, rows, !f.noHeaders)
 	}
-	for _, e := range r.Snapshot.Errors {
-		if e.Index < 0 {
-			fmt.Fprintf(os.Stderr, "warning: %v\n", e)
-		} else {
-			fmt.Fprintf(os.Stderr, "warning: GPU %d: %v\n", e.Index, e)
-		}
+	for _, w := range ps.Warnings(r.Snapshot) {
+		fmt.Fprintf(os.Stderr, "warning: %s\n", w)
 	}
 	return nil, writeErr
 }

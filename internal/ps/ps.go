@@ -102,6 +102,19 @@ func (f Filter) Match(r Row) bool {
 // WriteTable writes the rows as an aligned table, with a header line unless headers is false (for scripts). The
 // OWNER column names the workload in the user's words: the Kubernetes namespace/pod/container, a plain container, a
 // Slurm job or a systemd unit.
+// Warnings are what a reading could not read, one line each, naming the GPU where there is one.
+func Warnings(snap *gpu.Snapshot) []string {
+	var w []string
+	for _, e := range snap.Errors {
+		if e.Index < 0 {
+			w = append(w, e.Error())
+		} else {
+			w = append(w, fmt.Sprintf("GPU %d: %v", e.Index, e))
+		}
+	}
+	return w
+}
+
 func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if headers {

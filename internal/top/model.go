@@ -145,13 +145,7 @@ func Build(rd Reading, v View) Screen {
 	if rd.Allocations.Known {
 		s.Signals = signals(rd.Allocations, s.GPUs)
 	}
-	for _, e := range r.Snapshot.Errors {
-		if e.Index < 0 {
-			s.Warnings = append(s.Warnings, e.Error())
-		} else {
-			s.Warnings = append(s.Warnings, fmt.Sprintf("GPU %d: %v", e.Index, e))
-		}
-	}
+	s.Warnings = ps.Warnings(r.Snapshot)
 
 	if v.Group {
 		s.Rows = group(ps.Rows(r), v.Filter)
