@@ -18,9 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -48,38 +46,13 @@ func readRepoFile(t testing.TB, rel string) []byte {
 	return b
 }
 
-var (
-	toolsMu sync.Mutex
-	tools   = map[string]string{}
-)
-
-// tool returns the path of a release or deployment tool (helm, goreleaser, actionlint, crane): built once from the Go
-// module proxy by scripts/tools.sh, which pins the versions, into ~/.cache/gpu-pod-exporter, and reused by later
-// runs; $GPE_HELM and the like name a binary to use instead.
+// tool returns a release or deployment tool (e2eutil.Tool).
 func tool(t testing.TB, name string) string {
 	t.Helper()
-	toolsMu.Lock()
-	defer toolsMu.Unlock()
-	if p, ok := tools[name]; ok {
-		return p
-	}
-	start := time.Now()
-	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "scripts/tools.sh"), name)
-	var stdout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr // the build's progress, when there is one
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("scripts/tools.sh %s: %v", name, err)
-	}
-	p := strings.TrimSpace(stdout.String())
-	if d := time.Since(start); d > 10*time.Second {
-		fmt.Fprintf(os.Stderr, "test/deploy: %s ready in %s\n", name, d.Round(time.Second))
-	}
-	tools[name] = p
-	return p
+	return e2eutil.Tool(t, name)
 }
 
-// helm returns the helm binary the tests share (e2eutil.Helm: $GPE_HELM, else built once and cached, at the same
-// version and cache path as scripts/tools.sh's, which TestToolPinsAgree checks).
+// helm returns the helm binary the tests share (e2eutil.Helm).
 func helm(t testing.TB) string { return e2eutil.Helm(t) }
 
 // run runs a command in the repository root and returns its stdout; a failure fails the test with its output.

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
 // TestWorkflowsActionlint checks the GitHub Actions workflows with actionlint (syntax, expressions, action inputs,
@@ -91,16 +89,5 @@ func TestGoreleaserCheck(t *testing.T) {
 	}
 	if out, err := runErr(t, goreleaser, "check", "--config", p); err == nil || !strings.Contains(string(out), "mod_timestmp") {
 		t.Errorf("goreleaser check passed a misspelt key (%v):\n%s", err, out)
-	}
-}
-
-// TestToolPinsAgree: helm is pinned twice, in scripts/tools.sh (the release, the workflow) and in e2eutil (the
-// tests' shared helm); both must name the same version, hence the same cached binary.
-func TestToolPinsAgree(t *testing.T) {
-	sh := string(readRepoFile(t, "scripts/tools.sh"))
-	for name, want := range map[string]string{"HELM_VERSION": e2eutil.HelmVersion, "HELM_KUBE_VERSION": e2eutil.HelmKubeVersion} {
-		if !strings.Contains(sh, "\n"+name+"="+want+"\n") {
-			t.Errorf("scripts/tools.sh does not set %s=%s as e2eutil does", name, want)
-		}
 	}
 }

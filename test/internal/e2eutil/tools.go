@@ -1,6 +1,7 @@
 package e2eutil
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,80 +13,40 @@ import (
 	"time"
 )
 
-// HelmVersion is the helm the tests build from the Go module proxy (GPE_HELM overrides it with a binary), linked
-// like helm's own release builds with the Kubernetes version of its client-go (1.37 for v3.22.0), which is its
-// default for rendering and for lint's deprecated-API checks.
-const (
-	HelmVersion     = "v3.22.0"
-	HelmKubeVersion = "1.37"
-)
-
 var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
+	toolsMu sync.Mutex
+	tools   = map[string]string{}
 )
 
-// Helm returns a helm binary: $GPE_HELM, else HelmVersion built once from the Go module proxy into the user's cache
-// directory ($GPE_TOOLS_CACHE overrides it) and reused by later runs.
+// Tool returns the path of a release or deployment tool (helm, goreleaser, actionlint, crane): built once from the
+// Go module proxy by scripts/tools.sh, which pins the versions, into ~/.cache/gpu-pod-exporter, and reused by later
+// runs; $GPE_HELM and the like name a binary to use instead.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	toolsMu.Lock()
+	defer toolsMu.Unlock()
+	if p, ok := tools[name]; ok {
+		return p
+	}
+	start := time.Now()
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "scripts/tools.sh"), name)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr // the build's progress, when there is one
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("scripts/tools.sh %s: %v", name, err)
+	}
+	p := strings.TrimSpace(stdout.String())
+	if d := time.Since(start); d > 10*time.Second {
+		fmt.Fprintf(os.Stderr, "e2eutil: %s ready in %s\n", name, d.Round(time.Second))
+	}
+	tools[name] = p
+	return p
+}
+
+// Helm returns the helm binary the tests share (Tool "helm").
 func Helm(t testing.TB) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p := os.Getenv("GPE_HELM"); p != "" {
-			helmPath = p
-			return
-		}
-		cache := os.Getenv("GPE_TOOLS_CACHE")
-		if cache == "" {
-			dir, err := os.UserCacheDir()
-			if err != nil {
-				helmErr = fmt.Errorf("no cache directory for helm (set GPE_HELM or GPE_TOOLS_CACHE): %v", err)
-				return
-			}
-			cache = filepath.Join(dir, "gpu-pod-exporter")
-		}
-		bin := filepath.Join(cache, "helm-"+HelmVersion+"-k8s"+HelmKubeVersion, "helm")
-		if _, err := os.Stat(bin); err == nil {
-			helmPath = bin
-			return
-		}
-		fmt.Fprintf(os.Stderr, "e2eutil: building helm %s from the Go module proxy into %s "+
-			"(once; about 3 minutes on 2 cores; set GPE_HELM to use your own helm)\n", HelmVersion, bin)
-		start := time.Now()
-		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-			helmErr = err
-			return
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(bin), "build-")
-		if err != nil {
-			helmErr = err
-			return
-		}
-		defer os.RemoveAll(tmp)
-		major, minor, _ := strings.Cut(HelmKubeVersion, ".")
-		ldflags := "-s -w"
-		for _, pkg := range []string{"helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"} {
-			ldflags += fmt.Sprintf(" -X %s.k8sVersionMajor=%s -X %s.k8sVersionMinor=%s", pkg, major, pkg, minor)
-		}
-		cmd := exec.Command("go", "install", "-trimpath", "-ldflags="+ldflags, "helm.sh/helm/v3/cmd/helm@"+HelmVersion)
-		// Outside our module: no -mod flag from the caller's GOFLAGS, its own go.sum checked against the sum database.
-		cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "GOWORK=off")
-		cmd.Dir = tmp
-		if out, err := cmd.CombinedOutput(); err != nil {
-			helmErr = fmt.Errorf("building helm %s (go install; needs the Go module proxy): %v\n%s", HelmVersion, err, out)
-			return
-		}
-		if err := os.Rename(filepath.Join(tmp, "helm"), bin); err != nil {
-			helmErr = err
-			return
-		}
-		fmt.Fprintf(os.Stderr, "e2eutil: built helm %s in %s\n", HelmVersion, time.Since(start).Round(time.Second))
-		helmPath = bin
-	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
-	}
-	return helmPath
+	return Tool(t, "helm")
 }
 
 // GlibcRootfs writes a root filesystem of the host's glibc (Debian's libc6 package files), passwd and group
