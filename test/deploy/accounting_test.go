@@ -48,48 +48,10 @@ func TestAccountingDashboardModel(t *testing.T) {
 		t.Errorf("price variable = %+v, want a textbox with a number", v)
 	}
 
-	ids := map[int]bool{}
-	titles := map[string]panel{}
-	occupied := map[[2]int]string{}
+	titles := checkPanels(t, d, substituteAccounting)
 	usesPrice := false
 	for _, p := range d.allPanels() {
-		if ids[p.ID] {
-			t.Errorf("panel id %d used twice", p.ID)
-		}
-		ids[p.ID] = true
-		if _, dup := titles[p.Title]; dup {
-			t.Errorf("two panels titled %q", p.Title)
-		}
-		titles[p.Title] = p
-		if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X+p.GridPos.W > 24 {
-			t.Errorf("panel %q: gridPos %+v", p.Title, p.GridPos)
-		}
-		for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
-			for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
-				if other, ok := occupied[[2]int{x, y}]; ok {
-					t.Errorf("panels %q and %q overlap at %d,%d", other, p.Title, x, y)
-				}
-				occupied[[2]int{x, y}] = p.Title
-			}
-		}
-		if p.Type == "row" {
-			continue
-		}
-		if p.Description == "" || len(p.Targets) == 0 || p.Datasource == nil || p.Datasource.UID != "${datasource}" {
-			t.Errorf("panel %q: description %q, %d targets, datasource %+v", p.Title, p.Description, len(p.Targets), p.Datasource)
-		}
-		refs := map[string]bool{}
 		for _, tg := range p.Targets {
-			if tg.Expr == "" || tg.RefID == "" || refs[tg.RefID] || tg.Datasource == nil || tg.Datasource.UID != "${datasource}" {
-				t.Errorf("panel %q: target %+v", p.Title, tg)
-			}
-			refs[tg.RefID] = true
-			if s := substituteAccounting(tg.Expr); leftoverVariable.MatchString(s) {
-				t.Errorf("panel %q: unknown variable in %q", p.Title, tg.Expr)
-			}
-			if p.Type == "table" && !(tg.Instant && tg.Format == "table") {
-				t.Errorf("panel %q: a table's query should be instant with format table", p.Title)
-			}
 			usesPrice = usesPrice || strings.Contains(tg.Expr, "$price")
 		}
 	}

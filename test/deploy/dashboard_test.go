@@ -153,60 +153,9 @@ func TestDashboardModel(t *testing.T) {
 		}
 	}
 
-	ids := map[int]string{}
-	titles := map[string]bool{}
-	occupied := map[[2]int]string{}
+	titles := checkPanels(t, d, substitute)
 	for _, p := range d.allPanels() {
-		if prev, dup := ids[p.ID]; dup {
-			t.Errorf("panel id %d used by %q and %q", p.ID, prev, p.Title)
-		}
-		ids[p.ID] = p.Title
-		if titles[p.Title] {
-			t.Errorf("two panels titled %q", p.Title)
-		}
-		titles[p.Title] = true
-		if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X+p.GridPos.W > 24 {
-			t.Errorf("panel %q: gridPos %+v", p.Title, p.GridPos)
-		}
-		for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
-			for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
-				if other, ok := occupied[[2]int{x, y}]; ok {
-					t.Errorf("panels %q and %q overlap at %d,%d", other, p.Title, x, y)
-					y = p.GridPos.Y + p.GridPos.H
-					break
-				}
-				occupied[[2]int{x, y}] = p.Title
-			}
-		}
-		if p.Type == "row" {
-			continue
-		}
-		if p.Description == "" {
-			t.Errorf("panel %q has no description", p.Title)
-		}
-		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no query", p.Title)
-		}
-		if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
-			t.Errorf("panel %q: datasource %+v, want the ${datasource} variable", p.Title, p.Datasource)
-		}
-		refs := map[string]bool{}
-		for _, tg := range p.Targets {
-			if tg.Expr == "" || tg.RefID == "" || refs[tg.RefID] {
-				t.Errorf("panel %q: target %+v", p.Title, tg)
-			}
-			refs[tg.RefID] = true
-			if tg.Datasource == nil || tg.Datasource.UID != "${datasource}" {
-				t.Errorf("panel %q: target datasource %+v", p.Title, tg.Datasource)
-			}
-			if s := substitute(tg.Expr); leftoverVariable.MatchString(s) {
-				t.Errorf("panel %q: unknown variable in %q", p.Title, tg.Expr)
-			}
-			if p.Type == "table" && !(tg.Instant && tg.Format == "table") {
-				t.Errorf("panel %q: a table's query should be instant with format table", p.Title)
-			}
-		}
-		if slices.Contains(kubeletPanels, p.Title) != strings.Contains(p.Description, "PodResources") {
+		if p.Type != "row" && slices.Contains(kubeletPanels, p.Title) != strings.Contains(p.Description, "PodResources") {
 			t.Errorf("panel %q: panels that need the kubelet must say so in their description, and only they", p.Title)
 		}
 	}
@@ -214,7 +163,7 @@ func TestDashboardModel(t *testing.T) {
 		"GPU memory by pod", "SM utilization by pod", "GPU processes", "GPU used without a request",
 		"Idle GPU allocations", "Temperature", "Power", "XID errors",
 	} {
-		if !titles[want] {
+		if _, ok := titles[want]; !ok {
 			t.Errorf("no panel %q", want)
 		}
 	}
@@ -268,4 +217,66 @@ func TestDashboardMetricsDocumented(t *testing.T) {
 			t.Errorf("the dashboard uses %s, which README.md does not document", m)
 		}
 	}
+}
+
+// checkPanels checks what every dashboard's panels must be, and returns them by title: unique IDs and titles, a
+// grid without overlaps, and for each panel that is not a row a description, the ${datasource} variable, queries
+// with unique refIds and no variable that substitute leaves, and instant table queries for tables.
+func checkPanels(t *testing.T, d *dashboard, substitute func(string) string) map[string]panel {
+	t.Helper()
+	ids := map[int]string{}
+	titles := map[string]panel{}
+	occupied := map[[2]int]string{}
+	for _, p := range d.allPanels() {
+		if prev, dup := ids[p.ID]; dup {
+			t.Errorf("panel id %d used by %q and %q", p.ID, prev, p.Title)
+		}
+		ids[p.ID] = p.Title
+		if _, dup := titles[p.Title]; dup {
+			t.Errorf("two panels titled %q", p.Title)
+		}
+		titles[p.Title] = p
+		if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q: gridPos %+v", p.Title, p.GridPos)
+		}
+		for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+			for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+				if other, ok := occupied[[2]int{x, y}]; ok {
+					t.Errorf("panels %q and %q overlap at %d,%d", other, p.Title, x, y)
+					y = p.GridPos.Y + p.GridPos.H
+					break
+				}
+				occupied[[2]int{x, y}] = p.Title
+			}
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Description == "" {
+			t.Errorf("panel %q has no description", p.Title)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+			t.Errorf("panel %q: datasource %+v, want the ${datasource} variable", p.Title, p.Datasource)
+		}
+		refs := map[string]bool{}
+		for _, tg := range p.Targets {
+			if tg.Expr == "" || tg.RefID == "" || refs[tg.RefID] {
+				t.Errorf("panel %q: target %+v", p.Title, tg)
+			}
+			refs[tg.RefID] = true
+			if tg.Datasource == nil || tg.Datasource.UID != "${datasource}" {
+				t.Errorf("panel %q: target datasource %+v", p.Title, tg.Datasource)
+			}
+			if s := substitute(tg.Expr); leftoverVariable.MatchString(s) {
+				t.Errorf("panel %q: unknown variable in %q", p.Title, tg.Expr)
+			}
+			if p.Type == "table" && !(tg.Instant && tg.Format == "table") {
+				t.Errorf("panel %q: a table's query should be instant with format table", p.Title)
+			}
+		}
+	}
+	return titles
 }
