@@ -301,6 +301,9 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 	}
 	content, err := r.Cgroup(p.PID)
 	if err != nil {
+		if stat != nil {
+			_ = stat.Close()
+		}
 		a.procfsFailed(p.PID, err, tally)
 		return o, "", false
 	}
@@ -332,14 +335,16 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 // opened anew.
 func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, uint64, *procfs.StatFile, error) {
 	if e, ok := a.procs[pid]; ok && e.stat != nil {
+		f := e.stat
+		e.stat = nil // the caller owns it now: keeps it in its entry of seen, or closes it
 		if a.keptComm {
-			if comm, err := r.ReadComm(e.stat); err == nil {
-				return comm, e.start, e.stat, nil // the same process: its start time is what it was
+			if comm, err := r.ReadComm(f); err == nil {
+				return comm, e.start, f, nil // the same process: its start time is what it was
 			}
-		} else if comm, start, err := r.ReadStat(e.stat); err == nil {
-			return comm, start, e.stat, nil
+		} else if comm, start, err := r.ReadStat(f); err == nil {
+			return comm, start, f, nil
 		}
-		e.closeStat()
+		_ = f.Close()
 	}
 	if !keep {
 		comm, start, err := r.Stat(pid)

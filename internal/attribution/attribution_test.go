@@ -867,6 +867,31 @@ func TestStatFilesClosedWhenProcessesLeave(t *testing.T) {
 	}
 }
 
+// A process whose cgroup file cannot be read keeps no file open: the one opened for it is closed, scrape after
+// scrape.
+func TestNoFileLeftOpenWhenTheCgroupCannotBeRead(t *testing.T) {
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(entries)
+	}
+	p := newProcFS(t)
+	p.writeProc(7, "p", "0::/system.slice/a.service\n")
+	if err := os.Remove(filepath.Join(p.root, "7", "cgroup")); err != nil {
+		t.Fatal(err)
+	}
+	before := fds()
+	a := newAttributor(t, Config{ProcFS: p.root})
+	for range 10 {
+		a.Attribute(t.Context(), snapshot(7))
+	}
+	if n := fds() - before; n != 0 {
+		t.Errorf("%d files open after 10 scrapes of a process without a cgroup file, want 0", n)
+	}
+}
+
 // On the real procfs, a process that exits is seen to have exited at the next scrape, though its stat file was
 // kept open.
 func TestExitSeenThroughKeptStatFile(t *testing.T) {
