@@ -17,8 +17,8 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
-// Only stat, comm and cgroup are read: cmdline and environ may hold secrets, and the owner is told by the cgroup
-// alone.
+// Only stat, comm, cgroup and status (for its Uid line, internal/users) are read: cmdline and environ may hold
+// secrets, and the owner is told by the cgroup alone.
 
 // Reader reads the small procfs files of many processes through one buffer. procfs reports a size of 0, so
 // os.ReadFile's Stat and size guess are wasted work; at two files per GPU process per scrape the allocations show.
@@ -168,6 +168,15 @@ func parseStat(b []byte) (comm string, start uint64, ok bool) {
 		return "", 0, false
 	}
 	return string(b[open+1 : end]), start, true
+}
+
+// Status reads <procfs>/<pid>/status. The bytes are the Reader's, good until its next read.
+func (r *Reader) Status(pid uint32) ([]byte, error) {
+	b, err := r.read(pid, "status")
+	if err != nil {
+		return nil, fmt.Errorf("reading process status: %w", err)
+	}
+	return b, nil
 }
 
 // Cgroup reads the whole of <procfs>/<pid>/cgroup.

@@ -143,7 +143,7 @@ func TestReaderRefusesWhatTheKernelNeverWrites(t *testing.T) {
 			writeFile(t, path, strings.Repeat("a", maxProcFile+1))
 		}, "larger than"},
 	} {
-		for _, file := range []string{"comm", "cgroup", "stat", "stat kept open"} {
+		for _, file := range []string{"comm", "cgroup", "stat", "status", "stat kept open", "comm kept open"} {
 			t.Run(tc.name+"/"+file, func(t *testing.T) {
 				root, dir := fakeProc(t)
 				tc.make(t, filepath.Join(dir, strings.TrimSuffix(file, " kept open")))
@@ -158,10 +158,20 @@ func TestReaderRefusesWhatTheKernelNeverWrites(t *testing.T) {
 						got, err = r.Comm(42)
 					case "stat":
 						got, _, err = r.Stat(42)
+					case "status":
+						var b []byte
+						b, err = r.Status(42)
+						got = string(b)
 					case "stat kept open":
 						var f *StatFile
 						if f, err = r.OpenStat(42); err == nil {
 							got, _, err = r.ReadStat(f)
+							f.Close()
+						}
+					case "comm kept open":
+						var f *StatFile
+						if f, err = r.OpenComm(42); err == nil {
+							got, err = r.ReadComm(f)
 							f.Close()
 						}
 					default:

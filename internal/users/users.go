@@ -9,13 +9,14 @@ package users
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // Bounds: a passwd file larger than maxPasswd is read no further, and no more than maxUsers names are kept.
@@ -24,28 +25,25 @@ const (
 	maxUsers  = 1 << 17
 	// refresh is how often the passwd file is checked for changes (its modification time and size).
 	refresh = time.Minute
-	// maxStatus bounds what is read of /proc/<pid>/status: the Uid line is among its first dozen lines.
-	maxStatus = 4096
 )
 
 // Resolver names process owners. It is safe for concurrent use.
 type Resolver struct {
-	procfs string
 	passwd string
 	now    func() time.Time
 
-	mu        sync.Mutex
-	names     map[uint32]string
-	checked   time.Time // when the passwd file was last checked
-	modTime   time.Time
-	size      int64
-	loadErr   error
-	statusBuf []byte
+	mu      sync.Mutex
+	proc    *procfs.Reader // the hardened reader of process files: no symlink, FIFO or oversized file
+	names   map[uint32]string
+	checked time.Time // when the passwd file was last checked
+	modTime time.Time
+	size    int64
+	loadErr error
 }
 
 // New returns a Resolver that reads <procfs>/<pid>/status and passwd (the node's /etc/passwd).
-func New(procfs, passwd string) *Resolver {
-	return &Resolver{procfs: procfs, passwd: passwd, now: time.Now, statusBuf: make([]byte, maxStatus)}
+func New(procfsRoot, passwd string) *Resolver {
+	return &Resolver{proc: procfs.NewReader(procfsRoot), passwd: passwd, now: time.Now}
 }
 
 // User returns the name of the process's owner (its real uid), or the uid in decimal when the user database does
@@ -74,19 +72,13 @@ func (r *Resolver) Err() error {
 }
 
 func (r *Resolver) uid(pid uint32) (uint32, error) {
-	path := r.procfs + "/" + strconv.FormatUint(uint64(pid), 10) + "/status"
-	f, err := os.Open(path)
+	status, err := r.proc.Status(pid)
 	if err != nil {
 		return 0, fmt.Errorf("reading the process owner: %w", err)
 	}
-	defer f.Close()
-	n, err := io.ReadFull(f, r.statusBuf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("reading the process owner: %w", err)
-	}
-	uid, ok := ParseStatusUID(r.statusBuf[:n])
+	uid, ok := ParseStatusUID(status)
 	if !ok {
-		return 0, fmt.Errorf("reading the process owner: %s has no Uid line", path)
+		return 0, fmt.Errorf("reading the process owner: the status of process %d has no Uid line", pid)
 	}
 	return uid, nil
 }
