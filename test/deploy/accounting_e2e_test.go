@@ -4,14 +4,11 @@ package deploy
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
-	"net/url"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,30 +75,12 @@ scrape_configs:
 	})
 
 	// Every query is evaluated at the same instant, so that values computed from one another agree.
-	at := strconv.FormatFloat(float64(time.Now().UnixMilli())/1000, 'f', 3, 64)
+	at := time.Now()
 	query := func(expr string) []e2eutil.Sample {
 		t.Helper()
-		data, err := e2eutil.PromAPI(api, "/api/v1/query", url.Values{"query": {expr}, "time": {at}})
+		out, err := e2eutil.TryQueryAt(api, expr, at)
 		if err != nil {
 			t.Fatalf("query %q: %v", expr, err)
-		}
-		var r struct {
-			Result []struct {
-				Metric map[string]string `json:"metric"`
-				Value  [2]any            `json:"value"`
-			} `json:"result"`
-		}
-		if err := json.Unmarshal(data, &r); err != nil {
-			t.Fatalf("query %q: %v", expr, err)
-		}
-		var out []e2eutil.Sample
-		for _, s := range r.Result {
-			str, _ := s.Value[1].(string)
-			v, err := strconv.ParseFloat(str, 64)
-			if err != nil {
-				t.Fatalf("query %q: value %v", expr, s.Value[1])
-			}
-			out = append(out, e2eutil.Sample{Metric: s.Metric, Value: v})
 		}
 		return out
 	}

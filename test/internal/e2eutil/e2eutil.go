@@ -323,7 +323,16 @@ type Sample struct {
 
 // TryQuery runs an instant query that must return a vector.
 func TryQuery(prom, expr string) ([]Sample, error) {
-	data, err := PromAPI(prom, "/api/v1/query", url.Values{"query": {expr}})
+	return TryQueryAt(prom, expr, time.Time{})
+}
+
+// TryQueryAt runs an instant query evaluated at a given time (the zero time: now).
+func TryQueryAt(prom, expr string, at time.Time) ([]Sample, error) {
+	params := url.Values{"query": {expr}}
+	if !at.IsZero() {
+		params.Set("time", strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64))
+	}
+	data, err := PromAPI(prom, "/api/v1/query", params)
 	if err != nil {
 		return nil, err
 	}
