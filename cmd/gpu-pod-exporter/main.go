@@ -24,7 +24,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 const program = "gpu_pod_exporter"
@@ -145,13 +145,13 @@ func run(args []string) int {
 		return fail(once, logger, "cannot attribute GPU processes", err)
 	}
 	defer attributor.Close()
-	scraper := scrape.New(source, attributor, timeout, logger)
+	reader := reading.New(source, attributor, timeout, logger)
 
 	switch command {
 	case psCmd.FullCommand():
-		return runPS(ctx, scraper, psf)
+		return runPS(ctx, reader, psf)
 	case topCmd.FullCommand():
-		return tf.run(ctx, logger, offer, scraper)
+		return tf.run(ctx, logger, offer, reader)
 	default:
 		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels), ProcessUser: af.users != nil}
 		compat.apply(&opts)
@@ -166,7 +166,7 @@ func run(args []string) int {
 			self = append(self, c)
 		}
 		summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
-		return runServer(ctx, logger, scraper, collector.New(scraper, opts, self...), &wf, summary)
+		return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, summary)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // psFlags are the flags of `ps`.
@@ -47,9 +47,9 @@ func (f *psFlags) check() error {
 // runPS prints one reading, or with --watch one every interval until ctx ends (Ctrl-C), which is a normal exit.
 // Under --watch a failed reading is reported and the next one tried, as a watched command is re-run; output that
 // cannot be written (a closed pipe) ends it.
-func runPS(ctx context.Context, scraper *scrape.Scraper, f *psFlags) int {
+func runPS(ctx context.Context, reader *reading.Reader, f *psFlags) int {
 	for {
-		readErr, writeErr := printPS(ctx, scraper, f, os.Stdout)
+		readErr, writeErr := printPS(ctx, reader, f, os.Stdout)
 		switch {
 		case ctx.Err() != nil:
 			return 0
@@ -76,8 +76,8 @@ func runPS(ctx context.Context, scraper *scrape.Scraper, f *psFlags) int {
 }
 
 // printPS prints one reading and its warnings.
-func printPS(ctx context.Context, scraper *scrape.Scraper, f *psFlags, w io.Writer) (readErr, writeErr error) {
-	r, err := scraper.Scrape(ctx)
+func printPS(ctx context.Context, reader *reading.Reader, f *psFlags, w io.Writer) (readErr, writeErr error) {
+	r, err := reader.Read(ctx)
 	if err != nil {
 		return err, nil
 	}

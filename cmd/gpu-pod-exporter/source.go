@@ -16,7 +16,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvml"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 )
 
 // The simulated node offers preset owners and allocations, which run finds by interface; a change of their

@@ -13,7 +13,7 @@ import (
 	"github.com/charmbracelet/x/term"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
 )
 
@@ -63,7 +63,7 @@ func (f *topFlags) check() error {
 	return f.kubelet.check()
 }
 
-func (f *topFlags) run(ctx context.Context, logger *slog.Logger, offer allocationOffer, scraper *scrape.Scraper) int {
+func (f *topFlags) run(ctx context.Context, logger *slog.Logger, offer allocationOffer, reader *reading.Reader) int {
 	for _, w := range f.kubelet.warnings() {
 		logger.Warn(w)
 	}
@@ -84,7 +84,7 @@ func (f *topFlags) run(ctx context.Context, logger *slog.Logger, offer allocatio
 		Interval: f.interval,
 		View:     top.View{Sort: sort, Filter: f.filter, Group: f.group},
 		Read: func(ctx context.Context) (top.Reading, error) {
-			r, err := scraper.Scrape(ctx)
+			r, err := reader.Read(ctx)
 			if err != nil {
 				return top.Reading{}, err
 			}

@@ -22,7 +22,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // Server timeouts. A scrape may wait up to --collection.timeout for a reading before its body is written, so the
@@ -80,7 +80,7 @@ type startupSummary struct {
 }
 
 // log writes one line that says what the exporter found: the source and its GPUs, procfs, runtimes, kubelet.
-func (s startupSummary) log(logger *slog.Logger, r *scrape.Result, err error) {
+func (s startupSummary) log(logger *slog.Logger, r *reading.Reading, err error) {
 	args := []any{"gpu_source", s.source.Name(), "procfs", s.procfs, "runtimes", strings.Join(s.runtimes, ","),
 		"allocations", s.kubelet}
 	if err != nil {
@@ -107,13 +107,13 @@ func (s startupSummary) log(logger *slog.Logger, r *scrape.Result, err error) {
 // readiness is /readyz: ready once a reading has succeeded. Until then each probe tries a reading (shared with
 // any scrape in flight, bounded by the collection timeout).
 type readiness struct {
-	scraper *scrape.Scraper
-	ready   atomic.Bool
+	reader *reading.Reader
+	ready  atomic.Bool
 }
 
 func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !rd.ready.Load() {
-		if _, err := rd.scraper.Scrape(r.Context()); err != nil {
+		if _, err := rd.reader.Read(r.Context()); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -124,7 +124,7 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func healthz(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
 
-func runServer(ctx context.Context, logger *slog.Logger, scraper *scrape.Scraper, c *collector.Collector, f *webFlags, summary startupSummary) int {
+func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader, c *collector.Gatherer, f *webFlags, summary startupSummary) int {
 	self := c.Registerer()
 	self.MustRegister(
 		versioncollector.NewCollector(program),
@@ -132,7 +132,7 @@ func runServer(ctx context.Context, logger *slog.Logger, scraper *scrape.Scraper
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 
-	ready := &readiness{scraper: scraper}
+	ready := &readiness{reader: reader}
 	mux := http.NewServeMux()
 	mux.Handle(f.metricsPath, promhttp.InstrumentMetricHandler(self, exposition.New(c, logger)))
 	mux.HandleFunc("/healthz", healthz)
@@ -173,7 +173,7 @@ func runServer(ctx context.Context, logger *slog.Logger, scraper *scrape.Scraper
 		go func() { errc <- health.ListenAndServe() }()
 	}
 	go func() {
-		r, err := scraper.Scrape(ctx)
+		r, err := reader.Read(ctx)
 		if err == nil {
 			ready.ready.Store(true)
 		}

@@ -29,7 +29,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // Ledger accumulates the accounts of every GPU across readings. It is safe for concurrent use.
@@ -88,7 +88,7 @@ type Workload struct {
 // Observe accounts one reading. A reading that is not newer than the last one observed (a scrape that shares a
 // reading another scrape already accounted, or one that lost a race with a newer reading) changes nothing and
 // Observe returns false.
-func (l *Ledger) Observe(r *scrape.Result) bool {
+func (l *Ledger) Observe(r *reading.Reading) bool {
 	snap := r.Snapshot
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -25,10 +25,10 @@ type proc struct {
 	mig    bool
 }
 
-// reading builds a reading at t0+seconds of one or more devices, with each process owned by the pod its owner names.
-func reading(seconds float64, devices ...gpu.Device) *scrape.Result {
+// readingAt builds a reading at t0+seconds of one or more devices, with each process owned by the pod its owner names.
+func readingAt(seconds float64, devices ...gpu.Device) *reading.Reading {
 	owners := map[uint32]attribution.Owner{}
-	return &scrape.Result{Snapshot: &gpu.Snapshot{Time: t0.Add(time.Duration(seconds * float64(time.Second))), Devices: devices}, Owners: owners}
+	return &reading.Reading{Snapshot: &gpu.Snapshot{Time: t0.Add(time.Duration(seconds * float64(time.Second))), Devices: devices}, Owners: owners}
 }
 
 func device(index int, power, energy gpu.Value, procs ...proc) gpu.Device {
@@ -40,7 +40,7 @@ func device(index int, power, energy gpu.Value, procs ...proc) gpu.Device {
 }
 
 // attribute names each process's owner after its Name: the pod of that name in namespace "ns".
-func attribute(r *scrape.Result) *scrape.Result {
+func attribute(r *reading.Reading) *reading.Reading {
 	for _, d := range r.Snapshot.Devices {
 		for _, p := range d.Processes {
 			r.Owners[p.PID] = attribution.Owner{Name: p.Name, Identity: attribution.Identity{Namespace: "ns", Pod: p.Name}}
@@ -49,7 +49,7 @@ func attribute(r *scrape.Result) *scrape.Result {
 	return r
 }
 
-func observe(t *testing.T, l *Ledger, r *scrape.Result) {
+func observe(t *testing.T, l *Ledger, r *reading.Reading) {
 	t.Helper()
 	if !l.Observe(attribute(r)) {
 		t.Fatalf("reading at %s not observed", r.Snapshot.Time)
@@ -105,7 +105,7 @@ func TestSplitBySMShare(t *testing.T) {
 		{pid: 3, owner: "a", sm: k(0.2), memory: k(1 * gib)},
 		{pid: 4, owner: "idle-notebook", sm: k(0), memory: k(20 * gib)},
 	}
-	observe(t, l, reading(0, device(0, k(250), k(1000), procs...)))
+	observe(t, l, readingAt(0, device(0, k(250), k(1000), procs...)))
 	a := accounts(l)["GPU-0"]
 	// The first reading: power is split, counters start at 0.
 	wantValue(t, "power a", a.workloads["a"].PowerWatts, 250*0.5/0.6)
@@ -115,7 +115,7 @@ func TestSplitBySMShare(t *testing.T) {
 	wantFloat(t, "energy a", a.workloads["a"].EnergyJoules, 0)
 	wantValue(t, "sm-seconds a", a.workloads["a"].SMSeconds, 0)
 
-	observe(t, l, reading(10, device(0, k(300), k(1000+3000), procs...)))
+	observe(t, l, readingAt(10, device(0, k(300), k(1000+3000), procs...)))
 	a = accounts(l)["GPU-0"]
 	wantValue(t, "power a", a.workloads["a"].PowerWatts, 250)
 	wantValue(t, "power b", a.workloads["b"].PowerWatts, 50)
@@ -137,8 +137,8 @@ func TestSplitByMemoryShare(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := New()
 			procs := []proc{{pid: 1, owner: "a", sm: sm[0], memory: k(3 * gib)}, {pid: 2, owner: "b", sm: sm[1], memory: k(1 * gib)}}
-			observe(t, l, reading(0, device(0, k(200), k(0), procs...)))
-			observe(t, l, reading(5, device(0, k(200), k(1000), procs...)))
+			observe(t, l, readingAt(0, device(0, k(200), k(0), procs...)))
+			observe(t, l, readingAt(5, device(0, k(200), k(1000), procs...)))
 			a := accounts(l)["GPU-0"]
 			wantValue(t, "power a", a.workloads["a"].PowerWatts, 150)
 			wantValue(t, "power b", a.workloads["b"].PowerWatts, 50)
@@ -156,8 +156,8 @@ func TestSplitByMemoryShare(t *testing.T) {
 // An idle GPU's power and energy are all unattributed; so are those of a GPU whose processes report nothing.
 func TestIdleAndUnreportedGPU(t *testing.T) {
 	l := New()
-	observe(t, l, reading(0, device(0, k(70), k(0)), device(1, k(90), k(0), proc{pid: 1, owner: "a"})))
-	observe(t, l, reading(10, device(0, k(70), k(700)), device(1, k(90), k(900), proc{pid: 1, owner: "a"})))
+	observe(t, l, readingAt(0, device(0, k(70), k(0)), device(1, k(90), k(0), proc{pid: 1, owner: "a"})))
+	observe(t, l, readingAt(10, device(0, k(70), k(700)), device(1, k(90), k(900), proc{pid: 1, owner: "a"})))
 	as := accounts(l)
 	wantValue(t, "idle unattributed power", as["GPU-0"].unattributedPower, 70)
 	wantFloat(t, "idle unattributed energy", as["GPU-0"].unattributedEnergy, 700)
@@ -187,14 +187,14 @@ func TestEnergyWithoutCounter(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := New()
-			observe(t, l, reading(0, device(0, tc.p0, tc.e0, procs...)))
-			observe(t, l, reading(10, device(0, tc.p1, tc.e1, procs...)))
+			observe(t, l, readingAt(0, device(0, tc.p0, tc.e0, procs...)))
+			observe(t, l, readingAt(10, device(0, tc.p1, tc.e1, procs...)))
 			wantFloat(t, "energy", accounts(l)["GPU-0"].workloads["a"].EnergyJoules, tc.want)
 		})
 	}
 	l := New()
-	observe(t, l, reading(0, device(0, gpu.Value{}, gpu.Value{}, procs...)))
-	observe(t, l, reading(10, device(0, gpu.Value{}, gpu.Value{}, procs...)))
+	observe(t, l, readingAt(0, device(0, gpu.Value{}, gpu.Value{}, procs...)))
+	observe(t, l, readingAt(10, device(0, gpu.Value{}, gpu.Value{}, procs...)))
 	a := accounts(l)["GPU-0"]
 	if a.unattributedPower.Valid || a.workloads["a"].PowerWatts.Valid || a.workloads["a"].EnergyJoules != 0 || a.unattributedEnergy != 0 {
 		t.Errorf("GPU without power or energy: %+v", a)
@@ -207,14 +207,14 @@ func TestWorkloadsJoinAndLeave(t *testing.T) {
 	l := New()
 	a := proc{pid: 1, owner: "a", sm: k(0.5)}
 	b := proc{pid: 2, owner: "b", sm: k(0.5)}
-	observe(t, l, reading(0, device(0, k(100), k(0), a)))
-	observe(t, l, reading(10, device(0, k(100), k(1000), a, b)))
+	observe(t, l, readingAt(0, device(0, k(100), k(0), a)))
+	observe(t, l, readingAt(10, device(0, k(100), k(1000), a, b)))
 	acc := accounts(l)["GPU-0"]
 	wantFloat(t, "a after b joined", acc.workloads["a"].EnergyJoules, 500)
 	wantFloat(t, "b on arrival", acc.workloads["b"].EnergyJoules, 0)
 	wantFloat(t, "unattributed on b's arrival", acc.unattributedEnergy, 500)
 	wantValue(t, "b's power on arrival", acc.workloads["b"].PowerWatts, 50)
-	observe(t, l, reading(20, device(0, k(100), k(2000), b)))
+	observe(t, l, readingAt(20, device(0, k(100), k(2000), b)))
 	acc = accounts(l)["GPU-0"]
 	if _, ok := acc.workloads["a"]; ok {
 		t.Error("a is still accounted after leaving")
@@ -222,7 +222,7 @@ func TestWorkloadsJoinAndLeave(t *testing.T) {
 	wantFloat(t, "b after a left", acc.workloads["b"].EnergyJoules, 1000)
 	wantFloat(t, "unattributed", acc.unattributedEnergy, 500)
 	// a comes back: a new series, from 0.
-	observe(t, l, reading(30, device(0, k(100), k(3000), a, b)))
+	observe(t, l, readingAt(30, device(0, k(100), k(3000), a, b)))
 	wantFloat(t, "a back", accounts(l)["GPU-0"].workloads["a"].EnergyJoules, 0)
 	if n := len(l.gpus["GPU-0"].byKey); n != 2 {
 		t.Errorf("ledger holds %d workloads, want 2", n)
@@ -234,13 +234,13 @@ func TestWorkloadsJoinAndLeave(t *testing.T) {
 func TestFailedReadingInBetween(t *testing.T) {
 	procs := []proc{{pid: 1, owner: "a", sm: k(0.75)}, {pid: 2, owner: "b", sm: k(0.25)}}
 	l := New()
-	observe(t, l, reading(0, device(0, k(100), k(0), procs...), device(1, k(100), k(0), procs...)))
+	observe(t, l, readingAt(0, device(0, k(100), k(0), procs...), device(1, k(100), k(0), procs...)))
 	// 10 s: the reading failed as a whole (not observed). 20 s: GPU 1 failed.
-	observe(t, l, reading(20, device(0, k(100), k(2000), procs...)))
+	observe(t, l, readingAt(20, device(0, k(100), k(2000), procs...)))
 	if _, ok := accounts(l)["GPU-1"]; ok {
 		t.Error("a GPU missing from the latest reading is still served")
 	}
-	observe(t, l, reading(30, device(0, k(100), k(3000), procs...), device(1, k(100), k(3000), procs...)))
+	observe(t, l, readingAt(30, device(0, k(100), k(3000), procs...), device(1, k(100), k(3000), procs...)))
 	for _, uuid := range []string{"GPU-0", "GPU-1"} {
 		acc := accounts(l)[uuid]
 		wantFloat(t, uuid+" a", acc.workloads["a"].EnergyJoules, 2250)
@@ -252,14 +252,14 @@ func TestFailedReadingInBetween(t *testing.T) {
 	// come back without restarting.
 	d := device(0, k(100), k(4000))
 	d.ProcessesListed = false
-	observe(t, l, reading(40, d))
+	observe(t, l, readingAt(40, d))
 	acc := accounts(l)["GPU-0"]
 	wantFloat(t, "unattributed while unlisted", acc.unattributedEnergy, 1000)
 	wantFloat(t, "a while unlisted", acc.workloads["a"].EnergyJoules, 2250)
 	if acc.workloads["a"].PowerWatts.Valid {
 		t.Error("a workload's power is known while the process list is not")
 	}
-	observe(t, l, reading(50, device(0, k(100), k(5000), procs...)))
+	observe(t, l, readingAt(50, device(0, k(100), k(5000), procs...)))
 	wantFloat(t, "a after the list is back", accounts(l)["GPU-0"].workloads["a"].EnergyJoules, 3000)
 }
 
@@ -267,9 +267,9 @@ func TestFailedReadingInBetween(t *testing.T) {
 func TestReadingAccountedOnce(t *testing.T) {
 	l := New()
 	procs := []proc{{pid: 1, owner: "a", sm: k(1)}}
-	observe(t, l, reading(0, device(0, k(100), k(0), procs...)))
-	older := attribute(reading(5, device(0, k(100), k(500), procs...)))
-	r := attribute(reading(10, device(0, k(100), k(1000), procs...)))
+	observe(t, l, readingAt(0, device(0, k(100), k(0), procs...)))
+	older := attribute(readingAt(5, device(0, k(100), k(500), procs...)))
+	r := attribute(readingAt(10, device(0, k(100), k(1000), procs...)))
 	observe(t, l, r)
 	if l.Observe(r) || l.Observe(older) {
 		t.Error("a reading was accounted twice, or an older one after a newer")
@@ -285,8 +285,8 @@ func TestMIG(t *testing.T) {
 		{pid: 1, owner: "train", memory: k(18 * gib), mig: true},
 		{pid: 2, owner: "serve", memory: k(6 * gib), mig: true},
 	}
-	observe(t, l, reading(0, device(0, k(240), k(0), procs...)))
-	observe(t, l, reading(15, device(0, k(240), k(3600), procs...)))
+	observe(t, l, readingAt(0, device(0, k(240), k(0), procs...)))
+	observe(t, l, readingAt(15, device(0, k(240), k(3600), procs...)))
 	acc := accounts(l)["GPU-0"]
 	wantValue(t, "train power", acc.workloads["train"].PowerWatts, 180)
 	wantValue(t, "serve power", acc.workloads["serve"].PowerWatts, 60)
@@ -299,8 +299,8 @@ func TestMIG(t *testing.T) {
 func TestBadValues(t *testing.T) {
 	l := New()
 	procs := []proc{{pid: 1, owner: "a", sm: k(math.NaN()), memory: k(-1)}, {pid: 2, owner: "b", sm: k(0.5), memory: k(gib)}}
-	observe(t, l, reading(0, device(0, k(100), k(0), procs...)))
-	observe(t, l, reading(10, device(0, k(100), k(1000), procs...)))
+	observe(t, l, readingAt(0, device(0, k(100), k(0), procs...)))
+	observe(t, l, readingAt(10, device(0, k(100), k(1000), procs...)))
 	acc := accounts(l)["GPU-0"]
 	wantFloat(t, "a", acc.workloads["a"].EnergyJoules, 0)
 	wantFloat(t, "b", acc.workloads["b"].EnergyJoules, 1000)
@@ -369,7 +369,7 @@ func randomNode(t testing.TB, rng *rand.Rand, readings int) (board, accounted fl
 			}
 			seen[g], lastEnergy[g], lastPower[g], lastSeconds[g] = true, boardEnergy[g], power[g], seconds
 		}
-		l.Observe(attribute(reading(seconds, devices...)))
+		l.Observe(attribute(readingAt(seconds, devices...)))
 		l.Each(func(g *GPU) {
 			if g.PowerWatts.Valid && g.listed {
 				sum := g.UnattributedPowerWatts.V
@@ -439,7 +439,7 @@ func BenchmarkObserve(b *testing.B) {
 		}
 		devices = append(devices, device(g, k(400), k(1e8), procs...))
 	}
-	r := attribute(reading(0, devices...))
+	r := attribute(readingAt(0, devices...))
 	l := New()
 	l.Observe(r)
 	b.ReportAllocs()

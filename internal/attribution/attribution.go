@@ -115,7 +115,7 @@ type procEntry struct {
 	delegated bool
 	// stat is the process's open stat file (comm on the kernel's procfs, see keptComm), read again at the next
 	// scrape; nil past maxOpenStat.
-	stat *procfs.StatFile
+	stat *procfs.KeptFile
 }
 
 // maxOpenStat bounds the stat files kept open: one per GPU process, up to this many; the processes beyond it are
@@ -333,7 +333,7 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 // the kernel's procfs), or else by opening it, and keeping it open when keep is set. A kept file that fails to read
 // belongs to a process that has exited (ESRCH), whose PID may now be another's: it is closed and the PID's file
 // opened anew.
-func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, uint64, *procfs.StatFile, error) {
+func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, uint64, *procfs.KeptFile, error) {
 	if e, ok := a.procs[pid]; ok && e.stat != nil {
 		f := e.stat
 		e.stat = nil // the caller owns it now: keeps it in its entry of seen, or closes it
@@ -350,7 +350,7 @@ func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, 
 		comm, start, err := r.Stat(pid)
 		return comm, start, nil, err
 	}
-	var f *procfs.StatFile
+	var f *procfs.KeptFile
 	var err error
 	if a.keptComm {
 		f, err = r.OpenComm(pid)

@@ -835,7 +835,7 @@ func TestAttributeAllocations(t *testing.T) {
 }
 
 // The stat files kept open are one per GPU process of the last reading, and closed when the process leaves.
-func TestStatFilesClosedWhenProcessesLeave(t *testing.T) {
+func TestKeptFilesClosedWhenProcessesLeave(t *testing.T) {
 	fds := func() int {
 		entries, err := os.ReadDir("/proc/self/fd")
 		if err != nil {
@@ -894,7 +894,7 @@ func TestNoFileLeftOpenWhenTheCgroupCannotBeRead(t *testing.T) {
 
 // On the real procfs, a process that exits is seen to have exited at the next scrape, though its stat file was
 // kept open.
-func TestExitSeenThroughKeptStatFile(t *testing.T) {
+func TestExitSeenThroughKeptFile(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}

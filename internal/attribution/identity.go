@@ -5,7 +5,7 @@ import (
 	"unicode/utf8"
 )
 
-// Identity is who owns a GPU process, as SPEC's identity labels name it: its Kubernetes pod and container, plain
+// Identity is who owns a GPU process, as the identity labels of docs/reference.md name it: its Kubernetes pod and container, plain
 // container, Slurm job or systemd service. Every field is empty when unknown.
 type Identity struct {
 	Namespace   string

@@ -2,7 +2,7 @@ package collector
 
 import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // accountingMetrics say who pays for each GPU: its power split among its workloads, and per-workload counters of
@@ -40,7 +40,7 @@ func (m *accountingMetrics) descs() []*desc {
 	return []*desc{m.power, m.energy, m.smSeconds, m.memorySeconds, m.unattributedPower, m.unattributedEnergy}
 }
 
-func (m *accountingMetrics) update(b *batch, r *scrape.Result) {
+func (m *accountingMetrics) update(b *batch, r *reading.Reading) {
 	m.ledger.Observe(r)
 	values := make([]string, 0, 16)
 	m.ledger.Each(func(g *accounting.GPU) {

@@ -14,7 +14,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // ticking is a GPU that draws 100 W, read every 10 s (of its own clock): each reading is a new one.
@@ -78,9 +78,9 @@ gpu_workload_sm_seconds_total{container="",gpu="0",namespace="a",pod="train",pod
 func TestAccountingOncePerReading(t *testing.T) {
 	src := &ticking{}
 	m := newAccountingMetrics(newPodLabels(nil, false))
-	read := func() *scrape.Result {
+	read := func() *reading.Reading {
 		snap, _ := src.Snapshot(context.Background())
-		return &scrape.Result{Snapshot: snap, Owners: map[uint32]attribution.Owner(accountingOwners)}
+		return &reading.Reading{Snapshot: snap, Owners: map[uint32]attribution.Owner(accountingOwners)}
 	}
 	m.update(discard(), read())
 	r := read()
@@ -123,5 +123,5 @@ func (s *advancing) Snapshot(context.Context) (*gpu.Snapshot, error) {
 // part accounts each one: the difference between the two is what accounting costs a scrape.
 func BenchmarkCollectEncodeAccounting(b *testing.B) {
 	snap, owners := benchNode()
-	benchmarkScrape(b, New(scrape.New(&advancing{snap: *snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	benchmarkScrape(b, New(reading.New(&advancing{snap: *snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
 }

@@ -3,7 +3,7 @@ package collector
 import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // AllocationSource gives the kubelet's latest GPU allocations; ok is false when they are not known (no kubelet,
@@ -164,7 +164,7 @@ type allocKey struct {
 	claim                               kubelet.Claim
 }
 
-func (m *allocationMetrics) update(b *batch, r *scrape.Result) {
+func (m *allocationMetrics) update(b *batch, r *reading.Reading) {
 	allocs, ok := m.source.Allocations()
 	if !ok {
 		return
@@ -207,7 +207,7 @@ func (m *allocationMetrics) update(b *batch, r *scrape.Result) {
 
 // podProcesses counts the pod's processes on the target, and those of Kubernetes processes whose pod is not named
 // yet (a CRI lookup still pending): they might be the pod's, and calling a busy GPU idle is the worse mistake.
-func (m *allocationMetrics) podProcesses(r *scrape.Result, t target, pk podKey) int {
+func (m *allocationMetrics) podProcesses(r *reading.Reading, t target, pk podKey) int {
 	n := 0
 	for i := range t.dev.Processes {
 		p := &t.dev.Processes[i]
@@ -225,7 +225,7 @@ func (m *allocationMetrics) podProcesses(r *scrape.Result, t target, pk podKey) 
 // updateUnrequested writes gpu_unrequested_use for each container of a named pod with processes on a GPU or MIG
 // instance that none of its pod's allocations covers. Pods with an allocation that could not be mapped are left
 // out: the unmapped one may be the very device.
-func (m *allocationMetrics) updateUnrequested(b *batch, r *scrape.Result, held map[podKey][]target, unknown map[podKey]bool) {
+func (m *allocationMetrics) updateUnrequested(b *batch, r *reading.Reading, held map[podKey][]target, unknown map[podKey]bool) {
 	type useKey struct {
 		gpu, gi, ci               int
 		namespace, pod, container string

@@ -18,7 +18,7 @@ import (
 type desc struct {
 	name, help string
 	labels     []string // label names, in the order the parts pass their values
-	layout     *layout  // the same for every desc of a Collector with the same label names (see New)
+	layout     *layout  // the same for every desc of a Gatherer with the same label names (see New)
 	err        error    // an invalid name or label name: every series of the family is refused with it
 }
 
@@ -135,7 +135,7 @@ type batch struct {
 	hasLast bool
 
 	// Series are cut from slabs: an allocation per hundreds of them instead of three each. A slab lives as long as
-	// the gathering's families, and is then reused (Collector.Release).
+	// the gathering's families, and is then reused (Gatherer.Release).
 	metrics  []dto.Metric
 	gauges   []gaugeValue
 	counters []counterValue

@@ -12,7 +12,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // benchNode is 8 GPUs with 256 processes each, 32 pod containers per GPU: a heavily time-sliced node.
@@ -48,10 +48,10 @@ func benchNode() (*gpu.Snapshot, fixedOwners) {
 // every family and write the gzipped text exposition that Prometheus negotiates.
 func BenchmarkCollectEncode(b *testing.B) {
 	snap, owners := benchNode()
-	benchmarkScrape(b, New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
+	benchmarkScrape(b, New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}))
 }
 
-func benchmarkScrape(b *testing.B, c *Collector) {
+func benchmarkScrape(b *testing.B, c *Gatherer) {
 	h := exposition.New(c, slog.New(slog.DiscardHandler))
 	r := prometheusRequest()
 	b.ReportAllocs()
@@ -91,7 +91,7 @@ func BenchmarkAllocationSignals(b *testing.B) {
 			}
 		}
 	}
-	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)),
+	c := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)),
 		Options{Allocations: fixedAllocations{allocs, true}})
 	b.ReportAllocs()
 	for b.Loop() {
@@ -105,7 +105,7 @@ func BenchmarkAllocationSignals(b *testing.B) {
 // machine's load: 8 GPUs x 256 processes, about 10,600 series, gathered and served gzipped as Prometheus asks.
 func TestScrapeAllocations(t *testing.T) {
 	snap, owners := benchNode()
-	h := exposition.New(New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}),
+	h := exposition.New(New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true}),
 		slog.New(slog.DiscardHandler))
 	r := prometheusRequest()
 	allocs := testing.AllocsPerRun(3, func() {

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // Options selects what is exported.
@@ -36,15 +36,15 @@ type Options struct {
 // part is one concern's metrics.
 type part interface {
 	descs() []*desc
-	update(b *batch, r *scrape.Result)
+	update(b *batch, r *reading.Reading)
 }
 
-// Collector is the exporter's one source of metrics: each gathering takes one reading, builds every part's
+// Gatherer is the exporter's one source of metrics: each gathering takes one reading, builds every part's
 // families from it, then gathers the self-metrics, so that they describe the reading just served.
-type Collector struct {
-	scraper *scrape.Scraper
-	self    *prometheus.Registry
-	parts   []part
+type Gatherer struct {
+	reader *reading.Reader
+	self   *prometheus.Registry
+	parts  []part
 
 	seed maphash.Seed
 	mu   sync.Mutex
@@ -59,9 +59,9 @@ type Collector struct {
 // does not release): past it, a gathering's slabs are left to the garbage collector.
 const maxLent = 4
 
-// New returns the collector. self are the self-metrics of the pieces behind the scraper (attribution, resolvers);
+// New returns the collector. self are the self-metrics of the pieces behind the reader (attribution, resolvers);
 // more can be registered with Registerer.
-func New(scraper *scrape.Scraper, opts Options, self ...prometheus.Collector) *Collector {
+func New(reader *reading.Reader, opts Options, self ...prometheus.Collector) *Gatherer {
 	labels := newPodLabels(opts.PodLabels, opts.ProcessUser)
 	parts := []part{newDeviceMetrics(), newMIGMetrics()}
 	if opts.Processes {
@@ -78,16 +78,16 @@ func New(scraper *scrape.Scraper, opts Options, self ...prometheus.Collector) *C
 	}
 	shareLayouts(descs)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(append([]prometheus.Collector{scraper}, self...)...)
-	return &Collector{scraper: scraper, self: reg, parts: parts, seed: maphash.MakeSeed(), lent: make(map[**dto.MetricFamily]slabs)}
+	reg.MustRegister(append([]prometheus.Collector{reader}, self...)...)
+	return &Gatherer{reader: reader, self: reg, parts: parts, seed: maphash.MakeSeed(), lent: make(map[**dto.MetricFamily]slabs)}
 }
 
 // Registerer is where the exporter's other self-metrics (build information, Go runtime, HTTP handler) go: they are
 // served with the GPU series.
-func (c *Collector) Registerer() prometheus.Registerer { return c.self }
+func (c *Gatherer) Registerer() prometheus.Registerer { return c.self }
 
 // Families lists the names of the GPU families the collector can write (not the self-metrics).
-func (c *Collector) Families() []string {
+func (c *Gatherer) Families() []string {
 	var names []string
 	for _, p := range c.parts {
 		for _, d := range p.descs() {
@@ -100,11 +100,11 @@ func (c *Collector) Families() []string {
 // Gather implements prometheus.Gatherer. A failed or timed-out reading leaves out the GPU series; the
 // self-metrics say why. A series that cannot be written is left out and named in the error, which the exposition
 // logs; the rest is served.
-func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
+func (c *Gatherer) Gather() ([]*dto.MetricFamily, error) {
 	var gpu []*dto.MetricFamily
 	var errs []error
 	var used slabs
-	if r, err := c.scraper.Scrape(context.Background()); err == nil {
+	if r, err := c.reader.Read(context.Background()); err == nil {
 		c.mu.Lock()
 		b := newBatch(c.last, c.seed)
 		b.spare, c.spare = c.spare, slabs{}
@@ -148,7 +148,7 @@ func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
 
 // Release implements exposition.Releaser: the series of mfs, a gathering's that nothing uses any more, are written
 // over by a later gathering instead of being allocated anew (a tenth of a large node's scrape).
-func (c *Collector) Release(mfs []*dto.MetricFamily) {
+func (c *Gatherer) Release(mfs []*dto.MetricFamily) {
 	if len(mfs) == 0 {
 		return
 	}

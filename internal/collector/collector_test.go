@@ -16,8 +16,8 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 type fixedSource struct{ snap *gpu.Snapshot }
@@ -34,9 +34,9 @@ func (o fixedOwners) Attribute(context.Context, *gpu.Snapshot) map[uint32]attrib
 
 // registry is the collector behind prometheus.Gatherers, which checks every series the way a registry does:
 // valid names and UTF-8, sorted label pairs, no series twice.
-func registry(t testing.TB, src gpu.Source, owners scrape.Attributor, opts Options) prometheus.Gatherer {
+func registry(t testing.TB, src gpu.Source, owners reading.Attributor, opts Options) prometheus.Gatherer {
 	t.Helper()
-	return prometheus.Gatherers{New(scrape.New(src, owners, time.Minute, slog.New(slog.DiscardHandler)), opts)}
+	return prometheus.Gatherers{New(reading.New(src, owners, time.Minute, slog.New(slog.DiscardHandler)), opts)}
 }
 
 // gpuFamilies is the exposition without the exporter's self-metrics, whose values vary from run to run.

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // Compatibility outputs (--compat).
@@ -124,7 +124,7 @@ var dcgmShared = []struct {
 // dcgmDeviceSeries are the series of one GPU. A GPU in MIG mode has a series for the GPU (temperature, power,
 // clocks, energy, XID, and the memory outside its GPU instances) and one per GPU instance (its memory); a GPU
 // instance split into compute instances is one entity, as in DCGM. Otherwise one series has it all. Each is then split between the pods that use it.
-func dcgmDeviceSeries(d *gpu.Device, r *scrape.Result) []dcgmSeries {
+func dcgmDeviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeries {
 	var g dcgmSeries
 	for _, c := range d.Clocks {
 		switch c.Name {
@@ -186,7 +186,7 @@ func dcgmDeviceSeries(d *gpu.Device, r *scrape.Result) []dcgmSeries {
 // repeated. Where a pod's part of a field is unknown, the field is not split: the GPU's series keeps all of it.
 // Parts that add up to more than the whole (per-process and per-GPU samples differ) are scaled down to it. Docker
 // and Podman containers outside Kubernetes count as pods: they have a container label.
-func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *scrape.Result) []dcgmSeries {
+func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *reading.Reading) []dcgmSeries {
 	type key struct{ namespace, pod, container string }
 	var pods []key
 	byPod := make(map[key][]*gpu.Process)
@@ -247,7 +247,7 @@ func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *scrape.R
 	return append(out, e)
 }
 
-func (m *dcgmMetrics) update(b *batch, r *scrape.Result) {
+func (m *dcgmMetrics) update(b *batch, r *reading.Reading) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]

@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // nvidiasmiMetrics is --compat=nvidiasmi: the per-process series of the nvidia-smi exporter
@@ -33,7 +33,7 @@ type smiProcess struct {
 	memory gpu.Value
 }
 
-func (m *nvidiasmiMetrics) update(b *batch, r *scrape.Result) {
+func (m *nvidiasmiMetrics) update(b *batch, r *reading.Reading) {
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		var order []uint32

@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // deviceMetrics are the per-GPU series.
@@ -56,7 +56,7 @@ func (m *deviceMetrics) descs() []*desc {
 
 var processTypes = []string{gpu.ProcessCompute, gpu.ProcessGraphics, gpu.ProcessComputeAndGraphics, gpu.ProcessMPS}
 
-func (m *deviceMetrics) update(b *batch, r *scrape.Result) {
+func (m *deviceMetrics) update(b *batch, r *reading.Reading) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
@@ -127,7 +127,7 @@ func newMIGMetrics() *migMetrics {
 
 func (m *migMetrics) descs() []*desc { return []*desc{m.info, m.memTotal, m.memUsed} }
 
-func (m *migMetrics) update(b *batch, r *scrape.Result) {
+func (m *migMetrics) update(b *batch, r *reading.Reading) {
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		idx := itoa(d.Index)

@@ -7,10 +7,10 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
-// identityLabels are SPEC's identity labels, empty when unknown: those of process series.
+// identityLabels are the identity labels of docs/reference.md, empty when unknown: those of process series.
 var identityLabels = []string{"namespace", "pod", "container", "pod_uid", "container_id", "slurm_job_id", "systemd_unit"}
 
 // workloadIdentityLabels are those of workload series: all but container_id, which changes each time a container
@@ -106,7 +106,7 @@ func newProcessMetrics(labels podLabels) *processMetrics {
 
 func (m *processMetrics) descs() []*desc { return []*desc{m.memory, m.sm, m.memUtil, m.enc, m.dec} }
 
-func (m *processMetrics) update(b *batch, r *scrape.Result) {
+func (m *processMetrics) update(b *batch, r *reading.Reading) {
 	values := make([]string, 0, 16)
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
@@ -169,7 +169,7 @@ type workload struct {
 	processes  int
 }
 
-func (m *workloadMetrics) update(b *batch, r *scrape.Result) {
+func (m *workloadMetrics) update(b *batch, r *reading.Reading) {
 	values := make([]string, 0, 16)
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]

@@ -21,7 +21,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // constCollector writes series through client_golang's own NewConstMetric, to compare a batch with.
@@ -129,7 +129,7 @@ func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
 // Gatherings at the same time give what one alone gives: the shared label pairs are never mixed up.
 func TestConcurrentGatheringsAgree(t *testing.T) {
 	snap, owners := benchNode()
-	reg := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	reg := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
 	text := func() string {
 		mfs, err := reg.Gather()
 		if err != nil {
@@ -163,7 +163,7 @@ func TestConcurrentGatheringsAgree(t *testing.T) {
 // series, changes nothing on a large node.
 func TestGatherIsNormalized(t *testing.T) {
 	snap, owners := benchNode()
-	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	c := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
 	strip := func(mfs []*dto.MetricFamily, err error) []*dto.MetricFamily {
 		t.Helper()
 		if err != nil {
@@ -208,8 +208,8 @@ func TestLabelSetsCarryOver(t *testing.T) {
 
 	src := &switchingSource{first}
 	logger := slog.New(slog.DiscardHandler)
-	c := New(scrape.New(src, owners, time.Minute, logger), Options{Processes: true})
-	gather := func(c *Collector) ([]*dto.MetricFamily, string) {
+	c := New(reading.New(src, owners, time.Minute, logger), Options{Processes: true})
+	gather := func(c *Gatherer) ([]*dto.MetricFamily, string) {
 		t.Helper()
 		mfs, err := c.Gather()
 		if err != nil {
@@ -222,7 +222,7 @@ func TestLabelSetsCarryOver(t *testing.T) {
 	before, _ := gather(c)
 	src.snap = second
 	after, got := gather(c)
-	_, want := gather(New(scrape.New(&switchingSource{second}, owners, time.Minute, logger), Options{Processes: true}))
+	_, want := gather(New(reading.New(&switchingSource{second}, owners, time.Minute, logger), Options{Processes: true}))
 	if n := strings.Count(got, "\ngpu_process_memory_used_bytes{"); n != 8*(192+16) {
 		t.Errorf("%d process series, want %d", n, 8*(192+16))
 	}
@@ -280,7 +280,7 @@ func TestLabelSetsCollide(t *testing.T) {
 func TestSelfMetricWithAGPUFamilysName(t *testing.T) {
 	snap, owners := benchNode()
 	clash := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpu_info", Help: "clash"})
-	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{}, clash)
+	c := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{}, clash)
 	mfs, err := c.Gather()
 	if err == nil || !strings.Contains(err.Error(), "gpu_info is both a GPU family and a self-metric") {
 		t.Errorf("error %v", err)
@@ -298,7 +298,7 @@ func TestSelfMetricWithAGPUFamilysName(t *testing.T) {
 // Every option on, no two parts write a family of the same name.
 func TestFamilyNamesAreUnique(t *testing.T) {
 	snap, owners := benchNode()
-	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{
+	c := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{
 		Processes: true, PodLabels: []string{"app"}, ProcessUser: true, Compat: []string{CompatNvidiasmi, CompatDCGM},
 		Allocations: fixedAllocations{nil, true},
 	})
@@ -320,7 +320,7 @@ func TestFamilyNamesAreUnique(t *testing.T) {
 func TestReleasedSeriesAreReused(t *testing.T) {
 	snap, owners := benchNode()
 	logger := slog.New(slog.DiscardHandler)
-	c := New(scrape.New(fixedSource{snap}, owners, time.Minute, logger), Options{Processes: true})
+	c := New(reading.New(fixedSource{snap}, owners, time.Minute, logger), Options{Processes: true})
 	gpuText := func(mfs []*dto.MetricFamily) string {
 		return textOf(t, slices.DeleteFunc(slices.Clone(mfs), func(mf *dto.MetricFamily) bool {
 			return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_")
@@ -403,7 +403,7 @@ func (s *countingSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
 // reused.
 func TestConcurrentScrapesWithReleases(t *testing.T) {
 	snap, owners := benchNode()
-	c := New(scrape.New(&countingSource{snap: snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	c := New(reading.New(&countingSource{snap: snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
 	h := exposition.New(c, slog.New(slog.DiscardHandler))
 	var wg sync.WaitGroup
 	for range 4 {
@@ -434,4 +434,4 @@ func TestConcurrentScrapesWithReleases(t *testing.T) {
 }
 
 // The exposition hands gatherings back to the collector.
-var _ exposition.Releaser = (*Collector)(nil)
+var _ exposition.Releaser = (*Gatherer)(nil)

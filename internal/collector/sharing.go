@@ -2,7 +2,7 @@ package collector
 
 import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // sharingMetrics say how many workloads share each GPU: time-slicing, MPS and pods that see GPUs they did not
@@ -19,7 +19,7 @@ func newSharingMetrics() *sharingMetrics {
 
 func (m *sharingMetrics) descs() []*desc { return []*desc{m.workloads} }
 
-func (m *sharingMetrics) update(b *batch, r *scrape.Result) {
+func (m *sharingMetrics) update(b *batch, r *reading.Reading) {
 	distinct := make(map[attribution.WorkloadKey]struct{})
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]

@@ -4,7 +4,7 @@ import (
 	"hash/maphash"
 	"strconv"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // AllocationSignals is what the allocation series (gpu_allocation_info, gpu_allocation_processes,
@@ -30,7 +30,7 @@ type AllocationSignal struct {
 
 // ReadAllocationSignals joins the allocations with the reading exactly as the metrics do: it runs the same join
 // and reads its series back, so that a view and /metrics can never disagree about who holds or misuses a GPU.
-func ReadAllocationSignals(source AllocationSource, r *scrape.Result) AllocationSignals {
+func ReadAllocationSignals(source AllocationSource, r *reading.Reading) AllocationSignals {
 	m := newAllocationMetrics(source)
 	b := newBatch(carried{}, maphash.MakeSeed())
 	m.update(b, r)

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // The signals are the allocation series of TestAllocationsAndSignals, as values.
 func TestReadAllocationSignals(t *testing.T) {
 	snap, owners, allocs := allocationNode()
-	r := &scrape.Result{Snapshot: snap, Owners: owners}
+	r := &reading.Reading{Snapshot: snap, Owners: owners}
 
 	s := ReadAllocationSignals(fixedAllocations{allocs, true}, r)
 	if !s.Known {

@@ -9,7 +9,7 @@ import (
 )
 
 // Source reads the state of all GPUs on the node. A Source is called one Snapshot at a time: the caller serializes
-// (scrape.Scraper makes concurrent scrapes share one reading), so a source needs no locking or sharing of its own,
+// (reading.Reader makes concurrent scrapes share one reading), so a source needs no locking or sharing of its own,
 // and the Snapshot it returns belongs to the caller.
 type Source interface {
 	// Name is the source's name in flags and self-metrics: "nvml", "nvidia-smi" or "simulated".
@@ -140,7 +140,7 @@ type MIGPlacement struct {
 	Start, Size int // first memory slice, number of slices
 }
 
-// Process types as SPEC names them.
+// Process types as docs/reference.md names them.
 const (
 	ProcessCompute            = "compute"
 	ProcessGraphics           = "graphics"

@@ -163,13 +163,13 @@ func TestReaderRefusesWhatTheKernelNeverWrites(t *testing.T) {
 						b, err = r.Status(42)
 						got = string(b)
 					case "stat kept open":
-						var f *StatFile
+						var f *KeptFile
 						if f, err = r.OpenStat(42); err == nil {
 							got, _, err = r.ReadStat(f)
 							f.Close()
 						}
 					case "comm kept open":
-						var f *StatFile
+						var f *KeptFile
 						if f, err = r.OpenComm(42); err == nil {
 							got, err = r.ReadComm(f)
 							f.Close()
@@ -269,10 +269,10 @@ func TestKeptFilesAreTiedToTheirProcess(t *testing.T) {
 	r := NewReader("/proc")
 	for _, tc := range []struct {
 		file string
-		open func(uint32) (*StatFile, error)
-		read func(*StatFile) (string, error)
+		open func(uint32) (*KeptFile, error)
+		read func(*KeptFile) (string, error)
 	}{
-		{"stat", r.OpenStat, func(f *StatFile) (string, error) {
+		{"stat", r.OpenStat, func(f *KeptFile) (string, error) {
 			comm, start, err := r.ReadStat(f)
 			return fmt.Sprint(comm, " ", start), err
 		}},

@@ -1,5 +1,5 @@
 // Package ps prints one attributed reading as the pod-aware process table an operator wants on the node, or as
-// SPEC's JSON.
+// the JSON of docs/reference.md.
 package ps
 
 import (
@@ -13,10 +13,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
-// Row is one process on one GPU, in SPEC's `ps --output json` shape. Unknown numbers are null.
+// Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md. Unknown numbers are null.
 type Row struct {
 	GPU             int      `json:"gpu"`
 	UUID            string   `json:"uuid"`
@@ -38,7 +38,7 @@ type Row struct {
 }
 
 // Rows lists the reading's processes, by GPU then PID.
-func Rows(r *scrape.Result) []Row {
+func Rows(r *reading.Reading) []Row {
 	rows := []Row{}
 	for _, d := range r.Snapshot.Devices {
 		for _, p := range d.Processes {

@@ -9,11 +9,11 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
-func result() *scrape.Result {
-	return &scrape.Result{
+func result() *reading.Reading {
+	return &reading.Reading{
 		Snapshot: &gpu.Snapshot{Devices: []gpu.Device{
 			{Index: 1, UUID: "GPU-b", Processes: []gpu.Process{
 				{PID: 30, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(3 << 20), MIG: true, GPUInstance: 1, ComputeInstance: 0},
@@ -31,7 +31,7 @@ func result() *scrape.Result {
 	}
 }
 
-func TestJSONFollowsSPEC(t *testing.T) {
+func TestJSONFollowsReference(t *testing.T) {
 	var buf bytes.Buffer
 	if err := WriteJSON(&buf, Rows(result())); err != nil {
 		t.Fatal(err)

@@ -14,12 +14,12 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 // Reading is one attributed reading of the node and what the kubelet's allocations say about it.
 type Reading struct {
-	Result      *scrape.Result
+	Result      *reading.Reading
 	Allocations collector.AllocationSignals
 }
 
@@ -183,7 +183,7 @@ func matches(r ps.Row, filter string) bool {
 	return strings.EqualFold(r.Namespace, filter) || ps.Filter{Owner: filter}.Match(r)
 }
 
-func header(r *scrape.Result, d gpu.Device) GPU {
+func header(r *reading.Reading, d gpu.Device) GPU {
 	g := GPU{
 		Index: d.Index, Name: strings.TrimPrefix(d.Name, "NVIDIA "), Utilization: d.UtilizationRatio,
 		MemoryUsed: d.MemoryUsedBytes, MemoryTotal: d.MemoryTotalBytes, Temperature: d.TemperatureCelsius,
@@ -214,7 +214,7 @@ func header(r *scrape.Result, d gpu.Device) GPU {
 
 // workload names the owner of a process as sharing counts it: one pod container, container, job or service; a
 // process nobody owns counts alone.
-func workload(r *scrape.Result, p gpu.Process) string {
+func workload(r *reading.Reading, p gpu.Process) string {
 	key := r.Owner(p).Identity.Key()
 	if key == (attribution.WorkloadKey{}) {
 		return "pid " + strconv.FormatUint(uint64(p.PID), 10)

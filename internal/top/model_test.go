@@ -8,7 +8,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
 const gib = 1 << 30
@@ -25,9 +25,9 @@ func pod(ns, name, ctr, comm string) attribution.Owner {
 	return attribution.Owner{Name: comm, Identity: attribution.Identity{Namespace: ns, Pod: name, Container: ctr, PodUID: name + "-uid"}}
 }
 
-// reading is a node with the shapes top lays out: a time-sliced GPU with one pod in two containers and a service,
+// node is a node with the shapes top lays out: a time-sliced GPU with one pod in two containers and a service,
 // a MIG GPU, an MPS GPU, a GPU whose processes could not be listed, and an idle one held by a pod.
-func reading() Reading {
+func node() Reading {
 	mig := func(p gpu.Process, gi int) gpu.Process {
 		p.MIG, p.GPUInstance = true, gi
 		return p
@@ -73,11 +73,11 @@ func reading() Reading {
 			{GPU: 2, GPUInstance: -1, ComputeInstance: -1, Namespace: "inference", Pod: "triton-1", Container: "triton"},
 		},
 	}
-	return Reading{Result: &scrape.Result{Snapshot: snap, Owners: owners}, Allocations: allocs}
+	return Reading{Result: &reading.Reading{Snapshot: snap, Owners: owners}, Allocations: allocs}
 }
 
 func TestHeaders(t *testing.T) {
-	s := Build(reading(), View{})
+	s := Build(node(), View{})
 	if !s.Simulated || !s.AllocationsKnown || s.Processes != 8 {
 		t.Errorf("simulated %v, allocations known %v, %d processes", s.Simulated, s.AllocationsKnown, s.Processes)
 	}
@@ -115,7 +115,7 @@ func TestHeaders(t *testing.T) {
 	}
 
 	// Without allocations, nothing is said about them.
-	rd := reading()
+	rd := node()
 	rd.Allocations = collector.AllocationSignals{}
 	if s := Build(rd, View{}); s.AllocationsKnown || len(s.Signals) > 0 || s.GPUs[4].AllocatedPods != 0 {
 		t.Errorf("unknown allocations: %+v", s)
@@ -131,7 +131,7 @@ func pids(rows []Row) string {
 }
 
 func TestRowsAndOwners(t *testing.T) {
-	s := Build(reading(), View{})
+	s := Build(node(), View{})
 	var got []string
 	for _, r := range s.Rows {
 		got = append(got, strings.Join([]string{r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner}, "|"))
@@ -157,7 +157,7 @@ func TestSort(t *testing.T) {
 		ByMemory: "20 12 21 31 11 10 32 30", // unknown memory last; equal memory by GPU, then PID
 		BySM:     "10 12 30 31 11 20 21 32", // unknown SM last, by GPU then PID
 	} {
-		if got := pids(Build(reading(), View{Sort: by}).Rows); got != want {
+		if got := pids(Build(node(), View{Sort: by}).Rows); got != want {
 			t.Errorf("by %s: %s, want %s", by, got, want)
 		}
 	}
@@ -181,14 +181,14 @@ func TestFilter(t *testing.T) {
 		"service":   "10", // the kind of owner
 		"nope":      "",
 	} {
-		if got := pids(Build(reading(), View{Filter: filter}).Rows); got != want {
+		if got := pids(Build(node(), View{Filter: filter}).Rows); got != want {
 			t.Errorf("filter %q: %q, want %q", filter, got, want)
 		}
 	}
 }
 
 func TestGroupByWorkload(t *testing.T) {
-	s := Build(reading(), View{Group: true, Sort: ByMemory})
+	s := Build(node(), View{Group: true, Sort: ByMemory})
 	var got []string
 	for _, r := range s.Rows {
 		got = append(got, strings.Join([]string{r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner}, "|"))
@@ -205,14 +205,14 @@ func TestGroupByWorkload(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("grouped rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if got := pids(Build(reading(), View{Group: true, Filter: "ml"}).Rows); got != "2 procs" {
+	if got := pids(Build(node(), View{Group: true, Filter: "ml"}).Rows); got != "2 procs" {
 		t.Errorf("grouped and filtered: %q", got)
 	}
 }
 
 // One pod on two GPUs is one row when grouped, with both GPUs named.
 func TestGroupAcrossGPUs(t *testing.T) {
-	rd := reading()
+	rd := node()
 	rd.Result.Owners[20] = pod("ml", "train-0", "trainer", "python3")
 	s := Build(rd, View{Group: true, Filter: "train-0"})
 	if len(s.Rows) != 1 || s.Rows[0].GPU != "0,1" || s.Rows[0].PID != "3 procs" || s.Rows[0].Memory.V != 20*gib {

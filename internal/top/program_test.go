@@ -34,7 +34,7 @@ func press(m *model, keys ...string) tea.Cmd {
 func TestKeys(t *testing.T) {
 	m := &model{cfg: Config{Interval: time.Second}, ctx: context.Background()}
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
-	if _, cmd := m.Update(readingMsg{rd: reading()}); cmd == nil {
+	if _, cmd := m.Update(readingMsg{rd: node()}); cmd == nil {
 		t.Fatal("a reading schedules no next one")
 	}
 	if got := pids(m.screen.Rows); got != "10 11 12 20 21 30 31 32" {
@@ -92,7 +92,7 @@ func TestFailedReadingKeepsTheLastOne(t *testing.T) {
 	if v := m.View(); !strings.Contains(v, "nvml: GPU is lost") {
 		t.Errorf("first reading failed:\n%s", v)
 	}
-	m.Update(readingMsg{rd: reading()})
+	m.Update(readingMsg{rd: node()})
 	m.Update(readingMsg{err: errors.New("collection timed out")})
 	v := m.View()
 	if !strings.Contains(v, "reading failed: collection timed out") || !strings.Contains(v, "service ollama.service") {
@@ -107,7 +107,7 @@ func TestRunPlain(t *testing.T) {
 		if reads == 2 {
 			return Reading{}, errors.New("collection timed out")
 		}
-		return reading(), nil
+		return node(), nil
 	}}
 	var out, errOut bytes.Buffer
 	if err := RunPlain(context.Background(), cfg, 3, &out, &errOut); err != nil {

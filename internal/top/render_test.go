@@ -14,7 +14,7 @@ import (
 
 // crowded is the reading with 40 more processes than fit on a small terminal.
 func crowded() Reading {
-	rd := reading()
+	rd := node()
 	d := &rd.Result.Snapshot.Devices[1]
 	for i := range 40 {
 		d.Processes = append(d.Processes, proc(uint32(1000+i), float64(i)*gib, gpu.Known(0.01)))
@@ -99,12 +99,12 @@ func TestRenderAt80Columns(t *testing.T) {
 
 func TestRenderWhileEditingTheFilter(t *testing.T) {
 	v := View{Filter: "trit"}
-	out := Render(Frame{Screen: Build(reading(), v), View: v, Width: 80, Height: 24, Interactive: true, Editing: true}, Styles{})
+	out := Render(Frame{Screen: Build(node(), v), View: v, Width: 80, Height: 24, Interactive: true, Editing: true}, Styles{})
 	if !strings.HasSuffix(out, "/ filter by namespace or owner: trit█  enter apply · esc clear") {
 		t.Errorf("prompt:\n%s", out)
 	}
 	v.Filter = "nothing-matches"
-	out = Render(Frame{Screen: Build(reading(), v), View: v, Width: 80, Height: 24, Interactive: true}, Styles{})
+	out = Render(Frame{Screen: Build(node(), v), View: v, Width: 80, Height: 24, Interactive: true}, Styles{})
 	if !strings.Contains(out, "\nno process matches the filter\n") || !strings.Contains(out, "/ filter: nothing-matches") {
 		t.Errorf("empty filtered view:\n%s", out)
 	}
@@ -112,7 +112,7 @@ func TestRenderWhileEditingTheFilter(t *testing.T) {
 
 // Plain output is for pipes and logs: no escapes, no bars, nothing cut, no trailing blanks.
 func TestRenderPlain(t *testing.T) {
-	rd := reading()
+	rd := node()
 	rd.Result.Owners[12] = pod("ml", "a-pod-name-much-longer-than-any-terminal-is-wide-"+strings.Repeat("x", 80), "trainer", "python3")
 	out := Render(Frame{Screen: Build(rd, View{}), Time: time.Now()}, Styles{})
 	if strings.ContainsAny(out, "\x1b█░") {

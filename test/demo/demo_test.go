@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -29,7 +29,7 @@ var binary string
 
 func TestMain(m *testing.M) { e2eutil.Main(m, &binary) }
 
-// specFamilies are the families SPEC promises; the demo node has data for every one of them.
+// specFamilies are the families docs/reference.md promises; the demo node has data for every one of them.
 var specFamilies = []string{
 	"gpu_info", "gpu_memory_total_bytes", "gpu_memory_used_bytes", "gpu_memory_free_bytes", "gpu_utilization_ratio",
 	"gpu_memory_utilization_ratio", "gpu_encoder_utilization_ratio", "gpu_decoder_utilization_ratio",

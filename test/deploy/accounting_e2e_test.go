@@ -16,7 +16,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
-// What the demo node (internal/gpu/simulated/demo.yaml) implies, worked out by hand from its numbers. Its values do
+// What the demo node (internal/simulated/demo.yaml) implies, worked out by hand from its numbers. Its values do
 // not change, and its energy counters grow with its power, so that every workload's energy grows at its share of
 // the board power, and GPU time and memory-time at its SM utilization and memory.
 var (

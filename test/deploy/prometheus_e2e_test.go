@@ -18,7 +18,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
-// Demo GPUs the fake kubelet allocates (internal/gpu/simulated/demo.yaml).
+// Demo GPUs the fake kubelet allocates (internal/simulated/demo.yaml).
 const (
 	demoGPU0 = "GPU-f5217cdd-1115-1734-2ef5-22684bb654d2" // time-sliced: bert-finetune, llama-eval, notebook-alice
 	demoGPU6 = "GPU-affd221f-d279-17bf-dae8-585d1acebcf2" // idle

@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/scrape"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -59,8 +59,8 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	}
 	defer kc.Close()
 	attr := attribution.New(attribution.Config{})
-	scraper := scrape.New(simulated.Demo(), attr, time.Minute, slog.New(slog.DiscardHandler))
-	c := collector.New(scraper,
+	reader := reading.New(simulated.Demo(), attr, time.Minute, slog.New(slog.DiscardHandler))
+	c := collector.New(reader,
 		collector.Options{Processes: true, Compat: []string{collector.CompatNvidiasmi, collector.CompatDCGM}, Allocations: kc},
 		attr, kc)
 	for _, name := range c.Families() {
@@ -73,7 +73,7 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	ch := make(chan *prometheus.Desc)
 	go func() {
 		// The self-metrics; vectors that have no series yet are not served.
-		for _, self := range []prometheus.Collector{scraper, attr, kc} {
+		for _, self := range []prometheus.Collector{reader, attr, kc} {
 			self.Describe(ch)
 		}
 		close(ch)

@@ -299,7 +299,7 @@ func TestAttribution(t *testing.T) {
 		if !cacheOK {
 			return
 		}
-		// Two containers are gone: their entries must go (SPEC: "cached per container ID and dropped when the
+		// Two containers are gone: their entries must go (docs/reference.md: "cached per container ID and dropped when the
 		// container is gone").
 		problems = e2eutil.Eventually(30*time.Second, func() []string {
 			if mfs, err = exp.scrape(); err != nil {
@@ -400,7 +400,7 @@ func checkWorkloadSeries(mfs map[string]*dto.MetricFamily, w *workload) []string
 	return out
 }
 
-// psKeys are the keys of every object of `ps --output json` (SPEC).
+// psKeys are the keys of every object of `ps --output json` (docs/reference.md).
 var psKeys = []string{"gpu", "uuid", "pid", "process_name", "process_type", "used_memory_bytes",
 	"sm_utilization_ratio", "namespace", "pod", "container", "pod_uid", "container_id", "runtime", "slurm_job_id",
 	"systemd_unit"}

@@ -31,7 +31,7 @@ var gpuUUIDs = []string{"GPU-e2e00000-0000-4000-8000-000000000000", "GPU-e2e0000
 // as on real nodes where they differ.
 var gpuMinors = []int{2, 0, 1}
 
-// writeSimConfig writes the simulated node with the workloads' PIDs on their GPUs (SPEC "Simulated node file"),
+// writeSimConfig writes the simulated node with the workloads' PIDs on their GPUs (docs/reference.md, "Simulated node file"),
 // atomically, so that the running exporter never reads half a file.
 func writeSimConfig(t *testing.T, path string, ws []*workload) {
 	t.Helper()
@@ -225,7 +225,7 @@ func containsInt(s []int, v int) bool {
 	return false
 }
 
-// resolverErrors returns the error count of one resolver. SPEC fixes only the prefix ("collection duration and
+// resolverErrors returns the error count of one resolver. docs/reference.md fixes only the prefix ("collection duration and
 // errors per source and per resolver"), so a few plausible shapes are accepted; ok=false when none is exposed.
 func resolverErrors(mfs map[string]*dto.MetricFamily, resolver string) (total float64, ok bool) {
 	for _, name := range []string{"gpu_pod_exporter_resolver_requests_total", "gpu_pod_exporter_resolver_lookups_total",

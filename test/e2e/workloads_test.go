@@ -33,7 +33,7 @@ type workload struct {
 	mem     uint64            // used_memory_bytes in the simulated config
 }
 
-// identityLabels are the labels checked on every process series (SPEC identity labels plus the allowlisted pod
+// identityLabels are the labels checked on every process series (the identity labels of docs/reference.md plus the allowlisted pod
 // labels of --kubernetes.pod-labels=app,team).
 var identityLabels = []string{"namespace", "pod", "container", "pod_uid", "container_id", "slurm_job_id",
 	"systemd_unit", "label_app", "label_team"}

@@ -171,7 +171,7 @@ func convertProcess(x xmlProcess) (gpu.Process, error) {
 	return p, nil
 }
 
-// processType maps nvidia-smi's process type letters to SPEC's names. nvidia-smi documents C (compute), G
+// processType maps nvidia-smi's process type letters to the names of docs/reference.md. nvidia-smi documents C (compute), G
 // (graphics), M (MPS compute) and the combinations C+G and M+C.
 func processType(s string) string {
 	var c, g, m bool

@@ -56,7 +56,7 @@ func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Source runs `nvidia-smi -q -x` for each snapshot. Like every gpu.Source it is called one snapshot at a time;
-// scrape.Scraper makes concurrent scrapes share one run.
+// reading.Reader makes concurrent scrapes share one run.
 type Source struct {
 	path      string
 	timeout   time.Duration

@@ -105,7 +105,7 @@ func (r *deviceReader) readIdentity(h gonvml.Device, d *gpu.Device) {
 	if !r.s.syms.mig {
 		return
 	}
-	// NOT_SUPPORTED (GPUs before Ampere) leaves MIGMode empty, which SPEC reads as "no MIG".
+	// NOT_SUPPORTED (GPUs before Ampere) leaves MIGMode empty, which docs/reference.md reads as "no MIG".
 	if current, _, ret := h.GetMigMode(); r.ok(gpu.OpMIGMode, ret) {
 		d.MIGMode = gpu.MIGDisabled
 		if current == gonvml.DEVICE_MIG_ENABLE {

@@ -73,7 +73,7 @@ type endpoint struct {
 	pods   *podCache
 
 	mu          sync.Mutex
-	runtime     string // what the runtime calls itself, as SPEC names runtimes; see runtimeName
+	runtime     string // what the runtime calls itself, as docs/reference.md names runtimes; see runtimeName
 	runtimeDone bool
 }
 
@@ -307,7 +307,7 @@ func (ep *endpoint) resolveSandbox(ctx context.Context, id string) (attribution.
 }
 
 // runtimeName asks the runtime once what it is: with the cgroupfs driver a pod's cgroup path does not say. A
-// runtime that does not answer is asked again next time; one that answers with a name SPEC does not know, or
+// runtime that does not answer is asked again next time; one that answers with a name docs/reference.md does not know, or
 // does not implement Version, is left unnamed. The call is made outside ep.mu, so that lookups do not queue
 // behind it; concurrent first lookups may each ask, and agree.
 func (ep *endpoint) runtimeName(ctx context.Context) string {

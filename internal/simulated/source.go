@@ -1,4 +1,4 @@
-// Package simulated is a GPU source that reads the node it reports from a YAML file (SPEC's "Simulated node file"),
+// Package simulated is a GPU source that reads the node it reports from a YAML file (docs/reference.md, "Simulated node file"),
 // or from the built-in demo node. It lets people without a GPU see real output, and lets end-to-end tests list real
 // container PIDs as GPU processes.
 package simulated

@@ -1,7 +1,7 @@
 // Package scrape takes one attributed reading of the node: a GPU snapshot, then the owner of every GPU process.
 // One reading is in flight at a time, the only place that serializes calls to the GPU source; concurrent scrapes
 // share it, and a scrape waits for it no longer than the collection timeout.
-package scrape
+package reading
 
 import (
 	"context"
@@ -28,22 +28,22 @@ type Attributor interface {
 	Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint32]attribution.Owner
 }
 
-// Result is one attributed reading of the node.
-type Result struct {
+// Reading is one attributed reading of the node.
+type Reading struct {
 	Snapshot *gpu.Snapshot
 	Owners   map[uint32]attribution.Owner
 }
 
 // Owner returns the owner of a process, with the source's process name when attribution learned nothing.
-func (r *Result) Owner(p gpu.Process) attribution.Owner {
+func (r *Reading) Owner(p gpu.Process) attribution.Owner {
 	if o, ok := r.Owners[p.PID]; ok {
 		return o
 	}
 	return attribution.Owner{Name: p.Name}
 }
 
-// Scraper reads the node on demand.
-type Scraper struct {
+// Reader reads the node on demand.
+type Reader struct {
 	source     gpu.Source
 	attributor Attributor
 	timeout    time.Duration
@@ -65,17 +65,17 @@ type Scraper struct {
 
 type flight struct {
 	done chan struct{}
-	res  *Result
+	res  *Reading
 	err  error
 }
 
-// New returns a Scraper. timeout bounds how long one scrape waits for a reading.
-func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger *slog.Logger) *Scraper {
+// New returns a Reader. timeout bounds how long one scrape waits for a reading.
+func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger *slog.Logger) *Reader {
 	sourceTimeout := timeout
 	if t, ok := source.(gpu.Timeouter); ok {
 		sourceTimeout = t.Timeout()
 	}
-	s := &Scraper{
+	s := &Reader{
 		source:      source,
 		attributor:  attributor,
 		timeout:     timeout,
@@ -109,7 +109,7 @@ func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger
 
 // Scrape returns a fresh reading, joining the one in flight if there is one. It waits at most the collection
 // timeout, or less if ctx ends sooner.
-func (s *Scraper) Scrape(ctx context.Context) (*Result, error) {
+func (s *Reader) Read(ctx context.Context) (*Reading, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
@@ -118,7 +118,7 @@ func (s *Scraper) Scrape(ctx context.Context) (*Result, error) {
 	if f == nil {
 		f = &flight{done: make(chan struct{})}
 		s.inflight = f
-		go s.read(f)
+		go s.run(f)
 	}
 	s.mu.Unlock()
 
@@ -136,7 +136,7 @@ func (s *Scraper) Scrape(ctx context.Context) (*Result, error) {
 
 // read takes one reading. It gets its own deadline, not the scrape's, so that a scrape that gave up does not cancel
 // the work that the next scrape will join.
-func (s *Scraper) read(f *flight) {
+func (s *Reader) run(f *flight) {
 	defer func() {
 		s.mu.Lock()
 		s.inflight = nil
@@ -176,7 +176,7 @@ func (s *Scraper) read(f *flight) {
 	d := time.Since(start)
 	s.duration.WithLabelValues(name).Set(d.Seconds())
 	s.up.WithLabelValues(name).Set(1)
-	f.res = &Result{Snapshot: snap, Owners: owners}
+	f.res = &Reading{Snapshot: snap, Owners: owners}
 }
 
 // The states of the source that are logged when they change. They are kinds, not messages: an error whose text
@@ -191,7 +191,7 @@ const (
 
 // logChange logs a problem when it first appears or changes kind, and once when it is gone, so that a GPU that stays
 // broken does not write a line per scrape.
-func (s *Scraper) logChange(state, message string) {
+func (s *Reader) logChange(state, message string) {
 	if _, changed := s.problem.Set(state); !changed {
 		return
 	}
@@ -202,8 +202,8 @@ func (s *Scraper) logChange(state, message string) {
 	}
 }
 
-// Describe implements prometheus.Collector for the scraper's self-metrics.
-func (s *Scraper) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements prometheus.Collector for the reader's self-metrics.
+func (s *Reader) Describe(ch chan<- *prometheus.Desc) {
 	s.duration.Describe(ch)
 	s.up.Describe(ch)
 	s.errors.Describe(ch)
@@ -211,8 +211,8 @@ func (s *Scraper) Describe(ch chan<- *prometheus.Desc) {
 	s.timeouts.Describe(ch)
 }
 
-// Collect implements prometheus.Collector for the scraper's self-metrics.
-func (s *Scraper) Collect(ch chan<- prometheus.Metric) {
+// Collect implements prometheus.Collector for the reader's self-metrics.
+func (s *Reader) Collect(ch chan<- prometheus.Metric) {
 	s.duration.Collect(ch)
 	s.up.Collect(ch)
 	s.errors.Collect(ch)

@@ -17,7 +17,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
-// The file format is SPEC's "Simulated node file". Every optional reading is a pointer so that "absent" (the series
+// The file format is "Simulated node file" in docs/reference.md. Every optional reading is a pointer so that "absent" (the series
 // is left out, as for a real N/A) differs from 0.
 type nodeConfig struct {
 	DriverVersion string      `yaml:"driver_version"`

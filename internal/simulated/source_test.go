@@ -12,7 +12,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
-func TestOpenReadsSPECExample(t *testing.T) {
+func TestOpenReadsReferenceExample(t *testing.T) {
 	s, err := Open("testdata/node.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestEnergyGrowsWithPower(t *testing.T) {
 	}
 }
 
-// The demo node must show every shape SPEC and the demo promise: time-slicing, MPS, MIG, a Slurm job, a service,
+// The demo node must show every shape docs/reference.md and the demo promise: time-slicing, MPS, MIG, a Slurm job, a service,
 // a plain container and idle GPUs, all with names and no runtime present.
 func TestDemoNode(t *testing.T) {
 	demo := Demo()

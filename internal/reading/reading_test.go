@@ -1,4 +1,4 @@
-package scrape
+package reading
 
 import (
 	"context"
@@ -51,10 +51,10 @@ func TestConcurrentScrapesShareOneReading(t *testing.T) {
 		src := newBlocking()
 		s := New(src, noAttribution{}, time.Minute, slog.New(slog.DiscardHandler))
 		var wg sync.WaitGroup
-		results := make([]*Result, 5)
+		results := make([]*Reading, 5)
 		for i := range results {
 			wg.Go(func() {
-				r, err := s.Scrape(context.Background())
+				r, err := s.Read(context.Background())
 				if err != nil {
 					t.Error(err)
 				}
@@ -96,7 +96,7 @@ func TestReadingDeadlineFollowsTheSourceTimeout(t *testing.T) {
 		src := &timedSource{timeout: 30 * time.Second}
 		s := New(src, noAttribution{}, 8*time.Second, slog.New(slog.DiscardHandler))
 		start := time.Now()
-		if _, err := s.Scrape(context.Background()); err != nil {
+		if _, err := s.Read(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := src.deadline.Sub(start), 38*time.Second; got != want {
@@ -106,7 +106,7 @@ func TestReadingDeadlineFollowsTheSourceTimeout(t *testing.T) {
 }
 
 // inflightWaiters reports whether a reading is in flight; scrapes started before it lands all share it.
-func inflightWaiters(s *Scraper) bool {
+func inflightWaiters(s *Reader) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.inflight != nil
@@ -116,7 +116,7 @@ func TestTimedOutScrapeAnswersAndNextJoinsTheSameReading(t *testing.T) {
 	src := newBlocking()
 	s := New(src, noAttribution{}, 50*time.Millisecond, slog.New(slog.DiscardHandler))
 
-	_, err := s.Scrape(context.Background())
+	_, err := s.Read(context.Background())
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("scrape of a stuck source = %v, want ErrTimeout", err)
 	}
@@ -128,7 +128,7 @@ func TestTimedOutScrapeAnswersAndNextJoinsTheSameReading(t *testing.T) {
 	}
 	// The stuck reading is still the only one: more scrapes must not start more.
 	for range 3 {
-		if _, err := s.Scrape(context.Background()); !errors.Is(err, ErrTimeout) {
+		if _, err := s.Read(context.Background()); !errors.Is(err, ErrTimeout) {
 			t.Fatalf("scrape = %v, want ErrTimeout", err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestTimedOutScrapeAnswersAndNextJoinsTheSameReading(t *testing.T) {
 	}
 	close(src.release)
 	waitFor(t, func() bool { return !inflightWaiters(s) })
-	if _, err := s.Scrape(context.Background()); err != nil {
+	if _, err := s.Read(context.Background()); err != nil {
 		t.Fatalf("scrape after the source recovered = %v", err)
 	}
 	if got := testutil.ToFloat64(s.up.WithLabelValues("fake")); got != 1 {
@@ -150,7 +150,7 @@ func TestSourceErrorsAreCounted(t *testing.T) {
 	close(src.release)
 	src.err = errors.New("NVML: GPU is lost")
 	s := New(src, noAttribution{}, time.Minute, slog.New(slog.DiscardHandler))
-	if _, err := s.Scrape(context.Background()); err == nil || !strings.Contains(err.Error(), "GPU is lost") {
+	if _, err := s.Read(context.Background()); err == nil || !strings.Contains(err.Error(), "GPU is lost") {
 		t.Fatalf("scrape = %v", err)
 	}
 	if got := testutil.ToFloat64(s.errors.WithLabelValues("fake")); got != 1 {
@@ -159,7 +159,7 @@ func TestSourceErrorsAreCounted(t *testing.T) {
 
 	src.err = nil
 	src.snap = &gpu.Snapshot{Errors: []gpu.DeviceError{{Index: 3, Operation: "processes", Err: errors.New("timeout")}}}
-	if _, err := s.Scrape(context.Background()); err != nil {
+	if _, err := s.Read(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(s.deviceErrors.WithLabelValues("fake", "3", "processes")); got != 1 {
@@ -219,7 +219,7 @@ func TestProblemsAreLoggedOncePerChangeOfKind(t *testing.T) {
 	h := &countingHandler{counts: map[slog.Level]int{}}
 	s := New(src, noAttribution{}, time.Minute, slog.New(h))
 	for range 8 {
-		s.Scrape(context.Background())
+		s.Read(context.Background())
 	}
 	if h.counts[slog.LevelError] != 2 || h.counts[slog.LevelInfo] != 1 {
 		t.Errorf("logged %d errors and %d infos over 4 timeouts, 2 failures and a recovery; want 2 and 1",
@@ -234,7 +234,7 @@ func TestCollectionTimeoutsAreLoggedOnce(t *testing.T) {
 	h := &countingHandler{counts: map[slog.Level]int{}}
 	s := New(src, noAttribution{}, 10*time.Millisecond, slog.New(h))
 	for range 5 {
-		if _, err := s.Scrape(context.Background()); !errors.Is(err, ErrTimeout) {
+		if _, err := s.Read(context.Background()); !errors.Is(err, ErrTimeout) {
 			t.Fatalf("scrape = %v, want ErrTimeout", err)
 		}
 	}
