@@ -84,6 +84,21 @@ type Device struct {
 	ECCErrors []ECCCount
 	XIDErrors []XIDCount // counted since the exporter started
 
+	// MemoryTemperatureCelsius is the temperature of the GPU's memory (HBM parts only).
+	MemoryTemperatureCelsius Value
+	// PowerManagementLimitWatts is the power limit the administrator (or the default) set; PowerLimitWatts is the one
+	// enforced, which can be lower (another limit, such as a thermal one, applies).
+	PowerManagementLimitWatts Value
+	// VGPULicensed is 1 when the vGPU licence is held, 0 when it is not or the GPU is not a vGPU (bare metal), as
+	// DCGM reports it.
+	VGPULicensed Value
+	PCIe         PCIe
+	NVLink       NVLink
+	Health       Health
+	// Profiling is what the GPU's performance monitor (NVML's GPM, Hopper and newer) measured between this reading
+	// and an earlier one; nil where the GPU has none, or on the first reading.
+	Profiling *Profiling
+
 	MIG []MIGInstance
 	// ProcessesListed is false when the process list could not be read: Processes is then empty without meaning
 	// that the GPU is idle, and per-type process counts are left out.
@@ -132,6 +147,8 @@ type MIGInstance struct {
 	// Placement is where the GPU instance sits on its GPU, by which NVIDIA's DRA driver names MIG devices; nil
 	// when the source cannot read it (nvidia-smi does not print it).
 	Placement *MIGPlacement
+	// Profiling is the GPU instance's, set like the memory on one MIG device per GPU instance; nil where not read.
+	Profiling *Profiling
 }
 
 // MIGPlacement is a GPU instance's profile and the memory slices it occupies (NVML's nvmlGpuInstanceInfo_t).
