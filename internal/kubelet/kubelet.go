@@ -201,13 +201,15 @@ func (c *Client) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// logChange logs when the API becomes available or unavailable, or its socket disappears, never once per refresh.
+// logChange logs when the API becomes available or unavailable, never once per refresh. A kubelet that stops
+// fails one way and then another (its connection drops, then its socket goes): that is one outage, one line.
 func (c *Client) logChange(state string, err error) {
 	prev, changed := c.state.Set(state)
 	if !changed {
 		return
 	}
 	switch {
+	case err != nil && (prev == "down" || prev == "no-socket"):
 	case err == nil:
 		c.cfg.Logger.Info("reading GPU allocations from the kubelet", "endpoint", c.cfg.Endpoint)
 	case prev == "" && state == "no-socket":

@@ -3,7 +3,9 @@ package kubelet_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -192,6 +194,42 @@ func TestKubeletDownAndBack(t *testing.T) {
 	}
 	if n := strings.Count(log, "\n"); n != 4 {
 		t.Errorf("want 4 log lines (no socket, up, down, up), got %d:\n%s", n, log)
+	}
+}
+
+// A kubelet that stops fails one way, then another: its connection drops, then its socket goes. That is one outage,
+// logged once.
+func TestOutageLoggedOnceWhateverItsCause(t *testing.T) {
+	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	logs := newSyncBuffer()
+	c, err := kubelet.New(kubelet.Config{Endpoint: sock, Timeout: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := fake.Start(sock, fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	// Something that is not the kubelet's socket is still at its path: a failure other than a missing socket.
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refresh(context.Background()); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("refresh with a file at the socket's path: %v, want a failure other than a missing socket", err)
+	}
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refresh(context.Background()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("refresh without a socket: %v, want a missing socket", err)
+	}
+	if n := strings.Count(logs.String(), "kubelet PodResources API unavailable"); n != 1 {
+		t.Errorf("one outage logged %d times, want once:\n%s", n, logs.String())
 	}
 }
 
