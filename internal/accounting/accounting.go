@@ -12,6 +12,8 @@
 //     trapezoid of the two power readings times the elapsed time (the one known power if only one is). It is split
 //     by the shares of reading k, which describe that interval (NVML's per-process utilization is an average over
 //     the time since it was last asked); the remainder goes to the unattributed counter, so that the sum is exact.
+//     A power reading or counter delta beyond what the GPU can draw (its enforced limit with a margin) is unknown,
+//     so that one absurd reading cannot make the counters infinite or NaN for good.
 //   - a workload seen for the first time starts its counters at 0 and gets nothing of that first interval (it went
 //     to unattributed): when in the interval it started is unknown, and a counter that is born at 0 is one whose
 //     whole increase Prometheus sees.
@@ -130,17 +132,19 @@ func (l *Ledger) Each(f func(*GPU)) {
 
 func (g *GPU) observe(d *gpu.Device, now time.Time, owner func(gpu.Process) attribution.Owner) {
 	g.Index, g.present, g.listed = d.Index, true, d.ProcessesListed
+	ceiling := ceilingWatts(d)
+	power := plausible(d.PowerUsageWatts, ceiling)
 	energy, haveEnergy := 0.0, false
 	dt := 0.0
 	if !g.lastTime.IsZero() {
 		dt = now.Sub(g.lastTime).Seconds()
 		if dt > 0 {
-			energy, haveEnergy = intervalEnergy(g.lastEnergy, d.EnergyJoules, g.lastPower, d.PowerUsageWatts, dt)
+			energy, haveEnergy = intervalEnergy(g.lastEnergy, d.EnergyJoules, g.lastPower, power, dt, ceiling)
 		}
 	}
-	g.lastTime, g.lastEnergy, g.lastPower = now, d.EnergyJoules, d.PowerUsageWatts
-	g.PowerWatts = d.PowerUsageWatts
-	g.UnattributedPowerWatts = d.PowerUsageWatts
+	g.lastTime, g.lastEnergy, g.lastPower = now, d.EnergyJoules, power
+	g.PowerWatts = power
+	g.UnattributedPowerWatts = power
 
 	if !d.ProcessesListed {
 		// Who was on the GPU is unknown: the interval is nobody's, and the workloads keep their counters until a
@@ -202,15 +206,15 @@ func (g *GPU) observe(d *gpu.Device, now time.Time, owner func(gpu.Process) attr
 	}
 	givenPower, given := 0.0, 0.0
 	for _, w := range g.Workloads {
-		if !d.PowerUsageWatts.Valid {
+		if !power.Valid {
 			w.PowerWatts = gpu.Value{}
 		} else {
 			p := 0.0
 			switch {
 			case w == lastPower:
-				p = max(d.PowerUsageWatts.V-givenPower, 0)
+				p = max(power.V-givenPower, 0)
 			case total > 0:
-				p = d.PowerUsageWatts.V * w.weight / total
+				p = power.V * w.weight / total
 			}
 			w.PowerWatts = gpu.Known(p)
 			givenPower += p
@@ -239,18 +243,44 @@ func (g *GPU) observe(d *gpu.Device, now time.Time, owner func(gpu.Process) attr
 			touch(&w.MemoryByteSeconds, w.memory)
 		}
 	}
-	if d.PowerUsageWatts.Valid {
-		g.UnattributedPowerWatts = gpu.Known(max(d.PowerUsageWatts.V-givenPower, 0))
+	if power.Valid {
+		g.UnattributedPowerWatts = gpu.Known(max(power.V-givenPower, 0))
 	}
 	if haveEnergy {
 		g.UnattributedEnergyJoules += max(energy-given, 0)
 	}
 }
 
+// Readings beyond what a GPU can draw are a driver's or a file's fault, not energy: one of them would put +Inf or
+// NaN in counters that then stay so, and break every sum over them. A GPU's average power over an interval stays
+// under its enforced limit; the margin leaves room for the limit's own transients. Without a limit, the ceiling is
+// above any GPU board made (the largest draw about 1.5 kW).
+const (
+	limitMargin   = 2
+	maxBoardWatts = 5000
+)
+
+// ceilingWatts is the most power the accounts believe of d.
+func ceilingWatts(d *gpu.Device) float64 {
+	if l := d.PowerLimitWatts; l.Valid && isFinite(l.V) && l.V > 0 {
+		return min(l.V*limitMargin, maxBoardWatts)
+	}
+	return maxBoardWatts
+}
+
+// plausible is a power reading the accounts can use: unknown when it is not finite, negative, or above ceiling.
+func plausible(p gpu.Value, ceiling float64) gpu.Value {
+	if !p.Valid || !isFinite(p.V) || p.V < 0 || p.V > ceiling {
+		return gpu.Value{}
+	}
+	return p
+}
+
 // intervalEnergy is the board's energy between two readings dt seconds apart: the energy counter's delta when
-// both readings have it and it did not go back (the driver was reloaded), else the trapezoid of the power readings.
-func intervalEnergy(prevE, curE, prevP, curP gpu.Value, dt float64) (float64, bool) {
-	if prevE.Valid && curE.Valid && curE.V >= prevE.V && isFinite(curE.V-prevE.V) {
+// both readings have it, it did not go back (the driver was reloaded) and it is no more than the GPU could draw in
+// the interval; else the trapezoid of the power readings, which plausible has already bounded.
+func intervalEnergy(prevE, curE, prevP, curP gpu.Value, dt, ceiling float64) (float64, bool) {
+	if prevE.Valid && curE.Valid && curE.V >= prevE.V && curE.V-prevE.V <= ceiling*dt {
 		return curE.V - prevE.V, true
 	}
 	a, b := finite(prevP), finite(curP)

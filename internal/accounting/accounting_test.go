@@ -306,6 +306,70 @@ func TestBadValues(t *testing.T) {
 	wantFloat(t, "b", acc.workloads["b"].EnergyJoules, 1000)
 }
 
+// An absurd reading (a power of 1e308 W, an energy counter that jumps by more than the GPU can draw) is unknown:
+// the counters stay finite, and go on adding up once the readings are sane again.
+func TestAbsurdReadings(t *testing.T) {
+	procs := []proc{{pid: 1, owner: "a", sm: k(0.5)}, {pid: 2, owner: "b", sm: k(0.25)}}
+	limited := func(power, energy gpu.Value) gpu.Device {
+		d := device(0, power, energy, procs...)
+		d.PowerLimitWatts = k(700)
+		return d
+	}
+	for name, tc := range map[string]struct {
+		absurd  gpu.Device
+		unknown bool // the board power of the absurd reading is unknown
+	}{
+		// Power 1e308 W without a counter: the power is unknown, and the intervals around it take the other
+		// reading's power, as when the driver gives none.
+		"huge power":      {absurd: device(0, k(1e308), gpu.Value{}, procs...), unknown: true},
+		"infinite power":  {absurd: device(0, k(math.Inf(1)), gpu.Value{}, procs...), unknown: true},
+		"NaN power":       {absurd: device(0, k(math.NaN()), gpu.Value{}, procs...), unknown: true},
+		"above the limit": {absurd: limited(k(5000), gpu.Value{}), unknown: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := New()
+			observe(t, l, readingAt(0, device(0, k(300), gpu.Value{}, procs...)))
+			observe(t, l, readingAt(10, device(0, k(300), gpu.Value{}, procs...)))
+			observe(t, l, readingAt(20, tc.absurd))
+			a := accounts(l)["GPU-0"]
+			if a.power.Valid != !tc.unknown || a.workloads["a"].PowerWatts.Valid != !tc.unknown {
+				t.Errorf("board power %+v, a's %+v after an absurd reading", a.power, a.workloads["a"].PowerWatts)
+			}
+			observe(t, l, readingAt(30, device(0, k(300), gpu.Value{}, procs...)))
+			observe(t, l, readingAt(40, device(0, k(300), gpu.Value{}, procs...)))
+			a = accounts(l)["GPU-0"]
+			// 40 s at 300 W (10-30 from the sane reading at either end): 12 kJ, two thirds to a, a third to b.
+			wantFloat(t, "a", a.workloads["a"].EnergyJoules, 8000)
+			wantFloat(t, "b", a.workloads["b"].EnergyJoules, 4000)
+			wantFloat(t, "unattributed", a.unattributedEnergy, 0)
+		})
+	}
+	// A counter that jumps by 5 MJ in 0.5 s (10 MW) on a 700 W GPU: the trapezoid of the power readings instead.
+	l := New()
+	observe(t, l, readingAt(0, limited(k(300), k(1000))))
+	observe(t, l, readingAt(0.5, limited(k(300), k(1000+150))))
+	observe(t, l, readingAt(1, limited(k(300), k(5e6))))
+	observe(t, l, readingAt(2, limited(k(300), k(5e6+300))))
+	a := accounts(l)["GPU-0"]
+	// 150 J (counter) + 150 J (trapezoid, not 5 MJ) + 300 J (counter), two thirds to a.
+	wantFloat(t, "a after a counter jump", a.workloads["a"].EnergyJoules, 400)
+	wantFloat(t, "b after a counter jump", a.workloads["b"].EnergyJoules, 200)
+	// A counter at +Inf, then back: the trapezoid, then the counter again from where it is.
+	l = New()
+	observe(t, l, readingAt(0, limited(k(300), k(1000))))
+	observe(t, l, readingAt(1, limited(k(300), k(math.Inf(1)))))
+	observe(t, l, readingAt(2, limited(k(300), k(1600))))
+	observe(t, l, readingAt(3, limited(k(300), k(1900))))
+	a = accounts(l)["GPU-0"]
+	for pod, w := range a.workloads {
+		if math.IsNaN(w.EnergyJoules) || math.IsInf(w.EnergyJoules, 0) {
+			t.Errorf("%s: energy %g after an infinite counter", pod, w.EnergyJoules)
+		}
+	}
+	// 300 J (trapezoid) + 300 J (trapezoid: a delta from +Inf is no delta) + 300 J (counter), two thirds to a.
+	wantFloat(t, "a after an infinite counter", a.workloads["a"].EnergyJoules, 600)
+}
+
 // randomNode simulates a node over many readings: GPUs with and without energy counters and per-process
 // utilization, MIG, workloads coming and going, readings that fail as a whole, GPUs and process lists that fail.
 // At each reading it checks that workload and unattributed power add up to the board's and that no counter goes
