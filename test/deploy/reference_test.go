@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -131,6 +131,102 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	if !slices.Contains(named, "gpu_workload_memory_used_bytes") {
 		t.Errorf("no metric table rows found in docs/reference.md (found %v)", named)
 	}
+}
+
+// docs/reference.md's GPU and MIG tables are the device families' table (collector.DeviceFamilies): the same
+// families, in its order, with its types and labels.
+func TestReferenceListsDeviceFamilies(t *testing.T) {
+	ref := string(readRepoFile(t, "docs/reference.md"))
+	var documented []collector.Family
+	for _, section := range []string{"### GPUs", "### MIG instances"} {
+		for _, row := range tableRows(t, ref, section) {
+			documented = append(documented, collector.Family{Name: strings.Trim(row[0], "`"), Type: row[1], Labels: labelNames(row[2])})
+		}
+	}
+	want := collector.DeviceFamilies()
+	for i := range max(len(documented), len(want)) {
+		var got, w collector.Family
+		if i < len(documented) {
+			got = documented[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if got.Name != w.Name || got.Type != w.Type || !slices.Equal(got.Labels, w.Labels) {
+			t.Errorf("row %d of docs/reference.md's GPU and MIG tables is %+v; the device families' table has %+v", i+1, got, w)
+		}
+	}
+}
+
+// docs/reference.md names the identity labels of attribution.IdentityLabels: those of process and workload series
+// in its identity label table, those of `ps --output json` among its keys, and no other.
+func TestReferenceListsIdentityLabels(t *testing.T) {
+	ref := string(readRepoFile(t, "docs/reference.md"))
+	named := func(section string) map[string]bool {
+		names := make(map[string]bool)
+		for _, row := range tableRows(t, ref, section) {
+			for _, name := range labelNames(row[0]) {
+				names[name] = true
+			}
+		}
+		return names
+	}
+	labels, keys := named("## Identity labels"), named("## `ps`")
+	if !labels["label_<key>"] || !keys["pid"] {
+		t.Fatalf("tables not found: identity labels %v, ps keys %v", labels, keys)
+	}
+	for _, l := range attribution.IdentityLabels {
+		if onSeries := l.Use&(attribution.OnProcesses|attribution.OnWorkloads) != 0; labels[l.Name] != onSeries {
+			t.Errorf("docs/reference.md's identity label table names %s: %v; it is on series: %v", l.Name, labels[l.Name], onSeries)
+		}
+		delete(labels, l.Name)
+		if inPS := l.Use&attribution.InPS != 0; keys[l.Name] != inPS {
+			t.Errorf("docs/reference.md's ps keys name %s: %v; ps writes it: %v", l.Name, keys[l.Name], inPS)
+		}
+	}
+	delete(labels, "label_<key>")
+	for name := range labels {
+		t.Errorf("docs/reference.md's identity label table names %s, which is not an identity label", name)
+	}
+}
+
+// tableRows returns the cells of the first table below a heading, without its header.
+func tableRows(t *testing.T, doc, heading string) [][]string {
+	t.Helper()
+	_, after, ok := strings.Cut(doc, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("docs/reference.md has no %q", heading)
+	}
+	var rows [][]string
+	for _, line := range strings.Split(after, "\n") {
+		switch {
+		case strings.HasPrefix(line, "|"):
+			cells := strings.Split(strings.Trim(line, "|"), "|")
+			for i := range cells {
+				cells[i] = strings.TrimSpace(cells[i])
+			}
+			rows = append(rows, cells)
+		case len(rows) > 0:
+			return rows[2:] // the header and its rule
+		case strings.HasPrefix(line, "#"):
+			t.Fatalf("no table below %q in docs/reference.md", heading)
+		}
+	}
+	return rows[2:]
+}
+
+// labelNames are the names in backquotes in a cell, without those in parentheses (a label's values).
+func labelNames(cell string) []string {
+	var names []string
+	depth := 0
+	for i, part := range strings.Split(cell, "`") {
+		if i%2 == 0 {
+			depth += strings.Count(part, "(") - strings.Count(part, ")")
+		} else if depth == 0 {
+			names = append(names, part)
+		}
+	}
+	return names
 }
 
 // The README gives a way to test without root, and scripts/test.sh (make test) honours it.
