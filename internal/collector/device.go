@@ -275,11 +275,11 @@ var deviceFamilies = []deviceFamily{
 			if !d.ProcessesListed {
 				return
 			}
-			clear(s.workloads)
+			distinct := make(map[attribution.WorkloadKey]struct{}, len(d.Processes))
 			for _, p := range d.Processes {
-				s.workloads[r.Owner(p).Identity.Key()] = struct{}{}
+				distinct[r.Owner(p).Identity.Key()] = struct{}{}
 			}
-			s.add(float64(len(s.workloads)))
+			s.add(float64(len(distinct)))
 		},
 	},
 	{
@@ -355,7 +355,7 @@ func newDeviceMetrics() *deviceMetrics {
 func (m *deviceMetrics) descs() []*desc { return m.byRow }
 
 func (m *deviceMetrics) update(b *batch, r *reading.Reading) {
-	s := &deviceSeries{b: b, values: make([]string, 2, 16), workloads: make(map[attribution.WorkloadKey]struct{})}
+	s := &deviceSeries{b: b, values: make([]string, 2, 16)}
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		s.values[0], s.values[1] = itoa(d.Index), d.UUID
@@ -379,8 +379,6 @@ type deviceSeries struct {
 	desc   *desc
 	typ    metricType
 	values []string // gpu, uuid, then the family's labels
-
-	workloads map[attribution.WorkloadKey]struct{} // gpu_workloads' scratch
 }
 
 // add writes one series: v, with the values of the family's labels.
