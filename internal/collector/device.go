@@ -399,13 +399,19 @@ type Family struct {
 	Name, Type string
 	// Labels are the labels besides gpu and uuid.
 	Labels []string
+	// DCGM are the dcgm-exporter fields written from the family under --compat=dcgm (docs/compat.md).
+	DCGM []string
 }
 
 // DeviceFamilies lists the device families (docs/reference.md's GPUs and MIG instances), in the order of the docs.
 func DeviceFamilies() []Family {
 	var fs []Family
 	for _, f := range deviceFamilies {
-		fs = append(fs, Family{Name: f.name, Type: f.typ.String(), Labels: slices.Clone(f.labels)})
+		doc := Family{Name: f.name, Type: f.typ.String(), Labels: slices.Clone(f.labels)}
+		for _, d := range f.dcgm {
+			doc.DCGM = append(doc.DCGM, d.name)
+		}
+		fs = append(fs, doc)
 	}
 	return fs
 }

@@ -158,6 +158,23 @@ func TestReferenceListsDeviceFamilies(t *testing.T) {
 	}
 }
 
+// docs/compat.md's table of dcgm-exporter's fields names, for each field that --compat=dcgm writes, the device
+// family it is written from.
+func TestCompatListsDCGMFields(t *testing.T) {
+	compat := string(readRepoFile(t, "docs/compat.md"))
+	rows := tableRows(t, compat, "| metric (default-counters.csv) |")
+	for _, f := range collector.DeviceFamilies() {
+		for _, field := range f.DCGM {
+			i := slices.IndexFunc(rows, func(row []string) bool { return slices.Contains(labelNames(row[0]), field) })
+			if i < 0 {
+				t.Errorf("docs/compat.md has no row for %s", field)
+			} else if !strings.Contains(rows[i][2], "`"+f.Name) {
+				t.Errorf("docs/compat.md's row for %s does not name %s, which it is written from: %q", field, f.Name, rows[i][2])
+			}
+		}
+	}
+}
+
 // docs/reference.md names the identity labels of attribution.IdentityLabels: those of process and workload series
 // in its identity label table, those of `ps --output json` among its keys, and no other.
 func TestReferenceListsIdentityLabels(t *testing.T) {
@@ -190,29 +207,30 @@ func TestReferenceListsIdentityLabels(t *testing.T) {
 	}
 }
 
-// tableRows returns the cells of the first table below a heading, without its header.
-func tableRows(t *testing.T, doc, heading string) [][]string {
+// tableRows returns the cells of the first table from the line that starts with marker (a heading above the
+// table, or the table's header) to the next heading, without the table's header.
+func tableRows(t *testing.T, doc, marker string) [][]string {
 	t.Helper()
-	_, after, ok := strings.Cut(doc, "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("docs/reference.md has no %q", heading)
+	i := strings.Index(doc, "\n"+marker)
+	if i < 0 {
+		t.Fatalf("no line starts with %q", marker)
 	}
 	var rows [][]string
-	for _, line := range strings.Split(after, "\n") {
-		switch {
-		case strings.HasPrefix(line, "|"):
+	for n, line := range strings.Split(doc[i+1:], "\n") {
+		if strings.HasPrefix(line, "|") {
 			cells := strings.Split(strings.Trim(line, "|"), "|")
 			for i := range cells {
 				cells[i] = strings.TrimSpace(cells[i])
 			}
 			rows = append(rows, cells)
-		case len(rows) > 0:
-			return rows[2:] // the header and its rule
-		case strings.HasPrefix(line, "#"):
-			t.Fatalf("no table below %q in docs/reference.md", heading)
+		} else if len(rows) > 0 || n > 0 && strings.HasPrefix(line, "#") {
+			break
 		}
 	}
-	return rows[2:]
+	if len(rows) < 3 {
+		t.Fatalf("no table below %q", marker)
+	}
+	return rows[2:] // the header and its rule
 }
 
 // labelNames are the names in backquotes in a cell, without those in parentheses (a label's values).
