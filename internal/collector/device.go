@@ -275,11 +275,7 @@ var deviceFamilies = []deviceFamily{
 			if !d.ProcessesListed {
 				return
 			}
-			distinct := make(map[attribution.WorkloadKey]struct{}, len(d.Processes))
-			for _, p := range d.Processes {
-				distinct[r.Owner(p).Identity.Key()] = struct{}{}
-			}
-			s.add(float64(len(distinct)))
+			s.add(float64(s.workloads(r, d)))
 		},
 	},
 	{
@@ -379,12 +375,27 @@ type deviceSeries struct {
 	desc   *desc
 	typ    metricType
 	values []string // gpu, uuid, then the family's labels
+	// distinct is the set that workloads counts in, kept from one GPU to the next: a set made per GPU costs more
+	// than the rest of the device families together on a node with thousands of processes.
+	distinct map[attribution.WorkloadKey]struct{}
 }
 
 // add writes one series: v, with the values of the family's labels.
 func (s *deviceSeries) add(v float64, labels ...string) {
 	s.values = append(s.values[:2], labels...)
 	s.typ.write(s.b, s.desc, v, s.values)
+}
+
+// workloads counts the distinct workloads of the GPU's processes.
+func (s *deviceSeries) workloads(r *reading.Reading, d *gpu.Device) int {
+	if s.distinct == nil {
+		s.distinct = make(map[attribution.WorkloadKey]struct{})
+	}
+	clear(s.distinct)
+	for _, p := range d.Processes {
+		s.distinct[r.Owner(p).Identity.Key()] = struct{}{}
+	}
+	return len(s.distinct)
 }
 
 // addMIG writes one series of a MIG instance, when v is known.
