@@ -375,8 +375,8 @@ type deviceSeries struct {
 	desc   *desc
 	typ    metricType
 	values []string // gpu, uuid, then the family's labels
-	// distinct is the set that workloads counts in, kept from one GPU to the next: a set made per GPU costs more
-	// than the rest of the device families together on a node with thousands of processes.
+	// distinct is the set that workloads counts in, kept from one GPU to the next: a set made per GPU doubled the
+	// cost of all device families on a node with thousands of processes.
 	distinct map[attribution.WorkloadKey]struct{}
 }
 
