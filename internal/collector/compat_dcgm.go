@@ -48,7 +48,7 @@ type dcgmField struct {
 	// value is the whole GPU's value, in the family's unit; nil: the family's own value.
 	value func(d *gpu.Device) gpu.Value
 	// share is a process's part of the GPU's value, in the family's unit, for a field that adds up across the pods
-	// of a GPU (see dcgmSplit); shareHelp says how it is taken. nil: the field is not split.
+	// of a GPU (see dcgmMetrics.split); shareHelp says how it is taken. nil: the field is not split.
 	share     func(d *gpu.Device, p *gpu.Process) gpu.Value
 	shareHelp string
 	// instance is a GPU instance's value, in the family's unit, for a field that a GPU in MIG mode writes per GPU
@@ -86,7 +86,7 @@ const dcgmSharedHelp = " On a GPU shared by several pods, each pod's series has 
 // dcgmMetrics is --compat=dcgm: the fields of dcgm-exporter's default counter set that the device families give.
 // dcgm-exporter writes one series per GPU (per GPU instance in MIG mode) carrying the pod that the kubelet allocated
 // it to, and copies it once per pod on a shared GPU. We write a series per pod that runs on a GPU, and on a shared
-// GPU the series still tell the truth when added up: see dcgmSplit and docs/compat.md.
+// GPU the series still tell the truth when added up: see split and docs/compat.md.
 type dcgmMetrics struct {
 	hostname string
 	fields   []dcgmField
