@@ -3,6 +3,7 @@ package attribution
 import (
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Identity is who owns a GPU process, as the identity labels of docs/reference.md name it: its Kubernetes pod and container, plain
@@ -24,16 +25,74 @@ type Identity struct {
 	PodLabels map[string]string
 }
 
-// WorkloadKey is a comparable form of the identity, used to group processes into workloads. It leaves out the
-// container ID, so that a workload (a pod's container, a named container, a Slurm job, a service) stays the same
-// workload when its container restarts.
-type WorkloadKey struct {
-	Namespace, Pod, Container, PodUID, SlurmJobID, SystemdUnit, User string
+// IdentityLabel is one value of an identity as the outputs name it: a label of process and workload series, a key
+// of `ps --output json`. IdentityLabels lists them all, once; every output that writes identities walks it.
+type IdentityLabel struct {
+	Name string
+	Use  Use
+	// field is the offset of the label's string in Identity. An offset rather than a func(*Identity) *string: a
+	// call through a func value makes the compiler move every identity it is given to the heap, which would cost
+	// an allocation per process and per series of every scrape.
+	field uintptr
 }
+
+// Use says where a label appears. A label of no output is still made valid UTF-8 with the others.
+type Use uint8
+
+const (
+	// OnProcesses: a label of every process series (gpu_process_*).
+	OnProcesses Use = 1 << iota
+	// OnWorkloads: a label of every workload series (gpu_workload_*), and part of the WorkloadKey.
+	OnWorkloads
+	// InPS: a key of `ps --output json`, after its process keys.
+	InPS
+	// OptIn: on series only when asked for (--collector.process-user); set in the identity only then, too.
+	OptIn
+)
+
+// Get returns the label's value in id, to read or to set.
+func (l IdentityLabel) Get(id *Identity) *string {
+	return (*string)(unsafe.Add(unsafe.Pointer(id), l.field))
+}
+
+// IdentityLabels are the identity's values, in the order in which series and `ps --output json` write them.
+var IdentityLabels = []IdentityLabel{
+	{"namespace", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.Namespace)},
+	{"pod", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.Pod)},
+	{"container", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.Container)},
+	{"pod_uid", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.PodUID)},
+	// Not on workload series: a container that restarts gets a new ID, and its workload must keep its series.
+	{"container_id", OnProcesses | InPS, unsafe.Offsetof(Identity{}.ContainerID)},
+	{"runtime", InPS, unsafe.Offsetof(Identity{}.Runtime)},
+	{"qos", 0, unsafe.Offsetof(Identity{}.QoS)},
+	{"slurm_job_id", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.SlurmJobID)},
+	{"systemd_unit", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.SystemdUnit)},
+	{"user", OnProcesses | OnWorkloads | OptIn, unsafe.Offsetof(Identity{}.User)},
+}
+
+// workloadLabels are the IdentityLabels OnWorkloads: the fields of a WorkloadKey.
+var workloadLabels = func() []IdentityLabel {
+	var ls []IdentityLabel
+	for _, l := range IdentityLabels {
+		if l.Use&OnWorkloads != 0 {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}()
+
+// WorkloadKey is a comparable form of the identity, used to group processes into workloads: the values of the
+// labels OnWorkloads, in their order. It leaves out the container ID, so that a workload (a pod's container, a named
+// container, a Slurm job, a service) stays the same workload when its container restarts.
+type WorkloadKey [7]string
 
 // Key returns the workload key of the identity.
 func (id Identity) Key() WorkloadKey {
-	return WorkloadKey{id.Namespace, id.Pod, id.Container, id.PodUID, id.SlurmJobID, id.SystemdUnit, id.User}
+	var k WorkloadKey
+	for i, l := range workloadLabels {
+		k[i] = *l.Get(&id)
+	}
+	return k
 }
 
 // IsKubernetes reports whether the owner is a Kubernetes pod. Pod alone is not enough: a Podman pod has a name
@@ -71,14 +130,14 @@ func (l labelAllowlist) keep(labels map[string]string) map[string]string {
 
 // validUTF8 returns the identity with every value made valid UTF-8, invalid bytes replaced by U+FFFD. A label value
 // must be valid UTF-8, or the whole series fails to export; the cgroup path is the user's to name below a
-// delegated subtree (a "\xff.service" unit), and runtimes pass names through.
+// delegated subtree (a "\xff.service" unit), and runtimes and the user database pass names through.
 func (id Identity) validUTF8() Identity {
 	if id.isValidUTF8() {
 		return id // the common case: no copy
 	}
-	for _, f := range []*string{&id.Namespace, &id.Pod, &id.Container, &id.PodUID, &id.ContainerID, &id.Runtime,
-		&id.QoS, &id.SlurmJobID, &id.SystemdUnit} {
-		*f = strings.ToValidUTF8(*f, "\uFFFD")
+	for _, l := range IdentityLabels {
+		v := l.Get(&id)
+		*v = strings.ToValidUTF8(*v, "\uFFFD")
 	}
 	if len(id.PodLabels) > 0 {
 		labels := make(map[string]string, len(id.PodLabels)) // the original is shared by the container's identities
@@ -90,10 +149,9 @@ func (id Identity) validUTF8() Identity {
 	return id
 }
 
-func (id Identity) isValidUTF8() bool {
-	for _, s := range []string{id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.Runtime, id.QoS,
-		id.SlurmJobID, id.SystemdUnit} {
-		if !utf8.ValidString(s) {
+func (id *Identity) isValidUTF8() bool {
+	for _, l := range IdentityLabels {
+		if !utf8.ValidString(*l.Get(id)) {
 			return false
 		}
 	}

@@ -223,8 +223,8 @@ func TestAllPIDsMissingWarnsOncePerChange(t *testing.T) {
 }
 
 // Every identity value is valid UTF-8, however invalid the bytes of the cgroup path (a delegated user's
-// "\xff.service"), the process name or the runtime's answers: a label value that is not valid UTF-8 fails its whole
-// series at export.
+// "\xff.service"), the process name, the runtime's answers or the user database: a label value that is not valid
+// UTF-8 fails its whole series at export.
 func TestIdentityIsValidUTF8(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(1, "a\xffb", "0::/system.slice/\xff.service\n")
@@ -232,21 +232,24 @@ func TestIdentityIsValidUTF8(t *testing.T) {
 	cri := newResolver("cri")
 	cri.set(cid(2), Container{Namespace: "ns\xfe", Pod: "pod\xff", PodUID: puid(2), Name: "c\xc3",
 		PodLabels: map[string]string{"team": "ml\xff"}})
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"team"}, LookupBudget: time.Minute})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"team"}, LookupBudget: time.Minute,
+		Users: fakeUsers{1: "b\xffb"}})
 	owners := a.Attribute(t.Context(), snapshot(1, 2))
-	if got := owners[1]; got.Name != "a\uFFFDb" || got.Identity.SystemdUnit != "\uFFFD.service" {
-		t.Errorf("process 1: name %q, unit %q; want both with U+FFFD for the invalid byte", got.Name, got.Identity.SystemdUnit)
+	if got := owners[1]; got.Name != "a\uFFFDb" || got.Identity.SystemdUnit != "\uFFFD.service" || got.Identity.User != "b\uFFFDb" {
+		t.Errorf("process 1: name %q, unit %q, user %q; want each with U+FFFD for the invalid byte", got.Name,
+			got.Identity.SystemdUnit, got.Identity.User)
 	}
 	got := owners[2].Identity
 	if got.Namespace != "ns\uFFFD" || got.Pod != "pod\uFFFD" || got.Container != "c\uFFFD" || got.PodLabels["team"] != "ml\uFFFD" {
 		t.Errorf("process 2: %+v; want every runtime value made valid", got)
 	}
 	for pid, o := range owners {
-		id := o.Identity
-		for _, v := range []string{o.Name, id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.Runtime,
-			id.QoS, id.SlurmJobID, id.SystemdUnit} {
-			if !utf8.ValidString(v) {
-				t.Errorf("PID %d: %q is not valid UTF-8", pid, v)
+		if !utf8.ValidString(o.Name) {
+			t.Errorf("PID %d: name %q is not valid UTF-8", pid, o.Name)
+		}
+		for _, l := range IdentityLabels {
+			if v := *l.Get(&o.Identity); !utf8.ValidString(v) {
+				t.Errorf("PID %d: %s %q is not valid UTF-8", pid, l.Name, v)
 			}
 		}
 	}

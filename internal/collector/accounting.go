@@ -2,6 +2,7 @@ package collector
 
 import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
@@ -16,7 +17,7 @@ type accountingMetrics struct {
 }
 
 func newAccountingMetrics(labels podLabels) *accountingMetrics {
-	names := labels.labelNames(workloadIdentityLabels, "gpu", "uuid")
+	names := labels.labelNames(attribution.OnWorkloads, "gpu", "uuid")
 	family := func(name, help string) *desc { return newDesc(name, help, names) }
 	return &accountingMetrics{
 		labels: labels,
@@ -50,7 +51,7 @@ func (m *accountingMetrics) update(b *batch, r *reading.Reading) {
 		}
 		b.counter(m.unattributedEnergy, g.UnattributedEnergyJoules, idx, g.UUID)
 		for _, w := range g.Workloads {
-			values = m.labels.appendWorkloadIdentity(append(values[:0], idx, g.UUID), &w.Identity)
+			values = m.labels.appendIdentity(append(values[:0], idx, g.UUID), attribution.OnWorkloads, &w.Identity)
 			if w.PowerWatts.Valid {
 				b.gauge(m.power, w.PowerWatts.V, values...)
 			}

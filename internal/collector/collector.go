@@ -63,11 +63,11 @@ const maxLent = 4
 // more can be registered with Registerer.
 func New(reader *reading.Reader, opts Options, self ...prometheus.Collector) *Gatherer {
 	labels := newPodLabels(opts.PodLabels, opts.ProcessUser)
-	parts := []part{newDeviceMetrics(), newMIGMetrics()}
+	parts := []part{newDeviceMetrics()}
 	if opts.Processes {
 		parts = append(parts, newProcessMetrics(labels))
 	}
-	parts = append(parts, newWorkloadMetrics(labels), newSharingMetrics(), newAccountingMetrics(labels))
+	parts = append(parts, newWorkloadMetrics(labels), newAccountingMetrics(labels))
 	if opts.Allocations != nil {
 		parts = append(parts, newAllocationMetrics(opts.Allocations))
 	}

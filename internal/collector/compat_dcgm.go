@@ -36,122 +36,111 @@ func compatParts(opts Options) []part {
 	return parts
 }
 
+// dcgmField is one field of dcgm-exporter's default counter set (etc/default-counters.csv), written under
+// --compat=dcgm from a device family (deviceFamily.dcgm) in dcgm-exporter's name, unit and labels.
+type dcgmField struct {
+	name string
+	typ  metricType
+	// help is dcgm-exporter's, so that the exposition reads the same; where ours differs, it says how.
+	help string
+	// convert turns the family's base unit into the field's.
+	convert conversion
+	// value is the whole GPU's value, in the family's unit; nil: the family's own value.
+	value func(d *gpu.Device) gpu.Value
+	// share is a process's part of the GPU's value, in the family's unit, for a field that adds up across the pods
+	// of a GPU (see dcgmMetrics.split); shareHelp says how it is taken. nil: the field is not split.
+	share     func(d *gpu.Device, p *gpu.Process) gpu.Value
+	shareHelp string
+	// instance is a GPU instance's value, in the family's unit, for a field that a GPU in MIG mode writes per GPU
+	// instance; the GPU's own series keeps what no GPU instance has, so that its series still add up to the GPU's
+	// value. nil: the GPU's own series alone has the field.
+	instance func(m *gpu.MIGInstance) gpu.Value
+}
+
+// conversion is a change of unit, from a family's base unit (from) to dcgm-exporter's. The zero conversion keeps
+// the value as it is.
+type conversion struct {
+	from  string
+	apply func(float64) float64
+}
+
 const mib = 1 << 20
 
-// The fields of --compat=dcgm, in the order of dcgmMetrics.fields.
-const (
-	dcgmSMClock = iota
-	dcgmMemClock
-	dcgmTemp
-	dcgmPower
-	dcgmEnergy
-	dcgmUtil
-	dcgmMemCopyUtil
-	dcgmEncUtil
-	dcgmDecUtil
-	dcgmXID
-	dcgmFBFree
-	dcgmFBUsed
-	dcgmFields
+var (
+	toMiB         = conversion{"bytes", func(v float64) float64 { return v / mib }}
+	toPercent     = conversion{"ratio", func(v float64) float64 { return v * 100 }}
+	toMHz         = conversion{"hertz", func(v float64) float64 { return v / 1e6 }}
+	toMillijoules = conversion{"joules", func(v float64) float64 { return v * 1000 }}
 )
 
-// dcgmMetrics is --compat=dcgm: the metrics of dcgm-exporter's default counter set (etc/default-counters.csv) that
-// a snapshot has, in dcgm-exporter's names, units and labels. dcgm-exporter writes one series per GPU (per GPU
-// instance in MIG mode) carrying the pod that the kubelet allocated it to, and copies it once per pod on a shared
-// GPU. We write a series per pod that runs on a GPU, and on a shared GPU the series still tell the truth when added
-// up: see dcgmSplit and docs/compat.md.
+func (c conversion) of(v gpu.Value) gpu.Value {
+	if c.apply == nil || !v.Valid {
+		return v
+	}
+	return gpu.Known(c.apply(v.V))
+}
+
+// dcgmSharedHelp ends the help of a field that is split between the pods of a GPU.
+const dcgmSharedHelp = " On a GPU shared by several pods, each pod's series has its share and the series without a pod the rest."
+
+// dcgmMetrics is --compat=dcgm: the fields of dcgm-exporter's default counter set that the device families give.
+// dcgm-exporter writes one series per GPU (per GPU instance in MIG mode) carrying the pod that the kubelet allocated
+// it to, and copies it once per pod on a shared GPU. We write a series per pod that runs on a GPU, and on a shared
+// GPU the series still tell the truth when added up: see split and docs/compat.md.
 type dcgmMetrics struct {
 	hostname string
-	fields   [dcgmFields]*desc
+	fields   []dcgmField
+	families []*deviceFamily // of each field
+	byField  []*desc
 }
 
 func newDCGMMetrics(hostname string) *dcgmMetrics {
 	labels := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
 		"GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod", "container"}
-	// Help texts are dcgm-exporter's, so that the exposition reads the same; where ours differs, it says how.
-	const shared = " On a GPU shared by several pods, each pod's series has its share and the series without a pod the rest."
 	m := &dcgmMetrics{hostname: hostname}
-	for f, d := range [dcgmFields][2]string{
-		dcgmSMClock:     {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."},
-		dcgmMemClock:    {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz)."},
-		dcgmTemp:        {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."},
-		dcgmPower:       {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)." + shared + " A pod's share is the power times its SM utilization."},
-		dcgmEnergy:      {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ)."},
-		dcgmUtil:        {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)." + shared + " A pod's share is its SM utilization."},
-		dcgmMemCopyUtil: {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %)." + shared},
-		dcgmEncUtil:     {"DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %)." + shared},
-		dcgmDecUtil:     {"DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %)." + shared},
-		dcgmXID:         {"DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered (here: the highest XID seen since the exporter started)."},
-		dcgmFBFree:      {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."},
-		dcgmFBUsed:      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)." + shared},
-	} {
-		m.fields[f] = newDesc(d[0], d[1], labels)
+	for i := range deviceFamilies {
+		for _, f := range deviceFamilies[i].dcgm {
+			help := f.help
+			if f.share != nil {
+				help += dcgmSharedHelp + f.shareHelp
+			}
+			m.fields = append(m.fields, f)
+			m.families = append(m.families, &deviceFamilies[i])
+			m.byField = append(m.byField, newDesc(f.name, help, labels))
+		}
 	}
 	return m
 }
 
-func (m *dcgmMetrics) descs() []*desc { return m.fields[:] }
+func (m *dcgmMetrics) descs() []*desc { return m.byField }
 
 // dcgmSeries is one label set of the output and its values: the whole GPU, a GPU instance (GPU_I_ID) in MIG mode,
 // or a pod's share of either.
 type dcgmSeries struct {
 	profile, instance         string // GPU_I_PROFILE, GPU_I_ID; empty for a whole GPU
 	namespace, pod, container string
-	v                         [dcgmFields]gpu.Value
+	v                         []gpu.Value // by field, in the field's unit
 }
 
-// dcgmShared are the fields that add up across the pods of a GPU, with a process's part of each. Power is not
-// measured per process: a process's part is the GPU's power times its SM utilization (the fraction of the sample
-// period it ran), so that an idle GPU's draw stays with the GPU. Energy would add up too, but a counter split by
-// shares that change would go backwards: it stays on the GPU's series, whose value alone is the GPU's.
-var dcgmShared = []struct {
-	field int
-	part  func(d *gpu.Device, p *gpu.Process) gpu.Value
-}{
-	{dcgmFBUsed, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.UsedMemoryBytes, 1.0/mib) }},
-	{dcgmUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.SMUtilizationRatio, 100) }},
-	{dcgmMemCopyUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.MemoryUtilizationRatio, 100) }},
-	{dcgmEncUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.EncoderUtilizationRatio, 100) }},
-	{dcgmDecUtil, func(_ *gpu.Device, p *gpu.Process) gpu.Value { return scaled(p.DecoderUtilizationRatio, 100) }},
-	{dcgmPower, func(d *gpu.Device, p *gpu.Process) gpu.Value {
-		if !d.PowerUsageWatts.Valid || !p.SMUtilizationRatio.Valid {
-			return gpu.Value{}
-		}
-		return gpu.Known(d.PowerUsageWatts.V * p.SMUtilizationRatio.V)
-	}},
-}
-
-// dcgmDeviceSeries are the series of one GPU. A GPU in MIG mode has a series for the GPU (temperature, power,
-// clocks, energy, XID, and the memory outside its GPU instances) and one per GPU instance (its memory); a GPU
-// instance split into compute instances is one entity, as in DCGM. Otherwise one series has it all. Each is then split between the pods that use it.
-func dcgmDeviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeries {
-	var g dcgmSeries
-	for _, c := range d.Clocks {
-		switch c.Name {
-		case "sm":
-			g.v[dcgmSMClock] = gpu.Known(c.Hertz / 1e6)
-		case "memory":
-			g.v[dcgmMemClock] = gpu.Known(c.Hertz / 1e6)
-		}
+// deviceSeries are the series of one GPU. A GPU in MIG mode has a series for the GPU (temperature, power, clocks,
+// energy, XID, and the memory outside its GPU instances) and one per GPU instance (the fields with an instance
+// value: its memory); a GPU instance split into compute instances is one entity, as in DCGM. Otherwise one series
+// has it all. Each is then split between the pods that use it.
+func (m *dcgmMetrics) deviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeries {
+	g := dcgmSeries{v: make([]gpu.Value, len(m.fields))}
+	for i, f := range m.fields {
+		g.v[i] = f.convert.of(m.whole(i, d))
 	}
-	for _, x := range d.XIDErrors {
-		g.v[dcgmXID] = gpu.Known(max(g.v[dcgmXID].V, float64(x.XID)))
-	}
-	g.v[dcgmTemp] = d.TemperatureCelsius
-	g.v[dcgmPower] = d.PowerUsageWatts
-	g.v[dcgmEnergy] = scaled(d.EnergyJoules, 1000)
-	g.v[dcgmUtil] = scaled(d.UtilizationRatio, 100)
-	g.v[dcgmMemCopyUtil] = scaled(d.MemoryUtilizationRatio, 100)
-	g.v[dcgmEncUtil] = scaled(d.EncoderUtilizationRatio, 100)
-	g.v[dcgmDecUtil] = scaled(d.DecoderUtilizationRatio, 100)
 	if len(d.MIG) == 0 {
-		g.v[dcgmFBUsed] = scaled(d.MemoryUsedBytes, 1.0/mib)
-		g.v[dcgmFBFree] = scaled(d.MemoryFreeBytes, 1.0/mib)
-		return dcgmSplit(d, g, d.Processes, r)
+		return m.split(d, g, d.Processes, r)
 	}
-	// The GPU's own series has the memory that no GPU instance has (the driver's, and what is not assigned), so
-	// that a GPU's series still add up to its memory.
-	restUsed, restFree := d.MemoryUsedBytes, d.MemoryFreeBytes
+	// What no GPU instance has (the driver's, and what is not assigned), in the family's unit.
+	rest := make([]gpu.Value, len(m.fields))
+	for i, f := range m.fields {
+		if f.instance != nil {
+			rest[i] = m.whole(i, d)
+		}
+	}
 	var out []dcgmSeries
 	seen := make(map[int]bool)
 	for _, mig := range d.MIG {
@@ -159,34 +148,48 @@ func dcgmDeviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeries {
 			continue
 		}
 		seen[mig.GPUInstance] = true
-		e := dcgmSeries{profile: mig.Profile, instance: itoa(mig.GPUInstance)}
-		e.v[dcgmFBUsed] = scaled(mig.MemoryUsedBytes, 1.0/mib)
-		restUsed = gpu.Value{V: restUsed.V - mig.MemoryUsedBytes.V, Valid: restUsed.Valid && mig.MemoryUsedBytes.Valid}
-		free := gpu.Value{V: mig.MemoryTotalBytes.V - mig.MemoryUsedBytes.V, Valid: mig.MemoryTotalBytes.Valid && mig.MemoryUsedBytes.Valid}
-		e.v[dcgmFBFree] = scaled(free, 1.0/mib)
-		restFree = gpu.Value{V: restFree.V - free.V, Valid: restFree.Valid && free.Valid}
+		e := dcgmSeries{profile: mig.Profile, instance: itoa(mig.GPUInstance), v: make([]gpu.Value, len(m.fields))}
+		for i, f := range m.fields {
+			if f.instance == nil {
+				continue
+			}
+			v := f.instance(&mig)
+			e.v[i] = f.convert.of(v)
+			rest[i] = gpu.Value{V: rest[i].V - v.V, Valid: rest[i].Valid && v.Valid}
+		}
 		var processes []gpu.Process
 		for _, p := range d.Processes {
 			if p.MIG && p.GPUInstance == mig.GPUInstance {
 				processes = append(processes, p)
 			}
 		}
-		out = append(out, dcgmSplit(d, e, processes, r)...)
+		out = append(out, m.split(d, e, processes, r)...)
 	}
-	g.v[dcgmFBUsed] = gpu.Value{V: max(restUsed.V, 0) / mib, Valid: restUsed.Valid}
-	g.v[dcgmFBFree] = gpu.Value{V: max(restFree.V, 0) / mib, Valid: restFree.Valid}
+	for i, f := range m.fields {
+		if f.instance != nil {
+			g.v[i] = f.convert.of(gpu.Value{V: max(rest[i].V, 0), Valid: rest[i].Valid})
+		}
+	}
 	return append([]dcgmSeries{g}, out...)
 }
 
-// dcgmSplit splits an entity (a GPU, or a GPU instance) between the pods whose processes run on it. With no pod,
-// it is one series without pod labels, as in dcgm-exporter; with one pod and nothing else, one series with the
-// pod's labels. Otherwise (several pods, or a pod and processes outside Kubernetes) each pod gets a series with its
-// part of each dcgmShared field, and the series without pod labels keeps the rest and every other field, once: so
+// whole is field i's value for the whole GPU, in its family's unit.
+func (m *dcgmMetrics) whole(i int, d *gpu.Device) gpu.Value {
+	if f := m.fields[i]; f.value != nil {
+		return f.value(d)
+	}
+	return m.families[i].value(d)
+}
+
+// split splits an entity (a GPU, or a GPU instance) between the pods whose processes run on it. With no pod, it
+// is one series without pod labels, as in dcgm-exporter; with one pod and nothing else, one series with the pod's
+// labels. Otherwise (several pods, or a pod and processes outside Kubernetes) each pod gets a series with its part
+// of each field that has a share, and the series without pod labels keeps the rest and every other field, once: so
 // that summing a GPU's series gives the GPU's value, and a field that does not add up (temperature, clocks) is not
 // repeated. Where a pod's part of a field is unknown, the field is not split: the GPU's series keeps all of it.
 // Parts that add up to more than the whole (per-process and per-GPU samples differ) are scaled down to it. Docker
 // and Podman containers outside Kubernetes count as pods: they have a container label.
-func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *reading.Reading) []dcgmSeries {
+func (m *dcgmMetrics) split(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *reading.Reading) []dcgmSeries {
 	type key struct{ namespace, pod, container string }
 	var pods []key
 	byPod := make(map[key][]*gpu.Process)
@@ -213,18 +216,19 @@ func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *reading.
 	}
 	out := make([]dcgmSeries, len(pods), len(pods)+1)
 	for i, k := range pods {
-		out[i] = dcgmSeries{profile: e.profile, instance: e.instance, namespace: k.namespace, pod: k.pod, container: k.container}
+		out[i] = dcgmSeries{profile: e.profile, instance: e.instance, namespace: k.namespace, pod: k.pod, container: k.container,
+			v: make([]gpu.Value, len(m.fields))}
 	}
-	for _, s := range dcgmShared {
-		whole := e.v[s.field]
-		if !whole.Valid {
+	for f, field := range m.fields {
+		whole := e.v[f]
+		if field.share == nil || !whole.Valid {
 			continue
 		}
 		parts := make([]float64, len(pods))
 		sum, known := 0.0, true
 		for i, k := range pods {
 			for _, p := range byPod[k] {
-				v := s.part(d, p)
+				v := field.convert.of(field.share(d, p))
 				known = known && v.Valid
 				parts[i] += v.V
 			}
@@ -239,10 +243,10 @@ func dcgmSplit(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *reading.
 		}
 		rest := whole.V
 		for i := range pods {
-			out[i].v[s.field] = gpu.Known(parts[i] * scale)
+			out[i].v[f] = gpu.Known(parts[i] * scale)
 			rest -= parts[i] * scale
 		}
-		e.v[s.field] = gpu.Known(max(rest, 0))
+		e.v[f] = gpu.Known(max(rest, 0))
 	}
 	return append(out, e)
 }
@@ -252,22 +256,14 @@ func (m *dcgmMetrics) update(b *batch, r *reading.Reading) {
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
 		idx := itoa(d.Index)
-		for _, s := range dcgmDeviceSeries(d, r) {
+		for _, s := range m.deviceSeries(d, r) {
 			labels := []string{idx, d.UUID, d.PCIBusID, "nvidia" + idx, d.Name, m.hostname, snap.DriverVersion,
 				s.profile, s.instance, s.namespace, s.pod, s.container}
 			for f, v := range s.v {
-				switch {
-				case !v.Valid:
-				case f == dcgmEnergy:
-					b.counter(m.fields[f], v.V, labels...)
-				default:
-					b.gauge(m.fields[f], v.V, labels...)
+				if v.Valid {
+					m.fields[f].typ.write(b, m.byField[f], v.V, labels)
 				}
 			}
 		}
 	}
-}
-
-func scaled(v gpu.Value, factor float64) gpu.Value {
-	return gpu.Value{V: v.V * factor, Valid: v.Valid}
 }

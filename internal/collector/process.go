@@ -10,13 +10,6 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
-// identityLabels are the identity labels of docs/reference.md, empty when unknown: those of process series.
-var identityLabels = []string{"namespace", "pod", "container", "pod_uid", "container_id", "slurm_job_id", "systemd_unit"}
-
-// workloadIdentityLabels are those of workload series: all but container_id, which changes each time a container
-// restarts in its pod and would break a workload's series at every restart (see attribution.WorkloadKey).
-var workloadIdentityLabels = []string{"namespace", "pod", "container", "pod_uid", "slurm_job_id", "systemd_unit"}
-
 // podLabels maps the --kubernetes.pod-labels allowlist to label names: characters a label name may not hold become
 // "_", as in kube-state-metrics (app.kubernetes.io/name becomes label_app_kubernetes_io_name). Unlike
 // kube-state-metrics, upper case is kept rather than snake_cased, and of keys that sanitize to the same name the
@@ -52,35 +45,33 @@ func sanitizeLabelName(s string) string {
 	return string(b)
 }
 
-// appendIdentity appends the values of identityLabels, then the allowlisted pod labels.
-func (pl podLabels) appendIdentity(values []string, id *attribution.Identity) []string {
-	values = append(values, id.Namespace, id.Pod, id.Container, id.PodUID, id.ContainerID, id.SlurmJobID, id.SystemdUnit)
-	return pl.appendPodLabels(values, id)
+// labelNames are base, then the identity labels of use (attribution.IdentityLabels: OnProcesses or OnWorkloads),
+// then the allowlisted pod labels. The opt-in label (user) is among them with --collector.process-user.
+func (pl podLabels) labelNames(use attribution.Use, base ...string) []string {
+	names := base
+	for _, l := range attribution.IdentityLabels {
+		if pl.has(l, use) {
+			names = append(names, l.Name)
+		}
+	}
+	return append(names, pl.names...)
 }
 
-// appendWorkloadIdentity appends the values of workloadIdentityLabels, then the allowlisted pod labels.
-func (pl podLabels) appendWorkloadIdentity(values []string, id *attribution.Identity) []string {
-	values = append(values, id.Namespace, id.Pod, id.Container, id.PodUID, id.SlurmJobID, id.SystemdUnit)
-	return pl.appendPodLabels(values, id)
-}
-
-func (pl podLabels) appendPodLabels(values []string, id *attribution.Identity) []string {
+// appendIdentity appends the values of labelNames' identity and pod labels.
+func (pl podLabels) appendIdentity(values []string, use attribution.Use, id *attribution.Identity) []string {
+	for _, l := range attribution.IdentityLabels {
+		if pl.has(l, use) {
+			values = append(values, *l.Get(id))
+		}
+	}
 	for _, k := range pl.keys {
 		values = append(values, id.PodLabels[k])
-	}
-	if pl.user {
-		values = append(values, id.User)
 	}
 	return values
 }
 
-// labelNames are base, then identity, then the allowlisted pod labels, then user with --collector.process-user.
-func (pl podLabels) labelNames(identity []string, base ...string) []string {
-	names := append(append(base, identity...), pl.names...)
-	if pl.user {
-		names = append(names, "user")
-	}
-	return names
+func (pl podLabels) has(l attribution.IdentityLabel, use attribution.Use) bool {
+	return l.Use&use != 0 && (l.Use&attribution.OptIn == 0 || pl.user)
 }
 
 // processMetrics are the per-PID series: one per process per GPU.
@@ -90,7 +81,7 @@ type processMetrics struct {
 }
 
 func newProcessMetrics(labels podLabels) *processMetrics {
-	names := labels.labelNames(identityLabels, "gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
+	names := labels.labelNames(attribution.OnProcesses, "gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
 	family := func(name, help string) *desc { return newDesc(name, help, names) }
 	return &processMetrics{
 		labels: labels,
@@ -118,7 +109,7 @@ func (m *processMetrics) update(b *batch, r *reading.Reading) {
 				gi, ci = itoa(p.GPUInstance), itoa(p.ComputeInstance)
 			}
 			values = append(values[:0], idx, d.UUID, strconv.FormatUint(uint64(p.PID), 10), processName(owner.Name), p.Type, gi, ci)
-			values = m.labels.appendIdentity(values, &owner.Identity)
+			values = m.labels.appendIdentity(values, attribution.OnProcesses, &owner.Identity)
 			for _, s := range []struct {
 				desc *desc
 				v    gpu.Value
@@ -151,7 +142,7 @@ type workloadMetrics struct {
 }
 
 func newWorkloadMetrics(labels podLabels) *workloadMetrics {
-	names := labels.labelNames(workloadIdentityLabels, "gpu", "uuid")
+	names := labels.labelNames(attribution.OnWorkloads, "gpu", "uuid")
 	family := func(name, help string) *desc { return newDesc(name, help, names) }
 	return &workloadMetrics{
 		labels:    labels,
@@ -191,7 +182,7 @@ func (m *workloadMetrics) update(b *batch, r *reading.Reading) {
 		}
 		for _, key := range order {
 			w := workloads[key]
-			values = m.labels.appendWorkloadIdentity(append(values[:0], idx, d.UUID), &w.id)
+			values = m.labels.appendIdentity(append(values[:0], idx, d.UUID), attribution.OnWorkloads, &w.id)
 			b.gauge(m.processes, float64(w.processes), values...)
 			if w.memory.Valid {
 				b.gauge(m.memory, w.memory.V, values...)

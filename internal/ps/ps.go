@@ -12,11 +12,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
-// Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md. Unknown numbers are null.
+// Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md: the process's keys, then
+// its owner's identity labels that are InPS (attribution.IdentityLabels). Unknown numbers are null.
 type Row struct {
 	GPU             int      `json:"gpu"`
 	UUID            string   `json:"uuid"`
@@ -27,14 +29,33 @@ type Row struct {
 	SMUtilization   *float64 `json:"sm_utilization_ratio"`
 	GPUInstance     *int     `json:"gpu_instance"`
 	ComputeInstance *int     `json:"compute_instance"`
-	Namespace       string   `json:"namespace"`
-	Pod             string   `json:"pod"`
-	Container       string   `json:"container"`
-	PodUID          string   `json:"pod_uid"`
-	ContainerID     string   `json:"container_id"`
-	Runtime         string   `json:"runtime"`
-	SlurmJobID      string   `json:"slurm_job_id"`
-	SystemdUnit     string   `json:"systemd_unit"`
+	// Identity is the process's owner; MarshalJSON writes its labels.
+	attribution.Identity `json:"-"`
+}
+
+// MarshalJSON writes the row as one JSON object: the process's keys, then one key per identity label InPS.
+func (r Row) MarshalJSON() ([]byte, error) {
+	type process Row // without this method
+	b, err := json.Marshal(process(r))
+	if err != nil {
+		return nil, err
+	}
+	b = b[:len(b)-1] // the closing brace
+	for _, l := range attribution.IdentityLabels {
+		if l.Use&attribution.InPS == 0 {
+			continue
+		}
+		name, err := json.Marshal(l.Name)
+		if err != nil {
+			return nil, err
+		}
+		value, err := json.Marshal(*l.Get(&r.Identity))
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(append(b, ','), name...), ':'), value...)
+	}
+	return append(b, '}'), nil
 }
 
 // Rows lists the reading's processes, by GPU then PID.
@@ -43,12 +64,7 @@ func Rows(r *reading.Reading) []Row {
 	for _, d := range r.Snapshot.Devices {
 		for _, p := range d.Processes {
 			o := r.Owner(p)
-			row := Row{
-				GPU: d.Index, UUID: d.UUID, PID: p.PID, ProcessName: o.Name, ProcessType: p.Type,
-				Namespace: o.Identity.Namespace, Pod: o.Identity.Pod, Container: o.Identity.Container,
-				PodUID: o.Identity.PodUID, ContainerID: o.Identity.ContainerID, Runtime: o.Identity.Runtime,
-				SlurmJobID: o.Identity.SlurmJobID, SystemdUnit: o.Identity.SystemdUnit,
-			}
+			row := Row{GPU: d.Index, UUID: d.UUID, PID: p.PID, ProcessName: o.Name, ProcessType: p.Type, Identity: o.Identity}
 			if p.UsedMemoryBytes.Valid {
 				b := uint64(p.UsedMemoryBytes.V)
 				row.UsedMemoryBytes = &b

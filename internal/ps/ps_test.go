@@ -118,3 +118,46 @@ func TestTableWithoutHeaders(t *testing.T) {
 		t.Errorf("want the three rows alone:\n%s", buf.String())
 	}
 }
+
+// Each JSON object has the process's keys, then the identity labels that docs/reference.md lists for ps, in that
+// order; the identity's other values (QoS, user, pod labels) are not keys.
+func TestJSONKeys(t *testing.T) {
+	r := result()
+	o := r.Owners[20]
+	o.Identity.QoS, o.Identity.User, o.Identity.PodLabels = "burstable", "alice", map[string]string{"app": "x"}
+	r.Owners[20] = o
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, Rows(r)); err != nil {
+		t.Fatal(err)
+	}
+	var rows []json.RawMessage
+	if err := json.Unmarshal(buf.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(rows[1]))
+	var keys []string
+	for depth := 0; ; {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		switch tok {
+		case json.Delim('{'):
+			depth++
+		case json.Delim('}'):
+			depth--
+		default:
+			if s, ok := tok.(string); ok && depth == 1 && dec.More() {
+				keys = append(keys, s)
+				if _, err := dec.Token(); err != nil { // the value
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	want := "gpu uuid pid process_name process_type used_memory_bytes sm_utilization_ratio gpu_instance compute_instance " +
+		"namespace pod container pod_uid container_id runtime slurm_job_id systemd_unit"
+	if got := strings.Join(keys, " "); got != want {
+		t.Errorf("keys:\n  %s\nwant\n  %s", got, want)
+	}
+}

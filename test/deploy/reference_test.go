@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"cmp"
+	"fmt"
 	"log/slog"
 	"os/exec"
 	"regexp"
@@ -13,9 +15,9 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -131,6 +133,125 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	if !slices.Contains(named, "gpu_workload_memory_used_bytes") {
 		t.Errorf("no metric table rows found in docs/reference.md (found %v)", named)
 	}
+}
+
+// docs/reference.md's GPU and MIG tables are the device families' table (collector.DeviceFamilies): the same
+// families, in its order, with its types and labels.
+func TestReferenceListsDeviceFamilies(t *testing.T) {
+	ref := string(readRepoFile(t, "docs/reference.md"))
+	var documented []collector.Family
+	for _, section := range []string{"### GPUs", "### MIG instances"} {
+		for _, row := range tableRows(t, ref, section) {
+			documented = append(documented, collector.Family{Name: strings.Trim(row[0], "`"), Type: row[1], Labels: labelNames(row[2])})
+		}
+	}
+	want := collector.DeviceFamilies()
+	describe := func(f collector.Family) string {
+		return fmt.Sprintf("%s (%s; labels %v)", cmp.Or(f.Name, "no row"), f.Type, f.Labels)
+	}
+	for i := range max(len(documented), len(want)) {
+		var got, w collector.Family
+		if i < len(documented) {
+			got = documented[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if got.Name != w.Name || got.Type != w.Type || !slices.Equal(got.Labels, w.Labels) {
+			// The rows after the first difference are shifted: naming them would hide it.
+			t.Fatalf("row %d of docs/reference.md's GPU and MIG tables is %s; the device families' table has %s",
+				i+1, describe(got), describe(w))
+		}
+	}
+}
+
+// docs/compat.md's table of dcgm-exporter's fields names, for each field that --compat=dcgm writes, the device
+// family it is written from.
+func TestCompatListsDCGMFields(t *testing.T) {
+	compat := string(readRepoFile(t, "docs/compat.md"))
+	rows := tableRows(t, compat, "| metric (default-counters.csv) |")
+	for _, f := range collector.DeviceFamilies() {
+		for _, field := range f.DCGM {
+			i := slices.IndexFunc(rows, func(row []string) bool { return slices.Contains(labelNames(row[0]), field) })
+			if i < 0 {
+				t.Errorf("docs/compat.md has no row for %s", field)
+			} else if !strings.Contains(rows[i][2], "`"+f.Name) {
+				t.Errorf("docs/compat.md's row for %s does not name %s, which it is written from: %q", field, f.Name, rows[i][2])
+			}
+		}
+	}
+}
+
+// docs/reference.md names the identity labels of attribution.IdentityLabels: those of process and workload series
+// in its identity label table, those of `ps --output json` among its keys, and no other.
+func TestReferenceListsIdentityLabels(t *testing.T) {
+	ref := string(readRepoFile(t, "docs/reference.md"))
+	named := func(section string) map[string]bool {
+		names := make(map[string]bool)
+		for _, row := range tableRows(t, ref, section) {
+			for _, name := range labelNames(row[0]) {
+				names[name] = true
+			}
+		}
+		return names
+	}
+	labels, keys := named("## Identity labels"), named("## `ps`")
+	if !labels["label_<key>"] || !keys["pid"] {
+		t.Fatalf("tables not found: identity labels %v, ps keys %v", labels, keys)
+	}
+	for _, l := range attribution.IdentityLabels {
+		if onSeries := l.Use&(attribution.OnProcesses|attribution.OnWorkloads) != 0; labels[l.Name] != onSeries {
+			t.Errorf("docs/reference.md's identity label table names %s: %v; it is on series: %v", l.Name, labels[l.Name], onSeries)
+		}
+		delete(labels, l.Name)
+		if inPS := l.Use&attribution.InPS != 0; keys[l.Name] != inPS {
+			t.Errorf("docs/reference.md's ps keys name %s: %v; ps writes it: %v", l.Name, keys[l.Name], inPS)
+		}
+	}
+	delete(labels, "label_<key>")
+	for name := range labels {
+		t.Errorf("docs/reference.md's identity label table names %s, which is not an identity label", name)
+	}
+}
+
+// tableRows returns the cells of the first table from the line that starts with marker (a heading above the
+// table, or the table's header) to the next heading, without the table's header.
+func tableRows(t *testing.T, doc, marker string) [][]string {
+	t.Helper()
+	i := strings.Index(doc, "\n"+marker)
+	if i < 0 {
+		t.Fatalf("no line starts with %q", marker)
+	}
+	var rows [][]string
+	for n, line := range strings.Split(doc[i+1:], "\n") {
+		if strings.HasPrefix(line, "|") {
+			cells := strings.Split(strings.Trim(line, "|"), "|")
+			for i := range cells {
+				cells[i] = strings.TrimSpace(cells[i])
+			}
+			rows = append(rows, cells)
+		} else if len(rows) > 0 || n > 0 && strings.HasPrefix(line, "#") {
+			break
+		}
+	}
+	if len(rows) < 3 {
+		t.Fatalf("no table below %q", marker)
+	}
+	return rows[2:] // the header and its rule
+}
+
+// labelNames are the names in backquotes in a cell, without those in parentheses (a label's values).
+func labelNames(cell string) []string {
+	var names []string
+	depth := 0
+	for i, part := range strings.Split(cell, "`") {
+		if i%2 == 0 {
+			depth += strings.Count(part, "(") - strings.Count(part, ")")
+		} else if depth == 0 {
+			names = append(names, part)
+		}
+	}
+	return names
 }
 
 // The README gives a way to test without root, and scripts/test.sh (make test) honours it.

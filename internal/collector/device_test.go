@@ -1,0 +1,140 @@
+package collector
+
+import (
+	"hash/maphash"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
+)
+
+// baseUnits are the units docs/reference.md's conventions allow in a name.
+var baseUnits = []string{"bytes", "seconds", "watts", "joules", "hertz", "celsius", "ratio"}
+
+// Each row of deviceFamilies is complete and follows the conventions of docs/reference.md: base units, a name that
+// ends in its unit, _total on counters and only there, one way to read the family, and dcgm fields whose conversion
+// starts from the family's unit.
+func TestDeviceFamilyRows(t *testing.T) {
+	names := make(map[string]bool)
+	for _, f := range deviceFamilies {
+		if names[f.name] {
+			t.Errorf("%s: two rows", f.name)
+		}
+		names[f.name] = true
+		if f.help == "" || f.sources == 0 {
+			t.Errorf("%s: no help or no sources", f.name)
+		}
+		if (f.value == nil) == (f.series == nil) {
+			t.Errorf("%s: want a value or series function, not both or neither", f.name)
+		}
+		if len(f.labels) > 0 && f.series == nil {
+			t.Errorf("%s: labels %v, but no series function to give their values", f.name, f.labels)
+		}
+		base, isTotal := strings.CutSuffix(f.name, "_total")
+		if isTotal != (f.typ == counter) {
+			t.Errorf("%s: a %s; counters, and only they, end in _total", f.name, f.typ)
+		}
+		if f.unit != "" && (!slices.Contains(baseUnits, f.unit) || !strings.HasSuffix(base, "_"+f.unit)) {
+			t.Errorf("%s: unit %q is not a base unit the name ends with", f.name, f.unit)
+		}
+		for _, u := range baseUnits {
+			if f.unit == "" && strings.HasSuffix(base, "_"+u) {
+				t.Errorf("%s: the name ends in %s, but the row has no unit", f.name, u)
+			}
+		}
+		for _, d := range f.dcgm {
+			if names[d.name] || !strings.HasPrefix(d.name, "DCGM_FI_") || d.help == "" {
+				t.Errorf("%s: dcgm field %q is named twice, not DCGM_FI_*, or has no help", f.name, d.name)
+			}
+			names[d.name] = true
+			if d.convert.from != "" && d.convert.from != f.unit {
+				t.Errorf("%s: %s converts from %s, but the family is in %q", f.name, d.name, d.convert.from, f.unit)
+			}
+			if d.value == nil && f.value == nil {
+				t.Errorf("%s: %s needs a value function: the family has labels", f.name, d.name)
+			}
+			if d.share == nil && d.shareHelp != "" {
+				t.Errorf("%s: %s says how its share is taken, but is not split", f.name, d.name)
+			}
+		}
+	}
+}
+
+// familiesOf returns the device families that a snapshot gives series.
+func familiesOf(t *testing.T, snap *gpu.Snapshot) map[string]bool {
+	t.Helper()
+	b := newBatch(carried{}, maphash.MakeSeed())
+	newDeviceMetrics().update(b, &reading.Reading{Snapshot: snap})
+	mfs, err := b.gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := make(map[string]bool)
+	for _, mf := range mfs {
+		written[mf.GetName()] = true
+	}
+	return written
+}
+
+// A row's sources are the sources that fill its family: every family that the nvidia-smi source (on every
+// fixture of real output) or the simulated source (the demo node, the reference example) gives series lists it, and
+// each family that lists one of them gets series from it somewhere. The NVML column is checked by hand against
+// internal/gpu/nvml: its stub library runs in that package's tests only.
+func TestDeviceFamilySources(t *testing.T) {
+	fixtures, err := filepath.Glob("../gpu/nvidiasmi/testdata/*.xml")
+	if err != nil || len(fixtures) < 10 {
+		t.Fatalf("nvidia-smi fixtures: %v, %v", fixtures, err)
+	}
+	var smi []*gpu.Snapshot
+	for _, path := range fixtures {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := nvidiasmi.Parse(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		smi = append(smi, snap)
+	}
+	var sim []*gpu.Snapshot
+	example, err := simulated.Open("../simulated/testdata/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []gpu.Source{simulated.Demo(), example} {
+		snap, err := src.Snapshot(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sim = append(sim, snap)
+	}
+	for _, c := range []struct {
+		name      string
+		source    source
+		snapshots []*gpu.Snapshot
+	}{{"nvidia-smi", fromNvidiaSMI, smi}, {"simulated", fromSimulated, sim}} {
+		written := make(map[string]bool)
+		for _, snap := range c.snapshots {
+			for name := range familiesOf(t, snap) {
+				written[name] = true
+			}
+		}
+		for _, f := range deviceFamilies {
+			listed := f.sources&c.source != 0
+			switch {
+			case written[f.name] && !listed:
+				t.Errorf("the %s source fills %s, whose row does not list it", c.name, f.name)
+			case !written[f.name] && listed:
+				t.Errorf("%s lists the %s source, which fills it nowhere", f.name, c.name)
+			}
+		}
+	}
+}
