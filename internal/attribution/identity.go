@@ -3,7 +3,6 @@ package attribution
 import (
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // Identity is who owns a GPU process, as the identity labels of docs/reference.md name it: its Kubernetes pod and container, plain
@@ -28,13 +27,28 @@ type Identity struct {
 // IdentityLabel is one value of an identity as the outputs name it: a label of process and workload series, a key
 // of `ps --output json`. IdentityLabels lists them all, once; every output that writes identities walks it.
 type IdentityLabel struct {
-	Name string
-	Use  Use
-	// field is the offset of the label's string in Identity. An offset rather than a func(*Identity) *string: a
-	// call through a func value makes the compiler move every identity it is given to the heap, which would cost
-	// an allocation per process and per series of every scrape.
-	field uintptr
+	Name  string
+	Use   Use
+	field identityField
 }
+
+// identityField names a string of Identity. A label reads its field through one switch rather than a
+// func(*Identity) *string: a call through a func value makes the compiler move every identity it is given to the
+// heap, which would cost an allocation per process and per series of every scrape.
+type identityField uint8
+
+const (
+	namespaceField identityField = iota
+	podField
+	containerField
+	podUIDField
+	containerIDField
+	runtimeField
+	qosField
+	slurmJobIDField
+	systemdUnitField
+	userField
+)
 
 // Use says where a label appears. A label of no output is still made valid UTF-8 with the others.
 type Use uint8
@@ -52,22 +66,44 @@ const (
 
 // Get returns the label's value in id, to read or to set.
 func (l IdentityLabel) Get(id *Identity) *string {
-	return (*string)(unsafe.Add(unsafe.Pointer(id), l.field))
+	switch l.field {
+	case namespaceField:
+		return &id.Namespace
+	case podField:
+		return &id.Pod
+	case containerField:
+		return &id.Container
+	case podUIDField:
+		return &id.PodUID
+	case containerIDField:
+		return &id.ContainerID
+	case runtimeField:
+		return &id.Runtime
+	case qosField:
+		return &id.QoS
+	case slurmJobIDField:
+		return &id.SlurmJobID
+	case systemdUnitField:
+		return &id.SystemdUnit
+	case userField:
+		return &id.User
+	}
+	panic("attribution: identity label without a field")
 }
 
 // IdentityLabels are the identity's values, in the order in which series and `ps --output json` write them.
 var IdentityLabels = []IdentityLabel{
-	{"namespace", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.Namespace)},
-	{"pod", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.Pod)},
-	{"container", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.Container)},
-	{"pod_uid", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.PodUID)},
+	{"namespace", OnProcesses | OnWorkloads | InPS, namespaceField},
+	{"pod", OnProcesses | OnWorkloads | InPS, podField},
+	{"container", OnProcesses | OnWorkloads | InPS, containerField},
+	{"pod_uid", OnProcesses | OnWorkloads | InPS, podUIDField},
 	// Not on workload series: a container that restarts gets a new ID, and its workload must keep its series.
-	{"container_id", OnProcesses | InPS, unsafe.Offsetof(Identity{}.ContainerID)},
-	{"runtime", InPS, unsafe.Offsetof(Identity{}.Runtime)},
-	{"qos", 0, unsafe.Offsetof(Identity{}.QoS)},
-	{"slurm_job_id", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.SlurmJobID)},
-	{"systemd_unit", OnProcesses | OnWorkloads | InPS, unsafe.Offsetof(Identity{}.SystemdUnit)},
-	{"user", OnProcesses | OnWorkloads | OptIn, unsafe.Offsetof(Identity{}.User)},
+	{"container_id", OnProcesses | InPS, containerIDField},
+	{"runtime", InPS, runtimeField},
+	{"qos", 0, qosField},
+	{"slurm_job_id", OnProcesses | OnWorkloads | InPS, slurmJobIDField},
+	{"systemd_unit", OnProcesses | OnWorkloads | InPS, systemdUnitField},
+	{"user", OnProcesses | OnWorkloads | OptIn, userField},
 }
 
 // workloadLabels are the IdentityLabels OnWorkloads: the fields of a WorkloadKey.

@@ -8,31 +8,36 @@ import (
 // IdentityLabels is the one list of the identity's values: every string of Identity has one row, so that no output
 // and not the UTF-8 repair can leave one out, and WorkloadKey holds the labels on workload series.
 func TestIdentityLabelsCoverIdentity(t *testing.T) {
-	rows := make(map[uintptr]string)
+	// Each string field of an identity gets its own name as value; each label must read exactly one of them.
+	var id Identity
+	v := reflect.ValueOf(&id).Elem()
+	fields := make(map[string]bool)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.String {
+			name := v.Type().Field(i).Name
+			f.SetString(name)
+			fields[name] = false
+		}
+	}
 	names := make(map[string]bool)
 	for _, l := range IdentityLabels {
-		if other, ok := rows[l.field]; ok {
-			t.Errorf("%s and %s read the same field", l.Name, other)
-		}
 		if names[l.Name] {
 			t.Errorf("%s is listed twice", l.Name)
 		}
-		rows[l.field], names[l.Name] = l.Name, true
-	}
-	typ := reflect.TypeFor[Identity]()
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		_, listed := rows[f.Offset]
-		switch {
-		case f.Type.Kind() == reflect.String && !listed:
-			t.Errorf("Identity.%s has no row in IdentityLabels", f.Name)
-		case f.Type.Kind() != reflect.String && listed:
-			t.Errorf("%s reads Identity.%s, which is not a string", rows[f.Offset], f.Name)
+		names[l.Name] = true
+		field := *l.Get(&id)
+		switch read, ok := fields[field]; {
+		case !ok:
+			t.Errorf("%s reads no string field of Identity", l.Name)
+		case read:
+			t.Errorf("%s reads Identity.%s, which another label reads too", l.Name, field)
 		}
-		delete(rows, f.Offset)
+		fields[field] = true
 	}
-	for _, name := range rows {
-		t.Errorf("%s reads no field of Identity", name)
+	for name, read := range fields {
+		if !read {
+			t.Errorf("Identity.%s has no row in IdentityLabels", name)
+		}
 	}
 	if len(workloadLabels) != len(WorkloadKey{}) {
 		t.Errorf("WorkloadKey has %d values for the %d labels on workload series", len(WorkloadKey{}), len(workloadLabels))
