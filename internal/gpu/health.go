@@ -47,8 +47,8 @@ type Health struct {
 	// RecoveryAction is what the driver says the GPU needs (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R565+): 0 none,
 	// 1 a GPU reset, 2 a node reboot, 3 drain peer-to-peer traffic, 4 drain and reset.
 	RecoveryAction Value
-	// FabricState is the GPU's registration with the NVSwitch fabric (R550+, NVSwitch systems): 0 not supported,
-	// 1 not started, 2 in progress, 3 completed. FabricHealthy is 1 when registration completed without error
+	// FabricState is the GPU's registration with the NVSwitch fabric (R550+, NVSwitch systems): 1 not started,
+	// 2 in progress, 3 completed; absent where the GPU has no fabric (NVML's state 0, "not supported"). FabricHealthy is 1 when registration completed without error
 	// and the fabric reports no degraded bandwidth, 0 otherwise.
 	FabricState, FabricHealthy Value
 }
@@ -57,7 +57,7 @@ type Health struct {
 type ClockEvent struct {
 	// Reason is the reason in NVML's words, lower case: gpu_idle, applications_clocks_setting, sw_power_cap,
 	// hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown,
-	// display_clock_setting.
+	// display_clock_setting, board_limit, reliability (the last two from NVML 13.4's header).
 	Reason string
 	Active bool
 }
