@@ -25,6 +25,7 @@
  * Run-time behaviour, from the environment:
  *
  *   STUB_NVML_PROCESSES  compute processes on GPU 0 (default 2): PIDs 1001, 1002, ..., using 1, 2, ... GiB
+ *   STUB_NVML_PROCESSES_FAIL  GPU 0's compute process lists answer NVML_ERROR_UNKNOWN
  *   STUB_NVML_XID79      the first event wait after registration reports XID 79 on GPU 1, which is then lost:
  *                        every later call about it answers NVML_ERROR_GPU_IS_LOST
  *   STUB_NVML_UTIL_GROWS nvmlDeviceGetProcessUtilization asks for more room on its second call than on its first,
@@ -404,6 +405,8 @@ static unsigned int process_count(nvmlDevice_t d) {
 	do {                                                                                                               \
 		nvmlReturn_t r_ = check(d);                                                                                    \
 		if (r_ != NVML_SUCCESS) return r_;                                                                             \
+		if ((first) == 1001 && d.handle->index == 0 && getenv("STUB_NVML_PROCESSES_FAIL") != NULL)                     \
+			return NVML_ERROR_UNKNOWN;                                                                                 \
 		unsigned int n_ = (n);                                                                                         \
 		if (*(count) < n_) {                                                                                           \
 			*(count) = n_;                                                                                             \
