@@ -64,7 +64,10 @@ type ClockEvent struct {
 
 // Violation is how long, in total since the driver loaded, one policy held the GPU's clocks down.
 type Violation struct {
-	// Policy is power, thermal, sync_boost, board_limit, low_utilization or reliability.
+	// Policy is one of NVML's performance policies (power, thermal, sync_boost, board_limit, low_utilization,
+	// reliability) or one of the clock event reasons that R575+ counts on their own (sw_thermal_slowdown,
+	// hw_thermal_slowdown, hw_power_brake_slowdown). NVML's sw_power_cap and sync_boost counters are the power and
+	// sync_boost policies' (the same field IDs), so they go by those names.
 	Policy  string
 	Seconds float64
 }
