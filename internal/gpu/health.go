@@ -55,22 +55,29 @@ type Health struct {
 
 // ClockEvent is one reason the GPU's clocks can be held down, and whether it holds them now.
 type ClockEvent struct {
-	// Reason is the reason in NVML's words, lower case: gpu_idle, applications_clocks_setting, sw_power_cap,
-	// hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown,
-	// display_clock_setting, board_limit, reliability (the last two from NVML 13.4's header).
+	// Reason is one of ClockEventReasons.
 	Reason string
 	Active bool
 }
 
+// ClockEventReasons are the reasons a ClockEvent names, in NVML's words, lower case, in the order of NVML's bit mask
+// (nvmlClocksEventReason…: reason i is bit i, from GpuIdle 0x1 to DisplayClockSetting 0x100).
+var ClockEventReasons = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+	"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting"}
+
 // Violation is how long, in total since the driver loaded, one policy held the GPU's clocks down.
 type Violation struct {
-	// Policy is one of NVML's performance policies (power, thermal, sync_boost, board_limit, low_utilization,
-	// reliability) or one of the clock event reasons that R575+ counts on their own (sw_thermal_slowdown,
-	// hw_thermal_slowdown, hw_power_brake_slowdown). NVML's sw_power_cap and sync_boost counters are the power and
-	// sync_boost policies' (the same field IDs), so they go by those names.
+	// Policy is one of ViolationPolicies.
 	Policy  string
 	Seconds float64
 }
+
+// ViolationPolicies are the policies a Violation names: NVML's performance policies (nvmlPerfPolicyType_t, power
+// to reliability), then the clock event reasons that R575+ counts on their own (NVML_FI_DEV_CLOCKS_EVENT_REASON_…).
+// NVML's sw_power_cap and sync_boost counters are the power and sync_boost policies' (the same field IDs), so they
+// go by those names.
+var ViolationPolicies = []string{"power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability",
+	"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 
 // Profiling is what a GPU's (or GPU instance's) performance monitor measured between two readings. The ratios are
 // fractions of the interval (0-1); the rates are bytes per second. Each is absent where the driver did not give it.
