@@ -48,8 +48,9 @@ type Health struct {
 	// 1 a GPU reset, 2 a node reboot, 3 drain peer-to-peer traffic, 4 drain and reset.
 	RecoveryAction Value
 	// FabricState is the GPU's registration with the NVSwitch fabric (R550+, NVSwitch systems): 1 not started,
-	// 2 in progress, 3 completed; absent where the GPU has no fabric (NVML's state 0, "not supported"). FabricHealthy is 1 when registration completed without error
-	// and the fabric reports no degraded bandwidth, 0 otherwise.
+	// 2 in progress, 3 completed; absent where the GPU has no fabric (NVML's state 0, "not supported").
+	// FabricHealthy is 1 when registration completed without error and the fabric reports no degraded bandwidth,
+	// 0 otherwise.
 	FabricState, FabricHealthy Value
 }
 
@@ -61,9 +62,11 @@ type ClockEvent struct {
 }
 
 // ClockEventReasons are the reasons a ClockEvent names, in NVML's words, lower case, in the order of NVML's bit mask
-// (nvmlClocksEventReason…: reason i is bit i, from GpuIdle 0x1 to DisplayClockSetting 0x100).
+// (nvmlClocksEventReason…: reason i is bit i, from GpuIdle 0x1 to DisplayClockSetting 0x100, and BoardLimit 0x200
+// and Reliability 0x400 of NVML 13.4's header).
 var ClockEventReasons = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-	"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting"}
+	"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting", "board_limit",
+	"reliability"}
 
 // Violation is how long, in total since the driver loaded, one policy held the GPU's clocks down.
 type Violation struct {
