@@ -84,8 +84,9 @@ func violation(policy string) func(*fieldTarget, gonvml.FieldValue) {
 }
 
 // deviceFields are the field values read in one call per GPU, each with its own return code. The violation
-// times are in this order in the snapshot. nvmlDeviceGetViolationStatus, which gives the same times, is deprecated
-// in NVML 13 for these fields.
+// times are in this order in the snapshot, named as gpu.ViolationPolicies names them. nvmlDeviceGetViolationStatus,
+// which gives the policies' times, is deprecated in NVML 13 for these fields; the clock event reasons' own counters
+// (R575+) are nanoseconds too.
 var deviceFields = []deviceField{
 	{id: gonvml.FI_DEV_MEMORY_TEMP, since: 418, op: gpu.OpMemoryTemperature, set: func(t *fieldTarget, v gonvml.FieldValue) {
 		t.d.MemoryTemperatureCelsius = memoryTemperature(v)
@@ -129,6 +130,9 @@ var deviceFields = []deviceField{
 	{id: gonvml.FI_DEV_PERF_POLICY_BOARD_LIMIT, since: 418, op: gpu.OpViolations, set: violation("board_limit")},
 	{id: gonvml.FI_DEV_PERF_POLICY_LOW_UTILIZATION, since: 418, op: gpu.OpViolations, set: violation("low_utilization")},
 	{id: gonvml.FI_DEV_PERF_POLICY_RELIABILITY, since: 418, op: gpu.OpViolations, set: violation("reliability")},
+	{id: gonvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, since: 575, op: gpu.OpViolations, set: violation("sw_thermal_slowdown")},
+	{id: gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, since: 575, op: gpu.OpViolations, set: violation("hw_thermal_slowdown")},
+	{id: gonvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, since: 575, op: gpu.OpViolations, set: violation("hw_power_brake_slowdown")},
 	// PCIe byte counters ("value can be wrapped"; a wrap reads as a counter reset).
 	{id: gonvml.FI_DEV_PCIE_COUNT_TX_BYTES, since: 555, op: gpu.OpPCIe, set: func(t *fieldTarget, v gonvml.FieldValue) {
 		t.d.PCIe.TXBytes = counter(v, 1)
@@ -247,24 +251,6 @@ func (r *deviceReader) readNVLinks(h gonvml.Device, n int) []gpu.NVLinkLink {
 	return links
 }
 
-// clockEventReasons names NVML's clock event reason bits, in bit order.
-var clockEventReasons = []struct {
-	bit  uint64
-	name string
-}{
-	{gonvml.ClocksEventReasonGpuIdle, "gpu_idle"},
-	{gonvml.ClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"},
-	{gonvml.ClocksEventReasonSwPowerCap, "sw_power_cap"},
-	{gonvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
-	{gonvml.ClocksEventReasonSyncBoost, "sync_boost"},
-	{gonvml.ClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"},
-	{gonvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal_slowdown"},
-	{gonvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"},
-	{gonvml.ClocksEventReasonDisplayClockSetting, "display_clock_setting"},
-	{gonvml.ClocksEventReasonBoardLimit, "board_limit"},
-	{gonvml.ClocksEventReasonReliability, "reliability"},
-}
-
 // readClockEvents lists the reasons the GPU supports, each active or not. R535 renamed the calls from "throttle"
 // to "event" reasons; older drivers have only the old names.
 func (r *deviceReader) readClockEvents(h gonvml.Device) []gpu.ClockEvent {
@@ -284,9 +270,9 @@ func (r *deviceReader) readClockEvents(h gonvml.Device) []gpu.ClockEvent {
 		return nil
 	}
 	var events []gpu.ClockEvent
-	for _, reason := range clockEventReasons {
-		if supported&reason.bit != 0 {
-			events = append(events, gpu.ClockEvent{Reason: reason.name, Active: current&reason.bit != 0})
+	for i, reason := range gpu.ClockEventReasons { // reason i is bit i
+		if bit := uint64(1) << i; supported&bit != 0 {
+			events = append(events, gpu.ClockEvent{Reason: reason, Active: current&bit != 0})
 		}
 	}
 	return events

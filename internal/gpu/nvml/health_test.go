@@ -359,3 +359,41 @@ func TestPowerLimits(t *testing.T) {
 	wantValue(t, "management limit", d.PowerManagementLimitWatts, 700)
 	wantValue(t, "enforced limit", d.PowerLimitWatts, 450.5)
 }
+
+// gpu.ClockEventReasons names reason i for NVML's bit i: go-nvml's constants say so. The violation times the
+// source reads are named from gpu.ViolationPolicies.
+func TestReasonAndPolicyNames(t *testing.T) {
+	bits := map[string]uint64{
+		"gpu_idle": gonvml.ClocksEventReasonGpuIdle, "applications_clocks_setting": gonvml.ClocksEventReasonApplicationsClocksSetting,
+		"sw_power_cap": gonvml.ClocksEventReasonSwPowerCap, "hw_slowdown": gonvml.ClocksThrottleReasonHwSlowdown,
+		"sync_boost": gonvml.ClocksEventReasonSyncBoost, "sw_thermal_slowdown": gonvml.ClocksEventReasonSwThermalSlowdown,
+		"hw_thermal_slowdown":     gonvml.ClocksThrottleReasonHwThermalSlowdown,
+		"hw_power_brake_slowdown": gonvml.ClocksThrottleReasonHwPowerBrakeSlowdown,
+		"display_clock_setting":   gonvml.ClocksEventReasonDisplayClockSetting, "board_limit": gonvml.ClocksEventReasonBoardLimit,
+		"reliability": gonvml.ClocksEventReasonReliability,
+	}
+	if len(bits) != len(gpu.ClockEventReasons) {
+		t.Errorf("%d reasons, NVML has %d", len(gpu.ClockEventReasons), len(bits))
+	}
+	for i, r := range gpu.ClockEventReasons {
+		if bits[r] != 1<<i {
+			t.Errorf("reason %d %q is NVML's bit %#x", i, r, bits[r])
+		}
+	}
+	dev := newDevice("GPU-0")
+	dev.GetFieldValuesFunc = func(values []gonvml.FieldValue) gonvml.Return {
+		for i := range values {
+			values[i].ValueType, values[i].NvmlReturn = uint32(gonvml.VALUE_TYPE_UNSIGNED_LONG_LONG), 0
+		}
+		return gonvml.SUCCESS
+	}
+	lib := newLibrary(dev)
+	lib.SystemGetDriverVersionFunc = func() (string, gonvml.Return) { return "580.95.05", gonvml.SUCCESS }
+	var policies []string
+	for _, v := range deviceByUUID(t, snapshot(t, newSource(t, lib)), "GPU-0").Health.Violations {
+		policies = append(policies, v.Policy)
+	}
+	if !slices.Equal(policies, gpu.ViolationPolicies) {
+		t.Errorf("violation policies read %v, want %v", policies, gpu.ViolationPolicies)
+	}
+}

@@ -90,9 +90,9 @@ const (
 	GiB      = 1 << 30
 )
 
-// ClockEventReasons are the reasons every build supports, in NVML's bit order; the GPU is held at its power cap.
-var ClockEventReasons = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-	"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+// ClockEventReasons are the reasons every build supports (mask 0xFF: all of R535's but the display clock); the GPU
+// is held at its power cap.
+var ClockEventReasons = gpu.ClockEventReasons[:8]
 
 // NVLinks is the number of NVLinks of each GPU of the build.
 func (v Variant) NVLinks() int {
@@ -176,6 +176,10 @@ func (v Variant) Device(index int) gpu.Device {
 	}
 	h.Violations = []gpu.Violation{{Policy: "power", Seconds: 1.5}, {Policy: "thermal", Seconds: 0.25},
 		{Policy: "sync_boost", Seconds: 0}, {Policy: "board_limit", Seconds: 3}, {Policy: "low_utilization", Seconds: 72.5}}
+	if v.branch >= 575 {
+		h.Violations = append(h.Violations, gpu.Violation{Policy: "sw_thermal_slowdown", Seconds: 0.4},
+			gpu.Violation{Policy: "hw_thermal_slowdown", Seconds: 0}, gpu.Violation{Policy: "hw_power_brake_slowdown", Seconds: 2})
+	}
 	if v.branch >= 565 {
 		h.RecoveryAction = k(float64(index)) // GPU 1 needs a reset
 	}
