@@ -229,9 +229,11 @@ var nvlinkCounters = []struct {
 }
 
 // readNVLinks reads the state and error counters of links 0 to n-1. A link whose state NVML does not support is not
-// listed; Blackwell and newer answer NOT_SUPPORTED for these counters, which leaves them absent.
+// listed. Blackwell and newer answer NOT_SUPPORTED for these counters, which leaves them absent; a counter not
+// supported on one link is not asked of the next ones.
 func (r *deviceReader) readNVLinks(h gonvml.Device, n int) []gpu.NVLinkLink {
 	var links []gpu.NVLinkLink
+	var unsupportedCounter [4]bool
 	for link := 0; link < n && r.lost == nil; link++ {
 		state, ret := h.GetNvLinkState(link)
 		if !r.ok(gpu.OpNVLink, ret) {
@@ -241,10 +243,17 @@ func (r *deviceReader) readNVLinks(h gonvml.Device, n int) []gpu.NVLinkLink {
 		if state == gonvml.FEATURE_ENABLED {
 			l.Active = gpu.Known(1)
 		}
-		for _, c := range nvlinkCounters {
-			*c.value(&l) = readValue(r, gpu.OpNVLink, 1, func() (uint64, gonvml.Return) {
-				return h.GetNvLinkErrorCounter(link, c.counter)
-			})
+		for i, c := range nvlinkCounters {
+			if unsupportedCounter[i] || r.lost != nil {
+				continue
+			}
+			v, ret := h.GetNvLinkErrorCounter(link, c.counter)
+			if unsupported(ret) {
+				unsupportedCounter[i] = true
+			}
+			if r.ok(gpu.OpNVLink, ret) {
+				*c.value(&l) = gpu.Known(float64(v))
+			}
 		}
 		links = append(links, l)
 	}

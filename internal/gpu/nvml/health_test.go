@@ -161,7 +161,7 @@ func TestFieldValueReturnCodes(t *testing.T) {
 }
 
 // NVLinks: links 0 to NVML_FI_DEV_NVLINK_LINK_COUNT-1; a link whose state is not supported is left out, an error
-// counter that is not supported (Blackwell) is absent.
+// counter that is not supported (Blackwell) is absent, and not asked of the other links.
 func TestNVLinks(t *testing.T) {
 	dev := newDevice("GPU-0")
 	dev.GetFieldValuesFunc = func(values []gonvml.FieldValue) gonvml.Return {
@@ -187,8 +187,10 @@ func TestNVLinks(t *testing.T) {
 		}
 		return gonvml.FEATURE_DISABLED, gonvml.SUCCESS
 	}
+	replayAsked := 0
 	dev.GetNvLinkErrorCounterFunc = func(link int, c gonvml.NvLinkErrorCounter) (uint64, gonvml.Return) {
 		if c == gonvml.NVLINK_ERROR_DL_REPLAY {
+			replayAsked++
 			return 0, gonvml.ERROR_NOT_SUPPORTED
 		}
 		return uint64(100*link) + uint64(c), gonvml.SUCCESS
@@ -203,6 +205,9 @@ func TestNVLinks(t *testing.T) {
 	}
 	if !slices.Equal(nv.Links, want) {
 		t.Errorf("links = %+v, want %+v", nv.Links, want)
+	}
+	if replayAsked != 1 {
+		t.Errorf("the unsupported replay counter was asked %d times, want once per reading", replayAsked)
 	}
 }
 

@@ -116,7 +116,11 @@ static nvmlReturn_t copy_string(const char *s, char *out, unsigned int length) {
 	return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlInit_v2(void) { initialized = 1; return NVML_SUCCESS; }
+nvmlReturn_t nvmlInit_v2(void) {
+	initialized = 1;
+	calls = 0;
+	return NVML_SUCCESS;
+}
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 nvmlReturn_t nvmlShutdown(void) {
 	if (!initialized) return NVML_ERROR_UNINITIALIZED;
