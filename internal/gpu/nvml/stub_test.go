@@ -372,6 +372,19 @@ func TestStubLibraryH100R580(t *testing.T) {
 	res.wantNoSamplesLeft(t)
 }
 
+// R550 to R575 know only version 2 of the fabric information: the source asks version 3, is told the version does
+// not match, and reads version 2, whose health mask says GPU 1's bandwidth is degraded.
+func TestStubLibraryFabricVersion2(t *testing.T) {
+	v := stubnvml.H100R580
+	res := mustRunStub(t, v.Build(t), "snapshot", "STUB_NVML_FABRIC_V2=1")
+	res.wantNoErrors(t)
+	for reading := range 2 {
+		for i := range 2 {
+			wantDevice(t, res.device(t, reading, fmt.Sprintf("GPU-stub-%d", i)), v.Device(i))
+		}
+	}
+}
+
 // An A100 has no GPM: NVML says so (nvmlGpmQueryDeviceSupport), and the profiling fields are absent, not 0.
 func TestStubLibraryA100HasNoProfiling(t *testing.T) {
 	v := stubnvml.A100R580

@@ -34,6 +34,8 @@
  *                        instance 2 (two compute instances, 1c.3g.40gb each)
  *   STUB_NVML_GPM_BATCH  nvmlGpmMetricsGet called for several metrics at once writes each metric's value into the
  *                        next one's slot, as some drivers give wrong values for batched metrics
+ *   STUB_NVML_FABRIC_V2  nvmlDeviceGetGpuFabricInfoV answers version 3 with NVML_ERROR_ARGUMENT_VERSION_MISMATCH, as
+ *                        R550 to R575 do
  *   STUB_NVML_REPORT     a file that nvmlShutdown writes "calls=N samples=M": the NVML calls made and the GPM
  *                        samples still allocated
  */
@@ -739,6 +741,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfoV_t *i
 	nvmlReturn_t r = check_gpu(d);
 	if (r != NVML_SUCCESS) return r;
 	if (info->version != nvmlGpuFabricInfo_v3 && info->version != nvmlGpuFabricInfo_v2)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (info->version == nvmlGpuFabricInfo_v3 && getenv("STUB_NVML_FABRIC_V2") != NULL)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
 	unsigned int version = info->version;
 	memset(info, 0, version == nvmlGpuFabricInfo_v3 ? sizeof(nvmlGpuFabricInfo_v3_t) : sizeof(nvmlGpuFabricInfo_v2_t));
