@@ -37,7 +37,7 @@ type sourceFlags struct {
 }
 
 func (f *sourceFlags) register(app *kingpin.Application) {
-	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi), nvml, nvidia-smi or simulated.",
+	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi; with NVML, nvidia-smi where installed lists the processes NVML cannot), nvml, nvidia-smi or simulated.",
 		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated")
 	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").StringVar(&f.simulatedConfig)
 	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
@@ -82,17 +82,25 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 	case "simulated":
 		return nil, errors.New("--gpu.source=simulated needs --gpu.simulated-config=FILE (or use --demo)")
 	case "nvml":
-		return f.openNVML(logger)
+		return f.openNVML(logger, nil)
 	case "nvidia-smi":
 		return f.openNvidiaSMI(logger)
 	}
 	// auto: NVML when the library loads; nvidia-smi only when it does not, since any other NVML failure (no
-	// permission on /dev/nvidia*, a driver mismatch) would fail nvidia-smi too and must be seen as it is.
-	src, err := f.openNVML(logger)
+	// permission on /dev/nvidia*, a driver mismatch) would fail nvidia-smi too and must be seen as it is. Where
+	// nvidia-smi is installed, it also lists the processes of GPUs whose lists NVML cannot read.
+	var smi gpu.Source
+	smiSource, smiErr := f.openNvidiaSMI(logger)
+	if smiErr == nil {
+		smi = smiSource
+	}
+	src, err := f.openNVML(logger, smi)
 	if !errors.Is(err, nvml.ErrLibraryNotFound) {
+		if err != nil && smi != nil {
+			_ = smi.Close()
+		}
 		return src, err
 	}
-	smi, smiErr := f.openNvidiaSMI(logger)
 	if smiErr != nil {
 		return nil, fmt.Errorf("no GPU source: %v; and %v", err, smiErr)
 	}
@@ -100,8 +108,9 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 	return smi, nil
 }
 
-func (f *sourceFlags) openNVML(logger *slog.Logger) (gpu.Source, error) {
-	return nvml.New(nvml.Config{Library: gonvml.New(), Logger: logger})
+// openNVML opens the NVML source; processFallback, if not nil, lists the processes NVML cannot.
+func (f *sourceFlags) openNVML(logger *slog.Logger, processFallback gpu.Source) (gpu.Source, error) {
+	return nvml.New(nvml.Config{Library: gonvml.New(), Logger: logger, ProcessFallback: processFallback})
 }
 
 func (f *sourceFlags) openNvidiaSMI(logger *slog.Logger) (gpu.Source, error) {

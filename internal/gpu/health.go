@@ -47,27 +47,40 @@ type Health struct {
 	// RecoveryAction is what the driver says the GPU needs (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R565+): 0 none,
 	// 1 a GPU reset, 2 a node reboot, 3 drain peer-to-peer traffic, 4 drain and reset.
 	RecoveryAction Value
-	// FabricState is the GPU's registration with the NVSwitch fabric (R550+, NVSwitch systems): 0 not supported,
-	// 1 not started, 2 in progress, 3 completed. FabricHealthy is 1 when registration completed without error
-	// and the fabric reports no degraded bandwidth, 0 otherwise.
+	// FabricState is the GPU's registration with the NVSwitch fabric (R550+, NVSwitch systems): 1 not started,
+	// 2 in progress, 3 completed; absent where the GPU has no fabric (NVML's state 0, "not supported").
+	// FabricHealthy is 1 when registration completed without error and the fabric reports no degraded bandwidth,
+	// 0 otherwise.
 	FabricState, FabricHealthy Value
 }
 
 // ClockEvent is one reason the GPU's clocks can be held down, and whether it holds them now.
 type ClockEvent struct {
-	// Reason is the reason in NVML's words, lower case: gpu_idle, applications_clocks_setting, sw_power_cap,
-	// hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown,
-	// display_clock_setting.
+	// Reason is one of ClockEventReasons.
 	Reason string
 	Active bool
 }
 
+// ClockEventReasons are the reasons a ClockEvent names, in NVML's words, lower case, in the order of NVML's bit mask
+// (nvmlClocksEventReason…: reason i is bit i, from GpuIdle 0x1 to DisplayClockSetting 0x100, and BoardLimit 0x200
+// and Reliability 0x400 of NVML 13.4's header).
+var ClockEventReasons = []string{"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+	"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting", "board_limit",
+	"reliability"}
+
 // Violation is how long, in total since the driver loaded, one policy held the GPU's clocks down.
 type Violation struct {
-	// Policy is power, thermal, sync_boost, board_limit, low_utilization or reliability.
+	// Policy is one of ViolationPolicies.
 	Policy  string
 	Seconds float64
 }
+
+// ViolationPolicies are the policies a Violation names: NVML's performance policies (nvmlPerfPolicyType_t, power
+// to reliability), then the clock event reasons that R575+ counts on their own (NVML_FI_DEV_CLOCKS_EVENT_REASON_…).
+// NVML's sw_power_cap and sync_boost counters are the power and sync_boost policies' (the same field IDs), so they
+// go by those names.
+var ViolationPolicies = []string{"power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability",
+	"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 
 // Profiling is what a GPU's (or GPU instance's) performance monitor measured between two readings. The ratios are
 // fractions of the interval (0-1); the rates are bytes per second. Each is absent where the driver did not give it.

@@ -223,5 +223,16 @@ const (
 	OpPerformanceState   Operation = "performance_state"
 	OpClocks             Operation = "clocks"
 	OpECC                Operation = "ecc"
-	OpConfig             Operation = "config" // the simulated node file
+	OpMemoryTemperature  Operation = "memory_temperature"
+	OpVGPULicense        Operation = "vgpu_license"
+	OpPCIe               Operation = "pcie"   // link generation and width, replays, traffic counters
+	OpNVLink             Operation = "nvlink" // link state, error counters, traffic counters
+	OpRemappedRows       Operation = "remapped_rows"
+	OpRetiredPages       Operation = "retired_pages"
+	OpClockEvents        Operation = "clock_events"
+	OpViolations         Operation = "violations"
+	OpRecoveryAction     Operation = "recovery_action"
+	OpFabric             Operation = "fabric"
+	OpProfiling          Operation = "profiling" // the performance monitor (GPM) of a GPU or GPU instance
+	OpConfig             Operation = "config"    // the simulated node file
 )

@@ -4,6 +4,7 @@ package demo
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,25 +14,15 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvml/stubnvml"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
-// stubNVML builds the NVML source's stub libnvidia-ml.so.1 (a current driver, two GPUs) into a directory of its
-// own, for LD_LIBRARY_PATH.
+// stubNVML builds the NVML source's stub libnvidia-ml.so.1 (two H100s on R580) into a directory of its own, for
+// LD_LIBRARY_PATH.
 func stubNVML(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
-	if err != nil {
-		t.Fatalf("finding go-nvml's module directory: %v", err)
-	}
-	dir := t.TempDir()
-	cc := exec.Command("gcc", "-std=c11", "-shared", "-fPIC", "-DNVML_NO_UNVERSIONED_FUNC_DEFS=1",
-		"-I", filepath.Join(strings.TrimSpace(string(out)), "pkg", "nvml"), "-o", filepath.Join(dir, "libnvidia-ml.so.1"),
-		"../../internal/gpu/nvml/testdata/stubnvml/libnvidia-ml.c")
-	if out, err := cc.CombinedOutput(); err != nil {
-		t.Fatalf("building the stub NVML library: %v\n%s", err, out)
-	}
-	return dir
+	return filepath.Dir(stubnvml.H100R580.Build(t))
 }
 
 // The real binary on the NVML source, loading the stub library by its usual name: the driver's reservation is its
@@ -64,11 +55,11 @@ func TestNVMLSourceWithStubLibrary(t *testing.T) {
 		v, ok := series(families, "gpu_xid_errors_total", "GPU-stub-1", "xid", "79")
 		return ok && v == 1
 	})
-	if v, ok := series(families, "gpu_memory_reserved_bytes", "GPU-stub-0"); !ok || v != 614<<20 {
-		t.Errorf("gpu_memory_reserved_bytes of GPU 0 = %v (found %v), want 614 MiB", v, ok)
+	if v, ok := series(families, "gpu_memory_reserved_bytes", "GPU-stub-0"); !ok || v != stubnvml.MemoryReserved {
+		t.Errorf("gpu_memory_reserved_bytes of GPU 0 = %v (found %v), want %v", v, ok, stubnvml.MemoryReserved)
 	}
-	if v, ok := series(families, "gpu_memory_used_bytes", "GPU-stub-0"); !ok || v != 3<<30 {
-		t.Errorf("gpu_memory_used_bytes of GPU 0 = %v (found %v), want 3 GiB", v, ok)
+	if v, ok := series(families, "gpu_memory_used_bytes", "GPU-stub-0"); !ok || v != stubnvml.MemoryUsed {
+		t.Errorf("gpu_memory_used_bytes of GPU 0 = %v (found %v), want %v", v, ok, stubnvml.MemoryUsed)
 	}
 	if v, ok := series(families, "gpu_process_memory_used_bytes", "GPU-stub-0", "pid", "1002"); !ok || v != 2<<30 {
 		t.Errorf("memory of PID 1002 = %v (found %v), want 2 GiB", v, ok)
@@ -91,5 +82,38 @@ func TestNVMLSourceWithStubLibrary(t *testing.T) {
 	})
 	if _, err := p.Exited(); err != nil {
 		t.Errorf("exporter exited with %v after SIGTERM, want 0\n%s", err, p.Output())
+	}
+}
+
+// Under --gpu.source=auto, a GPU whose processes NVML cannot list (the stub's list answers an error) takes its list
+// from nvidia-smi, matched by UUID, and the exporter says so once.
+func TestAutoListsProcessesWithNvidiaSMIWhereNVMLCannot(t *testing.T) {
+	t.Setenv("LD_LIBRARY_PATH", stubNVML(t))
+	t.Setenv("STUB_NVML_PROCESSES_FAIL", "1")
+	fixture, err := os.ReadFile("../../internal/gpu/nvidiasmi/testdata/telegraf__a10g.xml") // PID 725 using 22 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	smiOutput := filepath.Join(t.TempDir(), "smi.xml")
+	xml := strings.Replace(string(fixture), "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94", "GPU-stub-0", 1)
+	if err := os.WriteFile(smiOutput, []byte(xml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKESMI_MODE", "file")
+	t.Setenv("FAKESMI_FILE", smiOutput)
+	exp := e2eutil.StartExporter(t, binary, "--gpu.source=auto", "--nvidia-smi.path="+fakeSMI(t), "--path.procfs="+t.TempDir())
+	for range 2 {
+		e2eutil.WaitFor(t, 20*time.Second, "PID 725 of GPU 0 from nvidia-smi", func() bool {
+			_, families := e2eutil.Scrape(t, exp.Addr)
+			for _, m := range families["gpu_process_memory_used_bytes"].GetMetric() {
+				if e2eutil.Label(m, "uuid") == "GPU-stub-0" && e2eutil.Label(m, "pid") == "725" {
+					return e2eutil.Value(m) == 22<<20
+				}
+			}
+			return false
+		})
+	}
+	if n := strings.Count(exp.Output(), "listing them with nvidia-smi"); n != 1 {
+		t.Errorf("the fallback was logged %d times, want once:\n%s", n, exp.Output())
 	}
 }

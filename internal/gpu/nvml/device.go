@@ -76,6 +76,7 @@ func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.
 	r.readPowerAndThermal(h, d)
 	d.Clocks = r.readClocks(h)
 	d.ECCErrors = r.readECC(h)
+	r.readHealth(h, d)
 
 	migEnabled := d.MIGMode == gpu.MIGEnabled
 	var migs []migDevice
@@ -83,6 +84,7 @@ func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.
 	if migEnabled {
 		d.MIG, migs, migComplete = r.readMIG(h)
 	}
+	r.readProfiling(h, d)
 	d.Processes, d.ProcessesListed = r.readProcesses(h, migEnabled, migs, migComplete, names)
 
 	if r.lost != nil {

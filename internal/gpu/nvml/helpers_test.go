@@ -72,6 +72,30 @@ func stubDevice(d *mock.Device, uuid string) *mock.Device {
 		}
 		return 0, gonvml.SUCCESS
 	})
+	setIfNil(&d.GetFieldValuesFunc, func(values []gonvml.FieldValue) gonvml.Return {
+		for i := range values {
+			values[i].NvmlReturn = uint32(healthyField(&values[i]))
+		}
+		return gonvml.SUCCESS
+	})
+	setIfNil(&d.GetPowerManagementLimitFunc, func() (uint32, gonvml.Return) { return 700000, gonvml.SUCCESS })
+	setIfNil(&d.GetPcieReplayCounterFunc, func() (int, gonvml.Return) { return 0, gonvml.SUCCESS })
+	setIfNil(&d.GetCurrPcieLinkGenerationFunc, func() (int, gonvml.Return) { return 5, gonvml.SUCCESS })
+	setIfNil(&d.GetMaxPcieLinkGenerationFunc, func() (int, gonvml.Return) { return 5, gonvml.SUCCESS })
+	setIfNil(&d.GetCurrPcieLinkWidthFunc, func() (int, gonvml.Return) { return 16, gonvml.SUCCESS })
+	setIfNil(&d.GetMaxPcieLinkWidthFunc, func() (int, gonvml.Return) { return 16, gonvml.SUCCESS })
+	idle := func() (uint64, gonvml.Return) { return gonvml.ClocksEventReasonGpuIdle, gonvml.SUCCESS }
+	supported := func() (uint64, gonvml.Return) { return 0xFF, gonvml.SUCCESS }
+	setIfNil(&d.GetCurrentClocksEventReasonsFunc, idle)
+	setIfNil(&d.GetSupportedClocksEventReasonsFunc, supported)
+	setIfNil(&d.GetCurrentClocksThrottleReasonsFunc, idle)
+	setIfNil(&d.GetSupportedClocksThrottleReasonsFunc, supported)
+	setIfNil(&d.GetGridLicensableFeaturesFunc, func() (gonvml.GridLicensableFeatures, gonvml.Return) {
+		return gonvml.GridLicensableFeatures{}, gonvml.SUCCESS
+	})
+	setIfNil(&d.GpmQueryDeviceSupportFunc, func() (gonvml.GpmSupport, gonvml.Return) {
+		return gonvml.GpmSupport{Version: 1}, gonvml.SUCCESS // no GPM unless a test gives it
+	})
 	noProcs := func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.SUCCESS }
 	setIfNil(&d.GetComputeRunningProcessesFunc, noProcs)
 	setIfNil(&d.GetGraphicsRunningProcessesFunc, noProcs)
@@ -84,6 +108,21 @@ func stubDevice(d *mock.Device, uuid string) *mock.Device {
 	})
 	setIfNil(&d.RegisterEventsFunc, func(uint64, gonvml.EventSet) gonvml.Return { return gonvml.SUCCESS })
 	return d
+}
+
+// healthyField answers one field value of a healthy H100 without NVLinks: 45 °C memory, nothing remapped, no
+// violation time, no recovery action; retired pages are not supported (Ampere and newer remap rows instead).
+func healthyField(v *gonvml.FieldValue) gonvml.Return {
+	v.ValueType = uint32(gonvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+	v.Value = [8]byte{}
+	switch v.FieldId {
+	case gonvml.FI_DEV_MEMORY_TEMP:
+		v.ValueType = uint32(gonvml.VALUE_TYPE_UNSIGNED_INT)
+		v.Value[0] = 45
+	case gonvml.FI_DEV_RETIRED_SBE, gonvml.FI_DEV_RETIRED_DBE, gonvml.FI_DEV_RETIRED_PENDING:
+		return gonvml.ERROR_NOT_SUPPORTED
+	}
+	return gonvml.SUCCESS
 }
 
 // newDevice is a healthy H100 with the given UUID.
@@ -110,10 +149,11 @@ func stubLibrary(l *mock.Interface, devices ...gonvml.Device) *mock.Interface {
 }
 
 // symbolTable is a library's LookupSymbol as go-nvml answers it: nil for a symbol the library has, an error for
-// one it lacks. Every symbol is present except the missing ones.
+// one it lacks. Every symbol is present except the missing ones and the versioned fabric information, whose
+// go-nvml call cannot be mocked (fabric tests replace Source.fabricRead and give the symbol).
 func symbolTable(missing ...string) *mock.ExtendedInterface {
 	return &mock.ExtendedInterface{LookupSymbolFunc: func(name string) error {
-		if slices.Contains(missing, name) {
+		if name == symFabricInfoV || slices.Contains(missing, name) {
 			return fmt.Errorf("undefined symbol: %s", name)
 		}
 		return nil

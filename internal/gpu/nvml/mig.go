@@ -10,9 +10,10 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
 
-// migDevice is a MIG device handle with the instance IDs its processes belong to.
+// migDevice is a MIG device handle, the slot NVML lists it at, and the instance IDs its processes belong to.
 type migDevice struct {
 	handle          gonvml.Device
+	slot            int
 	gpuInstance     int
 	computeInstance int
 }
@@ -45,22 +46,29 @@ func (r *deviceReader) readMIG(h gonvml.Device) (instances []gpu.MIGInstance, ha
 			continue
 		}
 		instances = append(instances, inst)
-		handles = append(handles, migDevice{handle: m, gpuInstance: inst.GPUInstance, computeInstance: inst.ComputeInstance})
+		handles = append(handles, migDevice{handle: m, slot: i, gpuInstance: inst.GPUInstance, computeInstance: inst.ComputeInstance})
 	}
 	memoryPerGPUInstance(instances)
 	return instances, handles, complete
+}
+
+// lowestComputeInstances maps each GPU instance to the index in instances of its MIG device with the lowest
+// compute instance ID, the one that carries what belongs to the GPU instance (memory, profiling).
+func lowestComputeInstances(instances []gpu.MIGInstance) map[int]int {
+	first := map[int]int{}
+	for i, inst := range instances {
+		if j, ok := first[inst.GPUInstance]; !ok || inst.ComputeInstance < instances[j].ComputeInstance {
+			first[inst.GPUInstance] = i
+		}
+	}
+	return first
 }
 
 // memoryPerGPUInstance keeps the memory of each GPU instance on one of its MIG devices, the one with the lowest
 // compute instance ID. Memory belongs to the GPU instance: every MIG device of it answers with the same numbers,
 // and repeating them would double-count in every sum.
 func memoryPerGPUInstance(instances []gpu.MIGInstance) {
-	first := map[int]int{} // GPU instance -> index in instances of its lowest compute instance
-	for i, inst := range instances {
-		if j, ok := first[inst.GPUInstance]; !ok || inst.ComputeInstance < instances[j].ComputeInstance {
-			first[inst.GPUInstance] = i
-		}
-	}
+	first := lowestComputeInstances(instances)
 	for i := range instances {
 		if first[instances[i].GPUInstance] != i {
 			instances[i].MemoryTotalBytes, instances[i].MemoryUsedBytes = gpu.Value{}, gpu.Value{}

@@ -64,16 +64,17 @@ func (r *deviceReader) readProcesses(h gonvml.Device, migEnabled bool, migs []mi
 	if r.lost != nil {
 		return nil, false
 	}
-	if r.s.syms.processRecordsTooLong {
+	if r.s.syms.processRecordsTooLong && r.s.records == nil {
 		r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcesses, errProcessRecordsTooLong))
 		return nil, false
 	}
 	set := map[procKey]*procEntry{}
+	gpuRef := deviceRef{gpu: r.index, migSlot: -1}
 	if migEnabled {
-		if !migComplete || !r.listMIGProcesses(h, migs, set) {
+		if !migComplete || !r.listMIGProcesses(h, gpuRef, migs, set) {
 			return nil, false
 		}
-	} else if r.listProcesses(h, listOnGPU, nil, set) != listed {
+	} else if r.listProcesses(h, gpuRef, listOnGPU, nil, set) != listed {
 		return nil, false
 	}
 
@@ -136,14 +137,14 @@ const (
 
 // listMIGProcesses lists the processes of every MIG device. Where per-instance lists are not supported (NVML names
 // vGPU host mode), it falls back to the parent GPU's aggregate list, whose entries carry their instance IDs.
-func (r *deviceReader) listMIGProcesses(h gonvml.Device, migs []migDevice, set map[procKey]*procEntry) bool {
+func (r *deviceReader) listMIGProcesses(h gonvml.Device, gpuRef deviceRef, migs []migDevice, set map[procKey]*procEntry) bool {
 	for i := range migs {
-		switch r.listProcesses(migs[i].handle, listOnMIGDevice, &migs[i], set) {
+		switch r.listProcesses(migs[i].handle, deviceRef{gpu: r.index, migSlot: migs[i].slot}, listOnMIGDevice, &migs[i], set) {
 		case listed:
 			continue
 		case listUnsupported:
 			clear(set)
-			return r.listProcesses(h, listOnGPUInMIGMode, nil, set) == listed
+			return r.listProcesses(h, gpuRef, listOnGPUInMIGMode, nil, set) == listed
 		default:
 			return false
 		}
@@ -154,8 +155,9 @@ func (r *deviceReader) listMIGProcesses(h gonvml.Device, migs []migDevice, set m
 // listProcesses adds the compute, graphics and MPS processes of one GPU or MIG device handle to set. The compute
 // list must be readable; graphics and MPS lists that the device or driver does not support are taken as empty.
 // NVML sets instance IDs to 0xFFFFFFFF for processes not on a MIG instance, and go-nvml does so for every entry of
-// the v1 structs of old drivers; such IDs never make a process a MIG process.
-func (r *deviceReader) listProcesses(h gonvml.Device, scope listScope, mig *migDevice, set map[procKey]*procEntry) listResult {
+// the v1 structs of old drivers; such IDs never make a process a MIG process. On drivers whose _v3 records are
+// longer than go-nvml's, the source's own calls read the lists of ref.
+func (r *deviceReader) listProcesses(h gonvml.Device, ref deviceRef, scope listScope, mig *migDevice, set map[procKey]*procEntry) listResult {
 	lists := []struct {
 		call     func() ([]gonvml.ProcessInfo, gonvml.Return)
 		required bool
@@ -164,6 +166,11 @@ func (r *deviceReader) listProcesses(h gonvml.Device, scope listScope, mig *migD
 		{h.GetComputeRunningProcesses, true, func(e *procEntry) { e.compute = true }},
 		{h.GetGraphicsRunningProcesses, false, func(e *procEntry) { e.graphics = true }},
 		{h.GetMPSComputeRunningProcesses, false, func(e *procEntry) { e.mps = true }},
+	}
+	if r.s.syms.processRecordsTooLong {
+		for i := range lists {
+			lists[i].call = func() ([]gonvml.ProcessInfo, gonvml.Return) { return r.s.records.list(processList(i), ref) }
+		}
 	}
 	if !r.s.syms.mpsProcesses {
 		lists = lists[:2]

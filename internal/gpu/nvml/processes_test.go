@@ -310,45 +310,100 @@ func TestBackToBackReadingsLookBackASecond(t *testing.T) {
 	}
 }
 
-// Drivers 530.x and R535 (before R550) write 32-byte records through the _v3 process lists where go-nvml reserves
-// 24 (go-nvml#75). They are recognised as nvitop does, by their symbols: the conf-compute memory query is there,
-// the process detail list of R550 is not. Their lists are never called (the call itself overwrites Go memory), and
-// the GPU reports a processes error that says what to do.
-func TestProcessListsRefusedOnDriversWithLongRecords(t *testing.T) {
+// fakeRecords is the source's own reading of 32-byte process records, as a test gives it.
+type fakeRecords struct {
+	lists map[deviceRef][3][]gonvml.ProcessInfo
+	calls int
+}
+
+func (f *fakeRecords) list(l processList, ref deviceRef) ([]gonvml.ProcessInfo, gonvml.Return) {
+	f.calls++
+	lists, ok := f.lists[ref]
+	if !ok {
+		return nil, gonvml.ERROR_INVALID_ARGUMENT
+	}
+	return lists[l], gonvml.SUCCESS
+}
+
+// 535.43.02 to 535.86.x write 32-byte records through the _v3 process lists where go-nvml reserves 24
+// (go-nvml#75). They are recognised as nvitop does, by their symbols: the conf-compute memory query is there, the
+// process detail list of 535.104.05 is not. go-nvml's lists are then never called (the call itself overwrites Go
+// memory): the source reads them with its own calls, and where it could not look those up, the GPU reports a
+// processes error that says what to do.
+func TestProcessListsOnDriversWithLongRecords(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		missing    []string
-		wantListed bool
+		name      string
+		missing   []string
+		own       bool // the source's own calls are available
+		wantOwn   bool // and read the lists
+		wantError bool
 	}{
-		{"530 or 535: conf compute, no detail list", []string{symProcessDetailList}, false},
-		{"550 and later: detail list", nil, true},
-		{"before 530: no conf compute", []string{symConfComputeMemSize, symProcessDetailList}, true},
-		{"535.98: no _v3 lists", []string{symComputeProcessesV3, symProcessDetailList}, true},
+		{"535.43-535.86: conf compute, no detail list", []string{symProcessDetailList}, true, true, false},
+		{"535.43-535.86 without the own calls", []string{symProcessDetailList}, false, false, true},
+		{"535.104 and later: detail list", nil, true, false, false},
+		{"before 535: no conf compute", []string{symConfComputeMemSize, symProcessDetailList}, true, false, false},
+		{"535.98: no _v3 lists", []string{symComputeProcessesV3, symProcessDetailList}, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := newDevice("GPU-0")
-			calls := 0
+			goNVMLCalls := 0
 			dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
-				calls++
+				goNVMLCalls++
 				return []gonvml.ProcessInfo{proc(10, gib), proc(11, gib)}, gonvml.SUCCESS
 			}
-			snap := snapshot(t, newSource(t, withoutSymbols(newLibrary(dev), tc.missing...)))
+			s := newSource(t, withoutSymbols(newLibrary(dev), tc.missing...))
+			own := &fakeRecords{lists: map[deviceRef][3][]gonvml.ProcessInfo{
+				{gpu: 0, migSlot: -1}: {{proc(20, gib), proc(21, 2*gib)}, {proc(21, 2*gib)}, nil},
+			}}
+			if s.syms.processRecordsTooLong && tc.own {
+				s.records = own
+			}
+			snap := snapshot(t, s)
 			d := deviceByUUID(t, snap, "GPU-0")
 			e, failed := findError(snap, 0, gpu.OpProcesses)
-			if tc.wantListed {
-				if !d.ProcessesListed || len(d.Processes) != 2 || failed {
-					t.Errorf("listed %v, processes %+v, error %v; want both processes", d.ProcessesListed, d.Processes, e)
+			switch {
+			case tc.wantOwn:
+				if !d.ProcessesListed || len(d.Processes) != 2 || failed || goNVMLCalls != 0 {
+					t.Fatalf("listed %v, processes %+v, error %v, go-nvml calls %d; want the own calls' processes",
+						d.ProcessesListed, d.Processes, e, goNVMLCalls)
 				}
-				return
-			}
-			if d.ProcessesListed || len(d.Processes) != 0 || calls != 0 {
-				t.Errorf("listed %v, processes %+v after %d list calls; want none listed and no call", d.ProcessesListed, d.Processes, calls)
-			}
-			if !failed || !strings.Contains(e.Error(), "--gpu.source=nvidia-smi") || !strings.Contains(e.Error(), "upgrade") {
-				t.Errorf("processes error = %v (found %v), want one that says to upgrade or use nvidia-smi", e, failed)
+				if p := processByPID(t, d, 21); p.Type != gpu.ProcessComputeAndGraphics || p.UsedMemoryBytes != gpu.Known(2*gib) {
+					t.Errorf("PID 21 = %+v, want compute+graphics with 2 GiB", p)
+				}
+			case tc.wantError:
+				if d.ProcessesListed || len(d.Processes) != 0 || goNVMLCalls != 0 {
+					t.Errorf("listed %v, processes %+v after %d list calls; want none listed and no call", d.ProcessesListed, d.Processes, goNVMLCalls)
+				}
+				if !failed || !strings.Contains(e.Error(), "--gpu.source=nvidia-smi") || !strings.Contains(e.Error(), "535.104.05") {
+					t.Errorf("processes error = %v (found %v), want one that says to upgrade or use nvidia-smi", e, failed)
+				}
+			default:
+				if !d.ProcessesListed || len(d.Processes) != 2 || failed || own.calls != 0 {
+					t.Errorf("listed %v, processes %+v, error %v, own calls %d; want go-nvml's processes", d.ProcessesListed, d.Processes, e, own.calls)
+				}
 			}
 			wantValue(t, "memory still read", d.MemoryTotalBytes, 80*gib)
 		})
+	}
+}
+
+// On long-record drivers the MIG devices' lists are read with the own calls too, each by its slot.
+func TestLongProcessRecordsOfMIGDevices(t *testing.T) {
+	mig0 := newMIGDevice("MIG-a", 1, 0, "NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40*gib, gib)
+	mig1 := newMIGDevice("MIG-b", 2, 0, "NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40*gib, gib)
+	s := newSource(t, withoutSymbols(newLibrary(newMIGParent(nil, mig0, nil, mig1)), symProcessDetailList))
+	s.records = &fakeRecords{lists: map[deviceRef][3][]gonvml.ProcessInfo{
+		{gpu: 0, migSlot: 1}: {{proc(30, gib)}, nil, nil},
+		{gpu: 0, migSlot: 3}: {{proc(31, gib)}, nil, {proc(31, gib)}},
+	}}
+	snap := snapshot(t, s)
+	wantNoErrors(t, snap)
+	d := deviceByUUID(t, snap, "GPU-MIG")
+	if p := processByPID(t, d, 30); !p.MIG || p.GPUInstance != 1 || p.Type != gpu.ProcessCompute {
+		t.Errorf("PID 30 = %+v, want a compute process on GPU instance 1", p)
+	}
+	if p := processByPID(t, d, 31); !p.MIG || p.GPUInstance != 2 || p.Type != gpu.ProcessMPS {
+		t.Errorf("PID 31 = %+v, want an MPS process on GPU instance 2", p)
 	}
 }
 

@@ -8,7 +8,13 @@
 //     gpu.DeviceError named after the field ("memory", "temperature", "processes", ...).
 //   - go-nvml calls functions the driver lacks without a check, and the process dies ("symbol lookup error"), so
 //     the functions newer than R418 that this source calls are looked up once after Init (symbols.go) and not
-//     called where missing; drivers whose _v3 process lists write records of another layout get no process list.
+//     called where missing. Field values are asked for only where the driver's branch defines their IDs, and each
+//     value's own return code is checked. On drivers whose _v3 process lists write 32-byte records (535.43.02 to
+//     535.86.x) the source calls those lists itself (records.go).
+//   - Profiling (GPM, Hopper and newer) is computed between a sample taken in each snapshot and one kept from an
+//     earlier snapshot (gpm.go): a scrape never waits for an interval.
+//   - With a ProcessFallback (nvidia-smi under --gpu.source=auto), a GPU whose processes NVML could not list takes
+//     its list from the fallback; that is logged once.
 //   - ERROR_GPU_IS_LOST from any call, or a GPU whose handle or UUID cannot be read, drops that GPU from the
 //     snapshot with one DeviceError of operation "device"; the other GPUs are still read. A GPU with counted XID
 //     errors stays, with only its identity and XID counts, so that XID 79 (fallen off the bus) is exported.
@@ -35,6 +41,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +83,8 @@ type Config struct {
 	EventErrorBackoff time.Duration
 	// UtilizationWindow is how far back the first per-process utilization read of a device looks; 0 means 5s.
 	UtilizationWindow time.Duration
+	// ProcessFallback, if set, lists the processes of GPUs whose lists NVML cannot read; Close closes it.
+	ProcessFallback gpu.Source
 }
 
 // Source reads GPUs through NVML. Snapshot calls must not overlap (the caller serializes them); the XID goroutine
@@ -81,6 +92,8 @@ type Config struct {
 type Source struct {
 	lib               gonvml.Interface
 	syms              symbols
+	fields            []deviceField // the field values the driver defines
+	records           recordLister  // where _v3 process records are longer than go-nvml's; else nil
 	log               *slog.Logger
 	now               func() time.Time
 	utilizationWindow time.Duration
@@ -96,6 +109,14 @@ type Source struct {
 	// GPU that is kept in the snapshot only for its XID counts: its gpu_info then stays the same series. It holds
 	// GPUs ever read, as many as the node has had.
 	identity map[string]gpu.Device
+	gpm      gpmState
+	// fabricRead reads the versioned fabric information (a test replaces it: go-nvml's versioned call cannot be
+	// mocked); fabricV2Only is set once the driver answered that it does not know version 3.
+	fabricRead   func(h gonvml.Device, v3 bool) (fabricInfo, gonvml.Return)
+	fabricV2Only bool
+	// fallback lists processes NVML cannot; fallbackSaid is set once that was logged.
+	fallback     gpu.Source
+	fallbackSaid bool
 
 	// driverFailures counts consecutive readings that found the driver gone; nextReinit and reinitBackoff pace
 	// re-initializing NVML.
@@ -129,6 +150,9 @@ func New(cfg Config) (*Source, error) {
 		lastSeen:          map[string]uint64{},
 		identity:          map[string]gpu.Device{},
 		warned:            map[string]bool{},
+		gpm:               gpmState{entities: map[gpmKey]*gpmEntity{}, supported: map[string]bool{}},
+		fabricRead:        readFabricInfo,
+		fallback:          cfg.ProcessFallback,
 		closeWait:         defaultCloseWait,
 		reading:           make(chan struct{}, 1),
 	}
@@ -144,14 +168,7 @@ func New(cfg Config) (*Source, error) {
 	if err := initLibrary(cfg.Library); err != nil {
 		return nil, err
 	}
-	syms, err := lookupSymbols(cfg.Library)
-	if err != nil {
-		s.log.Warn("cannot tell which NVML functions the driver has; assuming a current driver", "err", err)
-	}
-	s.syms = syms
-	if syms.processRecordsTooLong {
-		s.log.Warn("GPU processes will not be listed", "err", errProcessRecordsTooLong)
-	}
+	s.configure()
 	wait, backoff := cfg.EventWait, cfg.EventErrorBackoff
 	if wait <= 0 {
 		wait = defaultEventWait
@@ -162,6 +179,42 @@ func New(cfg Config) (*Source, error) {
 	s.xid = newXIDWatcher(cfg.Library, s.log, wait, backoff)
 	s.xid.start()
 	return s, nil
+}
+
+// configure learns what the loaded driver has: its optional functions, the field values its branch defines, and
+// whether its process lists need the source's own calls.
+func (s *Source) configure() {
+	syms, err := lookupSymbols(s.lib)
+	if err != nil {
+		s.log.Warn("cannot tell which NVML functions the driver has; assuming a current driver", "err", err)
+	}
+	s.syms = syms
+	branch := 0
+	if v, ret := s.lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
+		branch = driverBranch(v)
+	}
+	s.fields = fieldsOf(branch)
+	s.fabricV2Only = false
+	s.records = nil
+	if syms.processRecordsTooLong {
+		records, err := newLongRecords()
+		if err != nil {
+			s.log.Warn("GPU processes will not be listed", "err", errProcessRecordsTooLong, "lookup", err)
+			return
+		}
+		s.records = records
+		s.log.Info("this NVIDIA driver writes 32-byte process records where go-nvml expects 24; reading the process lists with the exporter's own calls")
+	}
+}
+
+// driverBranch is the major version of a driver version such as "580.95.05"; 0 when it cannot be read.
+func driverBranch(version string) int {
+	major, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
 }
 
 // initLibrary loads and initializes NVML. go-nvml reports a failed dlopen as ERROR_LIBRARY_NOT_FOUND; a library
@@ -209,8 +262,14 @@ func (s *Source) Close() error {
 		}
 		defer func() { <-s.reading }()
 		s.xid.stop()
+		s.gpm.freeAll()
 		if ret := s.lib.Shutdown(); ret != gonvml.SUCCESS {
 			s.closeErr = fmt.Errorf("shutting down NVML: %w", ret)
+		}
+		if s.fallback != nil {
+			if err := s.fallback.Close(); err != nil {
+				s.closeErr = errors.Join(s.closeErr, err)
+			}
 		}
 	})
 	return s.closeErr
@@ -240,12 +299,13 @@ func (s *Source) deviceCount() (int, error) {
 	s.reinitBackoff = min(max(2*s.reinitBackoff, minReinitBackoff), maxReinitBackoff)
 	s.nextReinit = now.Add(s.reinitBackoff)
 	s.xid.stop()
+	s.gpm.freeAll()
 	s.lib.Shutdown() // NVML may already consider itself shut down; the result does not matter
 	if initErr := initLibrary(s.lib); initErr != nil {
 		s.log.Warn("re-initializing NVML failed; trying again later", "err", initErr, "retry_in", s.reinitBackoff)
 		return 0, fmt.Errorf("%w; re-initializing NVML: %w", err, initErr)
 	}
-	s.syms, _ = lookupSymbols(s.lib)
+	s.configure()
 	clear(s.lastSeen)
 	s.xid.start()
 	s.log.Info("NVML re-initialized after the driver was unavailable")
@@ -321,6 +381,7 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		snap.Devices = append(snap.Devices, *dev)
 		s.identity[dev.UUID] = gpu.Device{Name: dev.Name, PCIBusID: dev.PCIBusID, MIGMode: dev.MIGMode, MinorNumber: dev.MinorNumber}
 	}
+	s.processesFromFallback(ctx, snap)
 	// A GPU that fell off the bus (XID 79) cannot be read, but the XID that says so must still be exported, under
 	// the identity it last had.
 	for _, d := range s.xid.unreadGPUs(seen) {
@@ -329,13 +390,60 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		}
 		snap.Devices = append(snap.Devices, d)
 	}
-	// Forget utilization timestamps of GPUs that are gone so the map stays as small as the node.
+	// Forget utilization timestamps and GPM samples of GPUs that are gone so the state stays as small as the node.
 	for uuid := range s.lastSeen {
 		if !seen[uuid] {
 			delete(s.lastSeen, uuid)
 		}
 	}
+	s.gpm.forgetUnseen(seen)
 	return snap, nil
+}
+
+// processesFromFallback lists, with the fallback source, the processes of the GPUs whose lists NVML could not read,
+// once per snapshot, and drops the NVML process errors of the GPUs it listed.
+func (s *Source) processesFromFallback(ctx context.Context, snap *gpu.Snapshot) {
+	if s.fallback == nil {
+		return
+	}
+	var unlisted []int
+	for i := range snap.Devices {
+		if !snap.Devices[i].ProcessesListed {
+			unlisted = append(unlisted, i)
+		}
+	}
+	if len(unlisted) == 0 {
+		return
+	}
+	other, err := s.fallback.Snapshot(ctx)
+	if err != nil {
+		snap.Errors = append(snap.Errors, s.fail(-1, "", gpu.OpProcesses,
+			fmt.Errorf("listing the processes NVML could not with %s: %w", s.fallback.Name(), err)))
+		return
+	}
+	listed := map[string]*gpu.Device{}
+	for i := range other.Devices {
+		if other.Devices[i].ProcessesListed {
+			listed[other.Devices[i].UUID] = &other.Devices[i]
+		}
+	}
+	var filled []int
+	for _, i := range unlisted {
+		d := &snap.Devices[i]
+		o, ok := listed[d.UUID]
+		if !ok {
+			continue
+		}
+		d.Processes, d.ProcessesListed = o.Processes, true
+		filled = append(filled, d.Index)
+		snap.Errors = slices.DeleteFunc(snap.Errors, func(e gpu.DeviceError) bool {
+			return e.Index == d.Index && e.Operation == gpu.OpProcesses
+		})
+	}
+	if len(filled) > 0 && !s.fallbackSaid {
+		s.fallbackSaid = true
+		s.log.Info("NVML cannot list the processes of some GPUs; listing them with "+s.fallback.Name(), "gpus", filled)
+	}
 }
 
 // readDeviceRecovering reads GPU i and turns a panic inside go-nvml (its wrappers slice their buffers by counts the

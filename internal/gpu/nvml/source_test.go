@@ -3,6 +3,7 @@ package nvml
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -513,5 +514,77 @@ func TestReinitializesAfterDriverReload(t *testing.T) {
 	}
 	if err := read(); err != nil {
 		t.Errorf("next reading = %v", err)
+	}
+}
+
+// fakeSource is a gpu.Source that answers a fixed snapshot, as a process fallback.
+type fakeSource struct {
+	snap   *gpu.Snapshot
+	err    error
+	calls  int
+	closed bool
+}
+
+func (f *fakeSource) Name() string { return "nvidia-smi" }
+func (f *fakeSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
+	f.calls++
+	return f.snap, f.err
+}
+func (f *fakeSource) Close() error { f.closed = true; return nil }
+
+// With a process fallback (nvidia-smi under --gpu.source=auto), a GPU whose list NVML cannot read takes its list
+// from the fallback, matched by UUID, and its NVML process error is dropped; that is logged once. The fallback is
+// not run while NVML lists every GPU, and its failure is an error of its own that keeps NVML's. Close closes it.
+func TestProcessFallback(t *testing.T) {
+	broken, fine := newDevice("GPU-0"), newDevice("GPU-1")
+	listFails := true
+	broken.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+		if listFails {
+			return nil, gonvml.ERROR_UNKNOWN
+		}
+		return nil, gonvml.SUCCESS
+	}
+	fallback := &fakeSource{snap: &gpu.Snapshot{Devices: []gpu.Device{
+		{UUID: "GPU-1", ProcessesListed: true, Processes: []gpu.Process{{PID: 99}}},
+		{UUID: "GPU-0", ProcessesListed: true, Processes: []gpu.Process{{PID: 7, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(gib)}}},
+	}}}
+	var logs strings.Builder
+	s, err := New(Config{Library: newLibrary(broken, fine), Now: func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), ProcessFallback: fallback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		snap := snapshot(t, s)
+		wantNoErrors(t, snap)
+		d := deviceByUUID(t, snap, "GPU-0")
+		if !d.ProcessesListed || len(d.Processes) != 1 || d.Processes[0].PID != 7 {
+			t.Errorf("GPU 0 processes %+v (listed %v), want the fallback's PID 7", d.Processes, d.ProcessesListed)
+		}
+		if d := deviceByUUID(t, snap, "GPU-1"); !d.ProcessesListed || len(d.Processes) != 0 {
+			t.Errorf("GPU 1 processes %+v, want NVML's (none)", d.Processes)
+		}
+	}
+	if n := strings.Count(logs.String(), "listing them with nvidia-smi"); n != 1 {
+		t.Errorf("fallback logged %d times, want once:\n%s", n, logs.String())
+	}
+
+	fallback.err = errors.New("nvidia-smi run timed out")
+	snap := snapshot(t, s)
+	if _, ok := findError(snap, 0, gpu.OpProcesses); !ok {
+		t.Errorf("errors %v: want NVML's processes error of GPU 0 kept", snap.Errors)
+	}
+	if e, ok := findError(snap, -1, gpu.OpProcesses); !ok || !strings.Contains(e.Error(), "nvidia-smi run timed out") {
+		t.Errorf("errors %v: want the fallback's failure", snap.Errors)
+	}
+
+	listFails = false
+	calls := fallback.calls
+	wantNoErrors(t, snapshot(t, s))
+	if fallback.calls != calls {
+		t.Error("fallback run although NVML listed every GPU")
+	}
+	if err := s.Close(); err != nil || !fallback.closed {
+		t.Errorf("Close = %v, fallback closed %v", err, fallback.closed)
 	}
 }

@@ -18,7 +18,17 @@ const (
 	symComputeProcessesV3 = "nvmlDeviceGetComputeRunningProcesses_v3"
 	symConfComputeMemSize = "nvmlDeviceGetConfComputeMemSizeInfo"
 	symProcessDetailList  = "nvmlDeviceGetRunningProcessDetailList"
+	// R535 renamed the clock "throttle" reasons to "event" reasons; the old names stay for older drivers.
+	symClocksEventReasons = "nvmlDeviceGetCurrentClocksEventReasons" // 535.43.02
+	symFabricInfoV        = "nvmlDeviceGetGpuFabricInfoV"            // R550
+	// The vGPU licence structure got its present layout in _v4 (R470); go-nvml calls the newest present with it.
+	symGridLicensableFeaturesV4 = "nvmlDeviceGetGridLicensableFeatures_v4"
+	symGPMMIGSample             = "nvmlGpmMigSampleGet" // R525
 )
+
+// symGPM are the GPM functions of R520 (Hopper's performance monitor); the source uses GPM only where all are present.
+var symGPM = []string{"nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
+	"nvmlGpmMetricsGet"}
 
 // symMPSProcesses are the names of the MPS process list; go-nvml calls the newest one present, or the first.
 var symMPSProcesses = []string{"nvmlDeviceGetMPSComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
@@ -30,14 +40,23 @@ type symbols struct {
 	mig          bool
 	mpsProcesses bool
 	// processRecordsTooLong marks drivers whose _v3 process lists write 32-byte records (nvmlProcessDetail_v1_t)
-	// where the header, and go-nvml, reserve 24 (nvmlProcessInfo_t): 530.x and R535 until R550 replaced the
-	// layout with nvmlDeviceGetRunningProcessDetailList (go-nvml#75, nvitop's detection). Every record after the
-	// first is read at the wrong offset, and the driver writes past go-nvml's buffer into Go memory.
+	// where the header, and go-nvml, reserve 24 (nvmlProcessInfo_t): 535.43.02 to 535.86.x, whose header declared
+	// the longer nvmlProcessInfo_t; 535.98 dropped the _v3 lists and 535.104.05 brought them back with 24-byte
+	// records and moved the longer one to nvmlDeviceGetRunningProcessDetailList (go-nvml#75; NVIDIA's headers as
+	// nvidia-settings ships them; nvitop's detection). go-nvml would read every record after the first at the wrong
+	// offset, and the driver would write past go-nvml's buffer into Go memory, so the source reads these lists
+	// itself (records.go).
 	processRecordsTooLong bool
+	clocksEventReasons    bool
+	fabricInfoV           bool
+	gridLicensableV4      bool
+	gpm                   bool
+	gpmMIG                bool
 }
 
 // allSymbols is what a current driver has.
-var allSymbols = symbols{memoryInfoV2: true, mig: true, mpsProcesses: true}
+var allSymbols = symbols{memoryInfoV2: true, mig: true, mpsProcesses: true, clocksEventReasons: true, fabricInfoV: true,
+	gridLicensableV4: true, gpm: true, gpmMIG: true}
 
 // lookupSymbols asks the loaded library for the optional functions. A library that cannot answer (no
 // ExtendedInterface) is taken to be current, which is what go-nvml itself assumes.
@@ -59,16 +78,31 @@ func lookupSymbols(lib gonvml.Interface) (syms symbols, err error) {
 		}
 		return false
 	}
+	hasAll := func(names ...string) bool {
+		for _, n := range names {
+			if !has(n) {
+				return false
+			}
+		}
+		return true
+	}
+	gpm := hasAll(symGPM...)
 	return symbols{
 		memoryInfoV2: has(symMemoryInfoV2),
 		mig:          has(symMIGMode),
 		mpsProcesses: has(symMPSProcesses...),
 		processRecordsTooLong: has(symComputeProcessesV3) && has(symConfComputeMemSize) &&
 			!has(symProcessDetailList),
+		clocksEventReasons: has(symClocksEventReasons),
+		fabricInfoV:        has(symFabricInfoV),
+		gridLicensableV4:   has(symGridLicensableFeaturesV4),
+		gpm:                gpm,
+		gpmMIG:             gpm && has(symGPMMIGSample),
 	}, nil
 }
 
-// errProcessRecordsTooLong is the process-list error on drivers whose _v3 records do not match NVML's header.
-var errProcessRecordsTooLong = errors.New("this NVIDIA driver (530.x, or R535 before R550) writes 32-byte process " +
-	"records where NVML's header has 24, so its process lists would be read garbled and would overwrite the " +
-	"exporter's memory; they are not read: upgrade the driver to R550 or later, or run with --gpu.source=nvidia-smi")
+// errProcessRecordsTooLong is the process-list error on drivers whose _v3 records do not match NVML's header, where
+// the source cannot read them itself (its own lookup of the list functions failed).
+var errProcessRecordsTooLong = errors.New("this NVIDIA driver (535.43.02 to 535.86.x) writes 32-byte process " +
+	"records where NVML's header has 24, and the exporter could not call the driver's process lists itself, so " +
+	"they are not read: upgrade the driver to 535.104.05 or later, or run with --gpu.source=nvidia-smi")
