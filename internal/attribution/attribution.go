@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
 // Defaults for the zero values of Config.
@@ -45,7 +46,7 @@ type Config struct {
 	Preset Preset
 	// Resolvers name containers, tried in the order that the container's runtime calls for (see chainFor); a
 	// runtime without a resolver leaves only the cgroup-derived labels.
-	Resolvers []Resolver
+	Resolvers []runtime.Resolver
 	// PodLabels is the allowlist of pod label keys (--kubernetes.pod-labels) kept in identity.PodLabels. Empty:
 	// none.
 	PodLabels []string
@@ -237,10 +238,10 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	for _, p := range procs {
 		o := p.owner
 		if c, ok := named[o.Identity.ContainerID]; ok {
-			c.apply(&o.Identity, false)
+			applyNames(c, &o.Identity, false)
 			owners[p.pid] = o
 		} else if c, ok := named[p.outer]; ok && unnamed[o.Identity.ContainerID] {
-			c.apply(&o.Identity, true)
+			applyNames(c, &o.Identity, true)
 			owners[p.pid] = o
 		}
 	}

@@ -3,12 +3,13 @@ package attribution
 import (
 	"context"
 	"log/slog"
-	"runtime"
+	goruntime "runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
 // hungResolver never answers while hang is set (until the call's context ends), and names every container
@@ -19,17 +20,17 @@ type hungResolver struct {
 	inFlight atomic.Int32
 }
 
-func (r *hungResolver) Name() string { return ResolverCRI }
+func (r *hungResolver) Name() string { return runtime.ResolverCRI }
 
-func (r *hungResolver) Resolve(ctx context.Context, id string) (Container, error) {
+func (r *hungResolver) Resolve(ctx context.Context, id string) (runtime.Container, error) {
 	r.calls.Add(1)
 	r.inFlight.Add(1)
 	defer r.inFlight.Add(-1)
 	if r.hang.Load() {
 		<-ctx.Done()
-		return Container{}, ctx.Err()
+		return runtime.Container{}, ctx.Err()
 	}
-	return Container{Namespace: "n", Pod: "p", Name: "c-" + id[:6]}, nil
+	return runtime.Container{Namespace: "n", Pod: "p", Name: "c-" + id[:6]}, nil
 }
 
 // waitLookupsEnded waits until no lookup of a is in flight, its goroutines included.
@@ -46,7 +47,7 @@ func waitLookupsEnded(t *testing.T, a *Attributor) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d lookups still in flight", n)
 		}
-		runtime.Gosched()
+		goruntime.Gosched()
 		time.Sleep(time.Millisecond)
 	}
 }
@@ -59,7 +60,7 @@ func TestLookupOfGoneContainerIsCancelled(t *testing.T) {
 	cri := &hungResolver{}
 	cri.hang.Store(true)
 	logs := &logRecorder{}
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Millisecond,
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Millisecond,
 		LookupTimeout: time.Hour, Logger: slog.New(logs)})
 	a.Attribute(t.Context(), snapshot(5))
 	done := pendingDone(t, a, cid(5))
@@ -93,9 +94,9 @@ func TestPendingLookupsAreBounded(t *testing.T) {
 	cri := &hungResolver{}
 	cri.hang.Store(true)
 	logs := &logRecorder{}
-	a := New(Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Millisecond, LookupTimeout: time.Hour,
+	a := New(Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Millisecond, LookupTimeout: time.Hour,
 		MaxPendingLookups: maxPending, MaxConcurrentLookups: maxCalls, Logger: slog.New(logs)})
-	goroutines := runtime.NumGoroutine()
+	goroutines := goruntime.NumGoroutine()
 
 	var pids []uint32
 	for i := 1; i <= containers; i++ {
@@ -113,7 +114,7 @@ func TestPendingLookupsAreBounded(t *testing.T) {
 			t.Fatalf("after %d containers, cache_entries{pending} = %v, want at most %d", i, v, maxPending)
 		}
 	}
-	if n := runtime.NumGoroutine() - goroutines; n > maxPending {
+	if n := goruntime.NumGoroutine() - goroutines; n > maxPending {
 		t.Errorf("%d more goroutines with %d containers waiting, want at most %d", n, containers, maxPending)
 	}
 	if n := cri.inFlight.Load(); n > maxCalls {
@@ -133,9 +134,9 @@ func TestPendingLookupsAreBounded(t *testing.T) {
 	}
 	a.Close()
 	// Close has waited for the lookups, but a goroutine that has signalled its end may not have exited yet.
-	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines; runtime.Gosched() {
+	for deadline := time.Now().Add(10 * time.Second); goruntime.NumGoroutine() > goroutines; goruntime.Gosched() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left after Close", runtime.NumGoroutine()-goroutines)
+			t.Fatalf("%d goroutines left after Close", goruntime.NumGoroutine()-goroutines)
 		}
 	}
 }
@@ -151,7 +152,7 @@ func TestBackoffFromRuntimeThatTimesOut(t *testing.T) {
 	cri.hang.Store(true)
 	clk := newClock()
 	const timeout = 20 * time.Millisecond
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute,
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Minute,
 		LookupTimeout: timeout, NegativeTTL: time.Hour, Now: clk.Now})
 	requests := func(result string) float64 {
 		return metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": result})

@@ -2,6 +2,8 @@ package attribution
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
 // metrics are the Attributor's self-metrics. The Attributor is a prometheus.Collector, so that the caller registers
@@ -14,7 +16,7 @@ type metrics struct {
 	cacheEntries   *prometheus.Desc
 }
 
-func newMetrics(resolvers []Resolver) *metrics {
+func newMetrics(resolvers []runtime.Resolver) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_pod_exporter_resolver_requests_total",

@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -25,6 +25,8 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
 // hungCRIEnv makes the test binary a CRI server whose calls never return, on the socket it names. It runs in a
@@ -160,7 +162,7 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := attribution.New(attribution.Config{ProcFS: procfs, Resolvers: []attribution.Resolver{criResolver}})
+	a := attribution.New(attribution.Config{ProcFS: procfs, Resolvers: []runtime.Resolver{criResolver}})
 	defer a.Close()
 	defer criResolver.Close()
 
@@ -246,7 +248,7 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 		scrape(pids)
 		lastPending = pendingEntries(t, a)
 		maxPending = max(maxPending, lastPending)
-		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
+		maxGoroutines = max(maxGoroutines, goruntime.NumGoroutine())
 		maxRSS = max(maxRSS, rssBytes(t))
 		time.Sleep(time.Second) // the scrape interval
 	}
@@ -261,7 +263,7 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 	}
 	scrape(nil)
 	waitFor(t, "the lookups to end", func() bool {
-		return pendingEntries(t, a) == 0 && runtime.NumGoroutine() <= idleGoroutines
+		return pendingEntries(t, a) == 0 && goruntime.NumGoroutine() <= idleGoroutines
 	})
 	goroutines, rss, released := measure(t)
 	t.Logf("after: %d goroutines, RSS %.1f MB (%+.1f%% of idle); %.1f MB (%+.1f%%) once the Go runtime returns free memory",
@@ -282,8 +284,8 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 
 // measure returns the goroutines, the RSS after a GC, and the RSS once the Go runtime has returned free memory.
 func measure(t *testing.T) (goroutines int, rss, released int64) {
-	runtime.GC()
-	goroutines, rss = runtime.NumGoroutine(), rssBytes(t)
+	goruntime.GC()
+	goroutines, rss = goruntime.NumGoroutine(), rssBytes(t)
 	debug.FreeOSMemory()
 	return goroutines, rss, rssBytes(t)
 }

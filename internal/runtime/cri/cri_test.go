@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
@@ -239,7 +239,7 @@ func TestResolveKubernetesContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := attribution.Container{
+	want := runtime.Container{
 		Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer",
 		PodLabels: map[string]string{"app": "trainer", "team": "vision"},
 	}
@@ -302,7 +302,7 @@ func TestResolveSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := attribution.Container{
+	want := runtime.Container{
 		Namespace: "ml", Pod: "trainer-0", PodUID: podUID,
 		PodLabels: map[string]string{"app": "trainer", "team": "vision"},
 	}
@@ -325,7 +325,7 @@ func TestResolveNonKubernetesContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Name: "debug"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Name: "debug"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve(crictl container) = %+v, want %+v", got, want)
 	}
 	if n := f.callCount("ListPodSandbox"); n != 0 {
@@ -341,7 +341,7 @@ func TestResolveContainerWhoseSandboxIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 }
@@ -350,7 +350,7 @@ func TestResolveNotFound(t *testing.T) {
 	f := fixtureRuntime()
 	r := newTestResolver(t, serve(t, f))
 	_, err := r.Resolve(context.Background(), unknownID)
-	if !errors.Is(err, attribution.ErrNotFound) {
+	if !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve(unknown) error = %v, want ErrNotFound", err)
 	}
 	if f.callCount("ContainerStatus") != 1 || f.callCount("PodSandboxStatus") != 1 {
@@ -363,7 +363,7 @@ func TestResolveCRIDockerdNotFound(t *testing.T) {
 	f := fixtureRuntime()
 	f.statusErr = status.Error(codes.Unknown, "Error response from daemon: No such container: "+unknownID)
 	r := newTestResolver(t, serve(t, f))
-	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve(unknown) error = %v, want ErrNotFound", err)
 	}
 }
@@ -374,7 +374,7 @@ func TestResolveRuntimeErrorIsWrapped(t *testing.T) {
 	ep := serve(t, f)
 	r := newTestResolver(t, ep)
 	_, err := r.Resolve(context.Background(), trainerID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve error = %v, want a runtime error", err)
 	}
 	if want := "CRI ContainerStatus on " + ep + ": "; !strings.Contains(err.Error(), want) {
@@ -392,7 +392,7 @@ func TestResolveRuntimeDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := r.Resolve(ctx, trainerID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve error = %v, want an error", err)
 	}
 	if !strings.Contains(err.Error(), "CRI ContainerStatus on "+ep) {
@@ -421,7 +421,7 @@ func TestResolveHonoursDeadline(t *testing.T) {
 		if status.Code(err) != codes.DeadlineExceeded {
 			t.Errorf("Resolve error = %v, want DeadlineExceeded", err)
 		}
-		if errors.Is(err, attribution.ErrNotFound) {
+		if errors.Is(err, runtime.ErrNotFound) {
 			t.Errorf("a timeout must not read as ErrNotFound")
 		}
 	case <-time.After(10 * time.Second):
@@ -440,7 +440,7 @@ func TestResolveAsksEveryEndpoint(t *testing.T) {
 	if got.Name != "trainer" || got.Pod != "trainer-0" {
 		t.Errorf("Resolve = %+v, want trainer in trainer-0", got)
 	}
-	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Resolve(unknown) error = %v, want ErrNotFound when every endpoint says not found", err)
 	}
 }
@@ -450,7 +450,7 @@ func TestResolveDownEndpointIsNotNotFound(t *testing.T) {
 	down := "unix://" + filepath.Join(socketDir(t), "absent.sock")
 	r := newTestResolver(t, serve(t, &fakeRuntime{}), down)
 	_, err := r.Resolve(context.Background(), unknownID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve error = %v, want an error naming %s", err, down)
 	}
 	if !strings.Contains(err.Error(), down) {
@@ -502,14 +502,14 @@ func TestRuntimeStartsLater(t *testing.T) {
 		t.Fatalf("newResolver without sockets: %v", err)
 	}
 	t.Cleanup(func() { r.Close() })
-	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("Resolve without a socket: error = %v, want ErrUnavailable", err)
 	}
 
 	srv := serveAt(t, path, fixtureRuntime())
 
 	clock.t = clock.t.Add(9 * time.Second)
-	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("Resolve within the probe interval: error = %v, want ErrUnavailable (no new probe yet)", err)
 	}
 	clock.t = clock.t.Add(time.Second)
@@ -530,7 +530,7 @@ func TestRuntimeStartsLater(t *testing.T) {
 		os.Remove(path)
 	}
 	clock.t = clock.t.Add(10 * time.Second)
-	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("Resolve after the socket was removed: error = %v, want ErrUnavailable", err)
 	}
 }
@@ -542,13 +542,13 @@ func TestResolvePodListFails(t *testing.T) {
 	f.listErr = status.Error(codes.Internal, "boom")
 	r := newTestResolver(t, serve(t, f))
 	got, err := r.Resolve(context.Background(), trainerID)
-	if !errors.Is(err, attribution.ErrIncomplete) {
+	if !errors.Is(err, runtime.ErrIncomplete) {
 		t.Fatalf("Resolve error = %v, want ErrIncomplete", err)
 	}
 	if !strings.Contains(err.Error(), "ListPodSandbox") {
 		t.Errorf("Resolve error = %v, want the ListPodSandbox failure in it", err)
 	}
-	if want := (attribution.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 
@@ -634,7 +634,7 @@ func TestResolveAfterRuntimeRestart(t *testing.T) {
 	}
 
 	srv.Stop() // also removes the socket, as containerd's shutdown does
-	if _, err := r.Resolve(context.Background(), trainerID); err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), trainerID); err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve with the runtime stopped: error = %v, want a runtime error", err)
 	}
 

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
@@ -58,7 +58,7 @@ type Resolver struct {
 	dialed    map[string]*endpoint // every candidate endpoint ever found, by name; closed by Close
 }
 
-var _ attribution.Resolver = (*Resolver)(nil)
+var _ runtime.Resolver = (*Resolver)(nil)
 
 // endpoint is one runtime socket and what was learned from it.
 type endpoint struct {
@@ -77,7 +77,7 @@ type Config struct {
 	// Endpoints are the CRI sockets to ask, in turn (unix:///path or a bare /path). Empty: those of
 	// DefaultEndpoints whose socket exists, looked for again (one stat each) at most every socket.RecheckInterval
 	// when a lookup comes, so that a runtime which starts after the exporter is found; while there is none, Resolve
-	// answers attribution.ErrUnavailable.
+	// answers runtime.ErrUnavailable.
 	Endpoints []string
 	Logger    *slog.Logger
 }

@@ -12,29 +12,29 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
-// Name implements attribution.Resolver.
-func (r *Resolver) Name() string { return attribution.ResolverCRI }
+// Name implements runtime.Resolver.
+func (r *Resolver) Name() string { return runtime.ResolverCRI }
 
-// Resolve implements attribution.Resolver. Each endpoint is asked in turn until one knows the container;
+// Resolve implements runtime.Resolver. Each endpoint is asked in turn until one knows the container;
 // ErrNotFound means every endpoint answered that it does not, and any endpoint that failed to answer makes
 // the result an error instead, since that runtime may well own the container. With no socket to ask, the answer
-// is attribution.ErrUnavailable.
-func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution.Container, error) {
+// is runtime.ErrUnavailable.
+func (r *Resolver) Resolve(ctx context.Context, containerID string) (runtime.Container, error) {
 	eps := r.active()
 	if len(eps) == 0 {
-		return attribution.Container{}, fmt.Errorf("no CRI socket among %s: %w",
-			strings.Join(r.candidates, ", "), attribution.ErrUnavailable)
+		return runtime.Container{}, fmt.Errorf("no CRI socket among %s: %w",
+			strings.Join(r.candidates, ", "), runtime.ErrUnavailable)
 	}
 	var errs []error
 	for _, ep := range eps {
 		c, err := ep.resolve(ctx, containerID)
-		if err == nil || errors.Is(err, attribution.ErrIncomplete) {
+		if err == nil || errors.Is(err, runtime.ErrIncomplete) {
 			return c, err
 		}
-		if !errors.Is(err, attribution.ErrNotFound) {
+		if !errors.Is(err, runtime.ErrNotFound) {
 			errs = append(errs, err)
 		}
 		if ctx.Err() != nil {
@@ -42,25 +42,25 @@ func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution
 		}
 	}
 	if len(errs) > 0 {
-		return attribution.Container{}, errors.Join(errs...)
+		return runtime.Container{}, errors.Join(errs...)
 	}
-	return attribution.Container{}, attribution.ErrNotFound
+	return runtime.Container{}, runtime.ErrNotFound
 }
 
-func (ep *endpoint) resolve(ctx context.Context, id string) (attribution.Container, error) {
+func (ep *endpoint) resolve(ctx context.Context, id string) (runtime.Container, error) {
 	resp, err := ep.client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if isNotFound(err) {
 		// The ID may be a pod sandbox's (the pause container): those are not containers to the CRI.
 		return ep.resolveSandbox(ctx, id)
 	}
 	if err != nil {
-		return attribution.Container{}, fmt.Errorf("CRI ContainerStatus on %s: %w", ep.name, err)
+		return runtime.Container{}, fmt.Errorf("CRI ContainerStatus on %s: %w", ep.name, err)
 	}
 	st := resp.GetStatus()
 	if st == nil {
-		return attribution.Container{}, fmt.Errorf("CRI ContainerStatus on %s: empty status for %s", ep.name, id)
+		return runtime.Container{}, fmt.Errorf("CRI ContainerStatus on %s: empty status for %s", ep.name, id)
 	}
-	c := attribution.KubernetesNames(st.GetLabels())
+	c := runtime.KubernetesNames(st.GetLabels())
 	c.Runtime = ep.runtimeName(ctx)
 	if c.Name == "" {
 		// Not created by kubelet (crictl, a test harness): the CRI metadata name is all there is.
@@ -72,7 +72,7 @@ func (ep *endpoint) resolve(ctx context.Context, id string) (attribution.Contain
 	p, ok, err := ep.pod(ctx, c.PodUID)
 	if err != nil {
 		// The container's names are known: keep them, without the pod's labels, for now.
-		return c, fmt.Errorf("%w: %w", attribution.ErrIncomplete, err)
+		return c, fmt.Errorf("%w: %w", runtime.ErrIncomplete, err)
 	}
 	if ok {
 		c.PodLabels = maps.Clone(p.labels)
@@ -83,23 +83,23 @@ func (ep *endpoint) resolve(ctx context.Context, id string) (attribution.Contain
 }
 
 // resolveSandbox names a pod sandbox (pause container) ID: the pod, with no container name.
-func (ep *endpoint) resolveSandbox(ctx context.Context, id string) (attribution.Container, error) {
+func (ep *endpoint) resolveSandbox(ctx context.Context, id string) (runtime.Container, error) {
 	resp, err := ep.client.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
 	if isNotFound(err) {
-		return attribution.Container{}, attribution.ErrNotFound
+		return runtime.Container{}, runtime.ErrNotFound
 	}
 	if err != nil {
-		return attribution.Container{}, fmt.Errorf("CRI PodSandboxStatus on %s: %w", ep.name, err)
+		return runtime.Container{}, fmt.Errorf("CRI PodSandboxStatus on %s: %w", ep.name, err)
 	}
 	st := resp.GetStatus()
 	if st == nil {
-		return attribution.Container{}, fmt.Errorf("CRI PodSandboxStatus on %s: empty status for %s", ep.name, id)
+		return runtime.Container{}, fmt.Errorf("CRI PodSandboxStatus on %s: empty status for %s", ep.name, id)
 	}
 	p := podFromSandbox(st.GetMetadata(), st.GetLabels())
 	if p.uid != "" {
 		ep.pods.put(p.uid, p)
 	}
-	return attribution.Container{Namespace: p.namespace, Pod: p.name, PodUID: p.uid, PodLabels: maps.Clone(p.labels),
+	return runtime.Container{Namespace: p.namespace, Pod: p.name, PodUID: p.uid, PodLabels: maps.Clone(p.labels),
 		Runtime: ep.runtimeName(ctx)}, nil
 }
 
@@ -140,7 +140,7 @@ func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
 		return p, true, nil
 	}
 	resp, err := ep.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
-		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{attribution.LabelPodUID: uid}},
+		Filter: &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{runtime.LabelPodUID: uid}},
 	})
 	if err != nil {
 		return pod{}, false, fmt.Errorf("CRI ListPodSandbox on %s: %w", ep.name, err)
@@ -148,7 +148,7 @@ func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
 	// A pod whose sandbox was recreated has several until kubelet removes the old ones; the newest is current.
 	var newest *runtimeapi.PodSandbox
 	for _, s := range resp.GetItems() {
-		if s.GetMetadata().GetUid() != uid && s.GetLabels()[attribution.LabelPodUID] != uid {
+		if s.GetMetadata().GetUid() != uid && s.GetLabels()[runtime.LabelPodUID] != uid {
 			continue // a runtime that ignored the filter
 		}
 		if newest == nil || s.GetCreatedAt() > newest.GetCreatedAt() {
@@ -168,12 +168,12 @@ func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
 // kubelet's io.kubernetes.* ones, which are dropped.
 func podFromSandbox(md *runtimeapi.PodSandboxMetadata, labels map[string]string) pod {
 	p := pod{
-		namespace: cmp.Or(md.GetNamespace(), labels[attribution.LabelPodNamespace]),
-		name:      cmp.Or(md.GetName(), labels[attribution.LabelPodName]),
-		uid:       cmp.Or(md.GetUid(), labels[attribution.LabelPodUID]),
+		namespace: cmp.Or(md.GetNamespace(), labels[runtime.LabelPodNamespace]),
+		name:      cmp.Or(md.GetName(), labels[runtime.LabelPodName]),
+		uid:       cmp.Or(md.GetUid(), labels[runtime.LabelPodUID]),
 	}
 	for k, v := range labels {
-		if strings.HasPrefix(k, attribution.KubernetesLabelPrefix) {
+		if strings.HasPrefix(k, runtime.KubernetesLabelPrefix) {
 			continue
 		}
 		if p.labels == nil {
