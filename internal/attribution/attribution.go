@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/selfmetrics"
 )
 
 // Defaults for the zero values of Config.
@@ -91,6 +92,7 @@ type Attributor struct {
 	users   UserResolver
 	logger  *slog.Logger
 	metrics *metrics
+	self    selfmetrics.Set // metrics, as a prometheus.Collector
 	health  *procfs.Health
 	names   *names
 
@@ -134,6 +136,7 @@ func New(cfg Config) *Attributor {
 		cfg.Now = time.Now
 	}
 	m := newMetrics(cfg.Resolvers)
+	n := newNames(cfg, m)
 	kernel, _ := procfs.IsProcFS(cfg.ProcFS)
 	return &Attributor{
 		procfs:   cfg.ProcFS,
@@ -142,8 +145,9 @@ func New(cfg Config) *Attributor {
 		users:    cfg.Users,
 		logger:   cfg.Logger,
 		metrics:  m,
+		self:     m.set(n),
 		health:   procfs.NewHealth(cfg.ProcFS, cfg.Logger),
-		names:    newNames(cfg, m),
+		names:    n,
 	}
 }
 
