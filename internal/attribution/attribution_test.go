@@ -22,6 +22,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // --- fixtures -------------------------------------------------------------------------------------------------
@@ -150,34 +151,6 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
-}
-
-// logRecorder keeps every record at Info or above.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (l *logRecorder) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= slog.LevelInfo }
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	l.records = append(l.records, r)
-	l.mu.Unlock()
-	return nil
-}
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
-
-func (l *logRecorder) count(lvl slog.Level) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.records {
-		if r.Level == lvl {
-			n++
-		}
-	}
-	return n
 }
 
 // metricValue gathers the Attributor's metrics through a pedantic registry (which also checks that Describe and
@@ -483,7 +456,7 @@ func TestRuntimeDown(t *testing.T) {
 	cri.set(cid(2), runtime.Container{Namespace: "n", Pod: "p2", Name: "c2"})
 	cri.setErr(errors.New("connection refused"))
 	clk := newClock()
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, NegativeTTL: 10 * time.Second, Now: clk.Now,
 		Logger: slog.New(logs), LookupBudget: time.Minute})
 
@@ -497,7 +470,7 @@ func TestRuntimeDown(t *testing.T) {
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": "error"}); v != 6 {
 		t.Errorf("requests_total{cri,error} = %v, want 6", v)
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings for one outage, want 1", n)
 	}
 
@@ -506,10 +479,10 @@ func TestRuntimeDown(t *testing.T) {
 	if got := owners[2].Identity.Pod; got != "p2" {
 		t.Errorf("runtime back: pod = %q, want p2", got)
 	}
-	if n := logs.count(slog.LevelInfo); n != 1 {
+	if n := logs.Count(slog.LevelInfo); n != 1 {
 		t.Errorf("%d info records on recovery, want 1", n)
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings after recovery, want still 1", n)
 	}
 }
@@ -517,7 +490,7 @@ func TestRuntimeDown(t *testing.T) {
 func TestPIDVanished(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(1, "alive", "0::/system.slice/a.service\n")
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		owners := a.Attribute(t.Context(), snapshot(1, 4242))
@@ -532,7 +505,7 @@ func TestPIDVanished(t *testing.T) {
 			t.Errorf("live PID: %+v", owners[1])
 		}
 	}
-	if n := len(logs.records); n != 0 {
+	if n := logs.CountAtLeast(slog.LevelInfo); n != 0 {
 		t.Errorf("%d log records at info or above for an exited process, want 0", n)
 	}
 	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "exited"}); v != 3 {
@@ -560,12 +533,12 @@ func TestProcFSUnreadableLogsOnce(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(p.root, "3", "stat"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		a.Attribute(t.Context(), snapshot(3))
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings, want 1", n)
 	}
 	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "other"}); v != 3 {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // A runtime without a socket (a node without Docker) answers ErrUnavailable: counted as such, never as an error,
@@ -23,7 +24,7 @@ func TestUnavailableRuntimeIsNotAnError(t *testing.T) {
 	docker := newResolver("docker")
 	docker.setErr(fmt.Errorf("docker: no socket at unix:///var/run/docker.sock: %w", runtime.ErrUnavailable))
 	clk := newClock()
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{docker}, Now: clk.Now, LookupBudget: time.Minute,
 		Logger: slog.New(logs)})
 	for range 3 {
@@ -42,7 +43,7 @@ func TestUnavailableRuntimeIsNotAnError(t *testing.T) {
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "docker", "result": "error"}); v != 0 {
 		t.Errorf("requests_total{docker,error} = %v, want 0", v)
 	}
-	if n := logs.count(slog.LevelWarn) + logs.count(slog.LevelInfo); n != 0 {
+	if n := logs.Count(slog.LevelWarn) + logs.Count(slog.LevelInfo); n != 0 {
 		t.Errorf("%d log records at info or above for an absent runtime, want 0", n)
 	}
 }
@@ -179,20 +180,20 @@ func TestProcFSMixedScrapeDoesNotFlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.writeProc(4, "ok", "0::/system.slice/ollama.service\n")
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		a.Attribute(t.Context(), snapshot(3, 4))
 		a.Attribute(t.Context(), snapshot(4, 3))
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings over six mixed scrapes, want 1", n)
 	}
-	if n := logs.count(slog.LevelInfo); n != 0 {
+	if n := logs.Count(slog.LevelInfo); n != 0 {
 		t.Errorf("%d info records over six mixed scrapes, want 0", n)
 	}
 	a.Attribute(t.Context(), snapshot(4))
-	if n := logs.count(slog.LevelInfo); n != 1 {
+	if n := logs.Count(slog.LevelInfo); n != 1 {
 		t.Errorf("%d info records once every process is readable, want 1", n)
 	}
 }
@@ -202,24 +203,24 @@ func TestProcFSMixedScrapeDoesNotFlap(t *testing.T) {
 func TestAllPIDsMissingWarnsOncePerChange(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(4, "ok", "0::/system.slice/ollama.service\n")
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		a.Attribute(t.Context(), snapshot(7, 8))
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Fatalf("%d warnings over three readings with every PID missing, want 1", n)
 	}
-	if msg := logs.records[0].Message; !strings.Contains(msg, "--path.procfs") {
+	if msg := logs.Messages(slog.LevelWarn)[0]; !strings.Contains(msg, "--path.procfs") {
 		t.Errorf("warning %q does not point at --path.procfs", msg)
 	}
 	a.Attribute(t.Context(), snapshot(4, 7)) // one found, one exited: normal
 	a.Attribute(t.Context(), snapshot(4))
-	if w, i := logs.count(slog.LevelWarn), logs.count(slog.LevelInfo); w != 1 || i != 1 {
+	if w, i := logs.Count(slog.LevelWarn), logs.Count(slog.LevelInfo); w != 1 || i != 1 {
 		t.Errorf("after PIDs are found again: %d warnings, %d info records; want 1 and 1", w, i)
 	}
 	a.Attribute(t.Context(), snapshot(9))
-	if n := logs.count(slog.LevelWarn); n != 2 {
+	if n := logs.Count(slog.LevelWarn); n != 2 {
 		t.Errorf("%d warnings after every PID goes missing again, want 2", n)
 	}
 }

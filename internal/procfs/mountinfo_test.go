@@ -1,21 +1,13 @@
 package procfs
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
-
-// warnings counts the warnings logged.
-type warnings struct{ n atomic.Int32 }
-
-func (w *warnings) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= slog.LevelWarn }
-func (w *warnings) Handle(context.Context, slog.Record) error      { w.n.Add(1); return nil }
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler             { return w }
-func (w *warnings) WithGroup(string) slog.Handler                  { return w }
 
 func TestHidepid(t *testing.T) {
 	dir := t.TempDir()
@@ -48,14 +40,14 @@ func TestHidepid(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "self", "mountinfo"), []byte(line), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs := &warnings{}
+	logs := &testkit.Logs{}
 	WarnIfHidepid(dir, slog.New(logs))
-	if n := logs.n.Load(); n != 1 {
+	if n := logs.CountAtLeast(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings for a hidepid procfs, want 1", n)
 	}
-	logs = &warnings{}
+	logs = &testkit.Logs{}
 	WarnIfHidepid(t.TempDir(), slog.New(logs))
-	if n := logs.n.Load(); n != 0 {
+	if n := logs.CountAtLeast(slog.LevelWarn); n != 0 {
 		t.Errorf("%d warnings without a mountinfo, want 0", n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -204,7 +205,7 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 // waitFor polls cond for up to 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	e2eutil.WaitFor(t, 20*time.Second, what, cond)
+	testkit.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // values returns the values of the family's series that carry all of want, space-separated.

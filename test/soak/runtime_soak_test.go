@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
@@ -297,5 +298,5 @@ func pct(v, base int64) float64 { return 100 * (float64(v)/float64(base) - 1) }
 // waitFor polls cond for up to a minute.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	e2eutil.WaitFor(t, time.Minute, what, cond)
+	testkit.WaitFor(t, time.Minute, what, cond)
 }

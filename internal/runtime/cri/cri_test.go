@@ -18,6 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
@@ -183,39 +184,18 @@ func fixtureRuntime() *fakeRuntime {
 	}
 }
 
-// socketDir returns a short temporary directory: unix socket paths are limited to 108 bytes, which the
-// test-name-derived t.TempDir can exceed.
-func socketDir(t *testing.T) string {
+// serveCRI serves f's CRI on a new unix socket at path until the test ends or the returned server is stopped.
+func serveCRI(t *testing.T, path string, f runtimeapi.RuntimeServiceServer) *grpc.Server {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "cri")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return testkit.ServeGRPC(t, path, func(s *grpc.Server) { runtimeapi.RegisterRuntimeServiceServer(s, f) })
 }
 
 // serve starts f on a unix socket and returns its endpoint.
 func serve(t *testing.T, f *fakeRuntime) string {
 	t.Helper()
-	path := filepath.Join(socketDir(t), "cri.sock")
-	serveAt(t, path, f)
+	path := filepath.Join(testkit.SocketDir(t), "cri.sock")
+	serveCRI(t, path, f)
 	return "unix://" + path
-}
-
-// serveAt serves f's CRI on a new unix socket at path until the test ends or the returned server is stopped (which
-// removes the socket, as a runtime's shutdown does).
-func serveAt(t *testing.T, path string, f runtimeapi.RuntimeServiceServer) *grpc.Server {
-	t.Helper()
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, f)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return srv
 }
 
 func newTestResolver(t *testing.T, endpoints ...string) *Resolver {
@@ -387,7 +367,7 @@ func TestResolveRuntimeErrorIsWrapped(t *testing.T) {
 
 func TestResolveRuntimeDown(t *testing.T) {
 	// Nothing listens on the socket: the call must fail promptly with an error, not ErrNotFound.
-	ep := "unix://" + filepath.Join(socketDir(t), "absent.sock")
+	ep := "unix://" + filepath.Join(testkit.SocketDir(t), "absent.sock")
 	r := newTestResolver(t, ep)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -447,7 +427,7 @@ func TestResolveAsksEveryEndpoint(t *testing.T) {
 
 func TestResolveDownEndpointIsNotNotFound(t *testing.T) {
 	// One runtime says "not found", the other cannot be asked: the container may be the second one's.
-	down := "unix://" + filepath.Join(socketDir(t), "absent.sock")
+	down := "unix://" + filepath.Join(testkit.SocketDir(t), "absent.sock")
 	r := newTestResolver(t, serve(t, &fakeRuntime{}), down)
 	_, err := r.Resolve(context.Background(), unknownID)
 	if err == nil || errors.Is(err, runtime.ErrNotFound) {
@@ -459,7 +439,7 @@ func TestResolveDownEndpointIsNotNotFound(t *testing.T) {
 }
 
 func TestProbePicksExistingSockets(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	sock := filepath.Join(dir, "containerd.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -495,7 +475,7 @@ func TestProbePicksExistingSockets(t *testing.T) {
 // A runtime that starts after the exporter: with no socket, lookups are a cheap definite "unavailable", and the
 // socket is looked for again once the interval has passed, not on every lookup.
 func TestRuntimeStartsLater(t *testing.T) {
-	path := filepath.Join(socketDir(t), "containerd.sock")
+	path := filepath.Join(testkit.SocketDir(t), "containerd.sock")
 	clock := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	r, err := newResolver(nil, []string{"unix://" + path}, nil, 10*time.Second, clock.now)
 	if err != nil {
@@ -506,7 +486,7 @@ func TestRuntimeStartsLater(t *testing.T) {
 		t.Fatalf("Resolve without a socket: error = %v, want ErrUnavailable", err)
 	}
 
-	srv := serveAt(t, path, fixtureRuntime())
+	srv := serveCRI(t, path, fixtureRuntime())
 
 	clock.t = clock.t.Add(9 * time.Second)
 	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, runtime.ErrUnavailable) {
@@ -625,8 +605,8 @@ func TestResolveAfterRuntimeRestart(t *testing.T) {
 	// The runtime stops and comes back on the same socket: the lazily connected client must reconnect by itself
 	// and names come back within a few reconnect delays. (That the delay is capped at reconnectMaxDelay after a
 	// long outage would take minutes to show; it is gRPC's documented ConnectParams behaviour.)
-	path := filepath.Join(socketDir(t), "cri.sock")
-	start := func() *grpc.Server { return serveAt(t, path, fixtureRuntime()) }
+	path := filepath.Join(testkit.SocketDir(t), "cri.sock")
+	start := func() *grpc.Server { return serveCRI(t, path, fixtureRuntime()) }
 	srv := start()
 	r := newTestResolver(t, "unix://"+path)
 	if _, err := r.Resolve(context.Background(), trainerID); err != nil {

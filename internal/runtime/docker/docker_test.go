@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 const (
@@ -73,21 +74,10 @@ func (d *fakeDaemon) requested() []string {
 	return append([]string(nil), d.paths...)
 }
 
-// socketDir returns a short temporary directory: unix socket paths are limited to 108 bytes.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "docker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // serve starts h on a unix socket and returns its host URL.
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
-	path := filepath.Join(socketDir(t), "api.sock")
+	path := filepath.Join(testkit.SocketDir(t), "api.sock")
 	serveAt(t, path, h)
 	return "unix://" + path
 }
@@ -201,7 +191,7 @@ func TestDockerServerError(t *testing.T) {
 }
 
 func TestDockerDaemonDown(t *testing.T) {
-	host := "unix://" + filepath.Join(socketDir(t), "docker.sock")
+	host := "unix://" + filepath.Join(testkit.SocketDir(t), "docker.sock")
 	r := newDocker(t, host)
 	_, err := r.Resolve(context.Background(), plainID)
 	if err == nil || errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrUnavailable) {
@@ -374,7 +364,7 @@ func TestPodmanPodError(t *testing.T) {
 // The default socket need not exist: until it does, lookups are a cheap "unavailable" (no dial, no error), it is
 // looked for again once per interval, and a daemon that goes away taking its socket is unavailable again.
 func TestDefaultSocketAppearsLater(t *testing.T) {
-	path := filepath.Join(socketDir(t), "docker.sock")
+	path := filepath.Join(testkit.SocketDir(t), "docker.sock")
 	r, err := newResolver("docker", "", "unix://"+path, false)
 	if err != nil {
 		t.Fatal(err)
