@@ -81,12 +81,7 @@ func serveHungCRI(path string) {
 // startHungCRI runs the hung CRI in a child process and returns its endpoint.
 func startHungCRI(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "soak-cri") // short: a unix socket path has at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "cri.sock")
+	path := filepath.Join(testkit.SocketDir(t), "cri.sock")
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), hungCRIEnv+"="+path)
 	cmd.Stderr = os.Stderr
@@ -94,17 +89,14 @@ func startHungCRI(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := net.Dial("unix", path); err == nil {
+	testkit.WaitFor(t, 30*time.Second, "the hung CRI to listen", func() bool {
+		c, err := net.Dial("unix", path)
+		if err == nil {
 			c.Close()
-			return "unix://" + path
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the hung CRI does not listen")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return "unix://" + path
 }
 
 // rssBytes is this process's resident set size.
