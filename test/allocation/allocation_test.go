@@ -66,7 +66,7 @@ var allocations = []fake.Device{
 }
 
 func TestAllocationSignalsAndKubeletOutage(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	sock := filepath.Join(dir, "kubelet.sock")
 	cfg := filepath.Join(dir, "node.yaml")
 	if err := os.WriteFile(cfg, []byte(node), 0o644); err != nil {
@@ -165,7 +165,7 @@ func TestAllocationSignalsAndKubeletOutage(t *testing.T) {
 // Without the socket at all (not a Kubernetes node) the exporter serves everything else and says the source is
 // unavailable.
 func TestNoKubeletSocket(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	cfg := filepath.Join(dir, "node.yaml")
 	if err := os.WriteFile(cfg, []byte(node), 0o644); err != nil {
 		t.Fatal(err)
@@ -182,17 +182,6 @@ func TestNoKubeletSocket(t *testing.T) {
 	if n := len(fams["gpu_allocation_info"].GetMetric()) + len(fams["gpu_unrequested_use"].GetMetric()); n != 0 {
 		t.Errorf("%d allocation series without a kubelet, want none", n)
 	}
-}
-
-// socketDir is a short directory: unix socket paths are limited to 108 bytes.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "gpe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // scrape parses the exporter's /metrics.
