@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/docker"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
@@ -66,7 +67,7 @@ func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, 
 	if err != nil {
 		return nil, err
 	}
-	cfg.Resolvers = []attribution.Resolver{c, d, p}
+	cfg.Resolvers = []runtime.Resolver{c, d, p}
 	return attribution.New(cfg), nil
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
@@ -65,15 +65,15 @@ func (f *kubeletFlags) warnings() []string {
 
 // allocationOffer is a GPU source that can stand in for the kubelet: a simulated node file with allocations.
 type allocationOffer interface {
-	collector.AllocationSource
+	allocation.Source
 	HasAllocations() bool
 }
 
 // allocations is what kubeletFlags.start built.
 type allocations struct {
-	source collector.AllocationSource // nil: allocations are not exported
-	self   []prometheus.Collector     // the kubelet client's self-metrics
-	stop   func()                     // stops the client; never nil
+	source allocation.Source      // nil: allocations are not exported
+	self   []prometheus.Collector // the kubelet client's self-metrics
+	stop   func()                 // stops the client; never nil
 	// describe says where allocations come from, for the startup summary.
 	describe string
 }

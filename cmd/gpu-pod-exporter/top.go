@@ -12,7 +12,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/charmbracelet/x/term"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
 )
@@ -90,7 +90,9 @@ func (f *topFlags) run(ctx context.Context, logger *slog.Logger, offer allocatio
 			}
 			rd := top.Reading{Result: r}
 			if allocations != nil {
-				rd.Allocations = collector.ReadAllocationSignals(allocations, r)
+				if allocs, ok := allocations.Allocations(); ok {
+					rd.Allocations = allocation.Join(allocs, r)
+				}
 			}
 			return rd, nil
 		},

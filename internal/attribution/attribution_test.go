@@ -21,6 +21,8 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // --- fixtures -------------------------------------------------------------------------------------------------
@@ -86,40 +88,40 @@ func snapshot(pids ...uint32) *gpu.Snapshot {
 type fakeResolver struct {
 	name  string
 	mu    sync.Mutex
-	known map[string]Container
+	known map[string]runtime.Container
 	err   error // returned for every call when set
 	gate  chan struct{}
 	calls atomic.Int64
 }
 
 func newResolver(name string) *fakeResolver {
-	return &fakeResolver{name: name, known: make(map[string]Container)}
+	return &fakeResolver{name: name, known: make(map[string]runtime.Container)}
 }
 
 func (r *fakeResolver) Name() string { return r.name }
 
-func (r *fakeResolver) Resolve(ctx context.Context, id string) (Container, error) {
+func (r *fakeResolver) Resolve(ctx context.Context, id string) (runtime.Container, error) {
 	r.calls.Add(1)
 	if r.gate != nil {
 		select {
 		case <-r.gate:
 		case <-ctx.Done():
-			return Container{}, ctx.Err()
+			return runtime.Container{}, ctx.Err()
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
-		return Container{}, r.err
+		return runtime.Container{}, r.err
 	}
 	c, ok := r.known[id]
 	if !ok {
-		return Container{}, ErrNotFound
+		return runtime.Container{}, runtime.ErrNotFound
 	}
 	return c, nil
 }
 
-func (r *fakeResolver) set(id string, c Container) {
+func (r *fakeResolver) set(id string, c runtime.Container) {
 	r.mu.Lock()
 	r.known[id] = c
 	r.mu.Unlock()
@@ -149,34 +151,6 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
-}
-
-// logRecorder keeps every record at Info or above.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (l *logRecorder) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= slog.LevelInfo }
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	l.records = append(l.records, r)
-	l.mu.Unlock()
-	return nil
-}
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
-
-func (l *logRecorder) count(lvl slog.Level) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.records {
-		if r.Level == lvl {
-			n++
-		}
-	}
-	return n
 }
 
 // metricValue gathers the Attributor's metrics through a pedantic registry (which also checks that Describe and
@@ -238,10 +212,10 @@ func TestAttributeKubernetesColdThenWarm(t *testing.T) {
 	p.writeProc(101, "python3", crioCgroup(puid(1), cid(1))) // second process of the same container
 	p.writeProc(200, "trainer", crioCgroup(puid(2), cid(2)))
 	cri := newResolver("cri")
-	cri.set(cid(1), Container{Namespace: "ml", Pod: "jupyter-0", PodUID: puid(1), Name: "notebook"})
-	cri.set(cid(2), Container{Namespace: "ml", Pod: "train-abc", PodUID: puid(2), Name: "trainer"})
+	cri.set(cid(1), runtime.Container{Namespace: "ml", Pod: "jupyter-0", PodUID: puid(1), Name: "notebook"})
+	cri.set(cid(2), runtime.Container{Namespace: "ml", Pod: "train-abc", PodUID: puid(2), Name: "trainer"})
 	docker := newResolver("docker")
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{docker, cri}, LookupBudget: time.Minute})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{docker, cri}, LookupBudget: time.Minute})
 
 	owners := a.Attribute(t.Context(), snapshot(100, 101, 200))
 	want := Owner{Name: "python3", Identity: Identity{
@@ -299,7 +273,7 @@ func TestAttributeNonContainerOwners(t *testing.T) {
 	p.writeProc(1, "ollama", "0::/system.slice/ollama.service\n")
 	p.writeProc(2, "lmp", "0::/system.slice/slurmstepd.scope/job_211/step_0/user/task_0\n")
 	r := newResolver("cri")
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{r}})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{r}})
 	owners := a.Attribute(t.Context(), snapshot(1, 2))
 	if got := owners[1]; got.Name != "ollama" || got.Identity.SystemdUnit != "ollama.service" {
 		t.Errorf("service: %+v", got)
@@ -317,7 +291,7 @@ func TestNegativeCacheTTL(t *testing.T) {
 	p.writeProc(7, "x", "0::/system.slice/docker-"+cid(7)+".scope\n")
 	docker := newResolver("docker")
 	clk := newClock()
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{docker}, NegativeTTL: 30 * time.Second, Now: clk.Now, LookupBudget: time.Minute})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{docker}, NegativeTTL: 30 * time.Second, Now: clk.Now, LookupBudget: time.Minute})
 
 	owners := a.Attribute(t.Context(), snapshot(7))
 	if got := owners[7].Identity; got.ContainerID != cid(7) || got.Runtime != "docker" || got.Container != "" {
@@ -329,7 +303,7 @@ func TestNegativeCacheTTL(t *testing.T) {
 		t.Fatalf("within the TTL: %d calls, want 1", n)
 	}
 
-	docker.set(cid(7), Container{Name: "jupyter"})
+	docker.set(cid(7), runtime.Container{Name: "jupyter"})
 	clk.Advance(2 * time.Second)
 	owners = a.Attribute(t.Context(), snapshot(7))
 	if n := docker.calls.Load(); n != 2 {
@@ -348,9 +322,9 @@ func TestEvictionWhenContainerGone(t *testing.T) {
 	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
 	p.writeProc(2, "b", crioCgroup(puid(2), cid(2)))
 	cri := newResolver("cri")
-	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c"})
-	cri.set(cid(2), Container{Namespace: "n", Pod: "p2", Name: "c"})
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute})
+	cri.set(cid(1), runtime.Container{Namespace: "n", Pod: "p1", Name: "c"})
+	cri.set(cid(2), runtime.Container{Namespace: "n", Pod: "p2", Name: "c"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Minute})
 
 	a.Attribute(t.Context(), snapshot(1, 2))
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "resolved"}); v != 2 {
@@ -385,10 +359,10 @@ func TestEvictionWhenSnapshotsStayIncomplete(t *testing.T) {
 	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
 	p.writeProc(2, "b", crioCgroup(puid(2), cid(2)))
 	cri := newResolver("cri")
-	cri.set(cid(1), Container{Name: "c1"})
-	cri.set(cid(2), Container{Name: "c2"})
+	cri.set(cid(1), runtime.Container{Name: "c1"})
+	cri.set(cid(2), runtime.Container{Name: "c2"})
 	clk := newClock()
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, Now: clk.Now, LookupBudget: time.Minute})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, Now: clk.Now, LookupBudget: time.Minute})
 	a.Attribute(t.Context(), snapshot(1, 2))
 	incomplete := snapshot(1)
 	incomplete.Devices[0].ProcessesListed = false
@@ -409,8 +383,8 @@ func TestLookupBudgetWithSlowRuntime(t *testing.T) {
 	p.writeProc(5, "slow", crioCgroup(puid(5), cid(5)))
 	cri := newResolver("cri")
 	cri.gate = make(chan struct{})
-	cri.set(cid(5), Container{Namespace: "n", Pod: "p", Name: "c"})
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: 10 * time.Millisecond, LookupTimeout: time.Hour})
+	cri.set(cid(5), runtime.Container{Namespace: "n", Pod: "p", Name: "c"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: 10 * time.Millisecond, LookupTimeout: time.Hour})
 
 	// The runtime does not answer: the scrape returns at the budget with the cgroup labels.
 	owners := a.Attribute(t.Context(), snapshot(5))
@@ -464,7 +438,7 @@ func TestScrapeContextEndsTheWait(t *testing.T) {
 	p.writeProc(5, "slow", crioCgroup(puid(5), cid(5)))
 	cri := newResolver("cri")
 	cri.gate = make(chan struct{}) // never opened: Close ends the call through its context
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Hour, LookupTimeout: time.Hour})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Hour, LookupTimeout: time.Hour})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	owners := a.Attribute(ctx, snapshot(5))
@@ -478,12 +452,12 @@ func TestRuntimeDown(t *testing.T) {
 	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
 	p.writeProc(2, "b", crioCgroup(puid(2), cid(2)))
 	cri := newResolver("cri")
-	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c1"})
-	cri.set(cid(2), Container{Namespace: "n", Pod: "p2", Name: "c2"})
+	cri.set(cid(1), runtime.Container{Namespace: "n", Pod: "p1", Name: "c1"})
+	cri.set(cid(2), runtime.Container{Namespace: "n", Pod: "p2", Name: "c2"})
 	cri.setErr(errors.New("connection refused"))
 	clk := newClock()
-	logs := &logRecorder{}
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, NegativeTTL: 10 * time.Second, Now: clk.Now,
+	logs := &testkit.Logs{}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, NegativeTTL: 10 * time.Second, Now: clk.Now,
 		Logger: slog.New(logs), LookupBudget: time.Minute})
 
 	for range 3 {
@@ -496,7 +470,7 @@ func TestRuntimeDown(t *testing.T) {
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": "error"}); v != 6 {
 		t.Errorf("requests_total{cri,error} = %v, want 6", v)
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings for one outage, want 1", n)
 	}
 
@@ -505,10 +479,10 @@ func TestRuntimeDown(t *testing.T) {
 	if got := owners[2].Identity.Pod; got != "p2" {
 		t.Errorf("runtime back: pod = %q, want p2", got)
 	}
-	if n := logs.count(slog.LevelInfo); n != 1 {
+	if n := logs.Count(slog.LevelInfo); n != 1 {
 		t.Errorf("%d info records on recovery, want 1", n)
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings after recovery, want still 1", n)
 	}
 }
@@ -516,7 +490,7 @@ func TestRuntimeDown(t *testing.T) {
 func TestPIDVanished(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(1, "alive", "0::/system.slice/a.service\n")
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		owners := a.Attribute(t.Context(), snapshot(1, 4242))
@@ -531,7 +505,7 @@ func TestPIDVanished(t *testing.T) {
 			t.Errorf("live PID: %+v", owners[1])
 		}
 	}
-	if n := len(logs.records); n != 0 {
+	if n := logs.CountAtLeast(slog.LevelInfo); n != 0 {
 		t.Errorf("%d log records at info or above for an exited process, want 0", n)
 	}
 	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "exited"}); v != 3 {
@@ -559,12 +533,12 @@ func TestProcFSUnreadableLogsOnce(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(p.root, "3", "stat"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		a.Attribute(t.Context(), snapshot(3))
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings, want 1", n)
 	}
 	if v := metricValue(t, a, "gpu_pod_exporter_attribution_procfs_errors_total", map[string]string{"reason": "other"}); v != 3 {
@@ -576,16 +550,16 @@ func TestPodLabelAllowlist(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
 	cri := newResolver("cri")
-	cri.set(cid(1), Container{Namespace: "n", Pod: "p", Name: "c", PodLabels: map[string]string{
+	cri.set(cid(1), runtime.Container{Namespace: "n", Pod: "p", Name: "c", PodLabels: map[string]string{
 		"app": "llm", "team": "research", "secret-ish": "x",
 	}})
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"team", "app", "absent"}})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, PodLabels: []string{"team", "app", "absent"}})
 	got := a.Attribute(t.Context(), snapshot(1))[1].Identity.PodLabels
 	if len(got) != 2 || got["app"] != "llm" || got["team"] != "research" {
 		t.Errorf("pod labels %v, want app and team only", got)
 	}
 
-	none := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}})
+	none := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}})
 	if got := none.Attribute(t.Context(), snapshot(1))[1].Identity.PodLabels; got != nil {
 		t.Errorf("without an allowlist pod labels are %v, want none", got)
 	}
@@ -599,7 +573,7 @@ func TestPresetIdentityUntouched(t *testing.T) {
 	p := newProcFS(t) // PID 77 is not in it: a preset identity must not touch procfs
 	cri := newResolver("cri")
 	preset := Identity{Namespace: "demo", Pod: "p", Container: "c", ContainerID: cid(77), PodLabels: map[string]string{"x": "y"}}
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, Preset: presetOwners{77: preset}})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, Preset: presetOwners{77: preset}})
 	snap := snapshot(77)
 	snap.Devices[0].Processes[0].Name = "sim"
 	got := a.Attribute(t.Context(), snap)[77]
@@ -622,11 +596,11 @@ func TestResolverChains(t *testing.T) {
 	p.writeProc(4, "unknown", "0::/somewhere/"+cid(4)+"\n")
 	cri, docker, podman := newResolver("cri"), newResolver("docker"), newResolver("podman")
 	// cri-dockerd: Docker does not know the container under this ID, the CRI does.
-	cri.set(cid(1), Container{Namespace: "n", Pod: "p1", Name: "c1", Runtime: "docker"})
-	podman.set(cid(2), Container{Name: "web", Pod: "mypod", Runtime: "podman"})
-	cri.set(cid(3), Container{Namespace: "n", Pod: "p3", Name: "c3", PodUID: puid(3), Runtime: "containerd"})
-	docker.set(cid(4), Container{Name: "plain", Runtime: "docker"})
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{podman, docker, cri}, LookupBudget: time.Minute})
+	cri.set(cid(1), runtime.Container{Namespace: "n", Pod: "p1", Name: "c1", Runtime: "docker"})
+	podman.set(cid(2), runtime.Container{Name: "web", Pod: "mypod", Runtime: "podman"})
+	cri.set(cid(3), runtime.Container{Namespace: "n", Pod: "p3", Name: "c3", PodUID: puid(3), Runtime: "containerd"})
+	docker.set(cid(4), runtime.Container{Name: "plain", Runtime: "docker"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{podman, docker, cri}, LookupBudget: time.Minute})
 
 	owners := a.Attribute(t.Context(), snapshot(1, 2, 3, 4))
 	if got := owners[1].Identity; got.Pod != "p1" || got.Runtime != "docker" {
@@ -661,10 +635,10 @@ func TestConcurrentAttribute(t *testing.T) {
 	for i := range 16 {
 		pid := uint32(1000 + i)
 		p.writeProc(pid, "w", crioCgroup(puid(i%4), cid(i%4)))
-		cri.set(cid(i%4), Container{Namespace: "n", Pod: "p" + strconv.Itoa(i%4), Name: "c"})
+		cri.set(cid(i%4), runtime.Container{Namespace: "n", Pod: "p" + strconv.Itoa(i%4), Name: "c"})
 		pids = append(pids, pid)
 	}
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Minute})
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -687,7 +661,7 @@ func TestCloseStopsBackgroundLookups(t *testing.T) {
 	p.writeProc(5, "slow", crioCgroup(puid(5), cid(5)))
 	cri := newResolver("cri")
 	cri.gate = make(chan struct{}) // never opened
-	a := New(Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Millisecond, LookupTimeout: time.Hour})
+	a := New(Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Millisecond, LookupTimeout: time.Hour})
 	a.Attribute(t.Context(), snapshot(5))
 	a.Close() // returns only when the lookup has ended through its context
 	if got := a.Attribute(t.Context(), snapshot(5))[5].Identity.ContainerID; got != cid(5) {
@@ -707,12 +681,12 @@ func BenchmarkAttribute(b *testing.B) {
 		pid := uint32(10000 + i)
 		c := i % 64
 		p.writeProc(pid, "python3", crioCgroup(puid(c), cid(c)))
-		cri.set(cid(c), Container{Namespace: "ml", Pod: "pod-" + strconv.Itoa(c), PodUID: puid(c), Name: "main",
+		cri.set(cid(c), runtime.Container{Namespace: "ml", Pod: "pod-" + strconv.Itoa(c), PodUID: puid(c), Name: "main",
 			PodLabels: map[string]string{"app": "train", "team": "x"}})
 		pids = append(pids, pid)
 	}
 	snap := snapshot(pids...)
-	cfg := Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"app"}, LookupBudget: time.Minute}
+	cfg := Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, PodLabels: []string{"app"}, LookupBudget: time.Minute}
 
 	b.Run("cold", func(b *testing.B) {
 		b.ReportAllocs()
@@ -745,7 +719,7 @@ func TestMetricsLint(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
 	cri := newResolver("cri")
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Minute})
 	a.Attribute(t.Context(), snapshot(1, 2))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(a)

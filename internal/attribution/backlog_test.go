@@ -3,52 +3,51 @@ package attribution
 import (
 	"context"
 	"log/slog"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // hungResolver never answers while hang is set (until the call's context ends), and names every container
-// otherwise. It counts its calls and those in flight.
+// otherwise. It counts its calls, those in flight and the most that ever were.
 type hungResolver struct {
 	hang     atomic.Bool
 	calls    atomic.Int32
 	inFlight atomic.Int32
+	peak     atomic.Int32
 }
 
-func (r *hungResolver) Name() string { return ResolverCRI }
+func (r *hungResolver) Name() string { return runtime.ResolverCRI }
 
-func (r *hungResolver) Resolve(ctx context.Context, id string) (Container, error) {
+func (r *hungResolver) Resolve(ctx context.Context, id string) (runtime.Container, error) {
 	r.calls.Add(1)
-	r.inFlight.Add(1)
+	n := r.inFlight.Add(1)
 	defer r.inFlight.Add(-1)
+	for p := r.peak.Load(); n > p && !r.peak.CompareAndSwap(p, n); p = r.peak.Load() {
+	}
 	if r.hang.Load() {
 		<-ctx.Done()
-		return Container{}, ctx.Err()
+		return runtime.Container{}, ctx.Err()
 	}
-	return Container{Namespace: "n", Pod: "p", Name: "c-" + id[:6]}, nil
+	return runtime.Container{Namespace: "n", Pod: "p", Name: "c-" + id[:6]}, nil
 }
 
-// waitLookupsEnded waits until no lookup of a is in flight, its goroutines included.
+// lookups is how many lookups of a are in flight, running or waiting for a runtime call: each is one goroutine,
+// until it has ended.
+func lookups(a *Attributor) int {
+	a.names.mu.Lock()
+	defer a.names.mu.Unlock()
+	return a.names.inFlight
+}
+
+// waitLookupsEnded waits until no lookup of a is in flight.
 func waitLookupsEnded(t *testing.T, a *Attributor) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a.names.mu.Lock()
-		n := a.names.inFlight
-		a.names.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d lookups still in flight", n)
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the lookups in flight to end", func() bool { return lookups(a) == 0 })
 }
 
 // A lookup of a container that a complete snapshot no longer lists is cancelled at once, not left to run (or wait
@@ -58,8 +57,8 @@ func TestLookupOfGoneContainerIsCancelled(t *testing.T) {
 	p.writeProc(5, "gone", crioCgroup(puid(5), cid(5)))
 	cri := &hungResolver{}
 	cri.hang.Store(true)
-	logs := &logRecorder{}
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Millisecond,
+	logs := &testkit.Logs{}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Millisecond,
 		LookupTimeout: time.Hour, Logger: slog.New(logs)})
 	a.Attribute(t.Context(), snapshot(5))
 	done := pendingDone(t, a, cid(5))
@@ -76,12 +75,12 @@ func TestLookupOfGoneContainerIsCancelled(t *testing.T) {
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": "error"}); v != 0 {
 		t.Errorf("requests_total{error} = %v for an abandoned call, want 0", v)
 	}
-	if n := len(logs.records); n != 0 {
+	if n := logs.CountAtLeast(slog.LevelInfo); n != 0 {
 		t.Errorf("%d log records for an abandoned lookup, want 0", n)
 	}
 }
 
-// A runtime that never answers, while containers keep coming: lookups in flight (and their goroutines) stay within
+// A runtime that never answers, while containers keep coming: lookups in flight (each a goroutine) stay within
 // MaxPendingLookups, runtime calls within MaxConcurrentLookups, and the deferral is logged once. The snapshots are
 // incomplete (a device's process list fails), so that no container counts as gone and they all pile up.
 func TestPendingLookupsAreBounded(t *testing.T) {
@@ -92,10 +91,9 @@ func TestPendingLookupsAreBounded(t *testing.T) {
 	}
 	cri := &hungResolver{}
 	cri.hang.Store(true)
-	logs := &logRecorder{}
-	a := New(Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Millisecond, LookupTimeout: time.Hour,
+	logs := &testkit.Logs{}
+	a := New(Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Millisecond, LookupTimeout: time.Hour,
 		MaxPendingLookups: maxPending, MaxConcurrentLookups: maxCalls, Logger: slog.New(logs)})
-	goroutines := runtime.NumGoroutine()
 
 	var pids []uint32
 	for i := 1; i <= containers; i++ {
@@ -112,14 +110,14 @@ func TestPendingLookupsAreBounded(t *testing.T) {
 		if v := metricValue(t, a, "gpu_pod_exporter_resolver_cache_entries", map[string]string{"state": "pending"}); v > maxPending {
 			t.Fatalf("after %d containers, cache_entries{pending} = %v, want at most %d", i, v, maxPending)
 		}
+		if n := lookups(a); n > maxPending {
+			t.Fatalf("after %d containers, %d lookups in flight, want at most %d", i, n, maxPending)
+		}
 	}
-	if n := runtime.NumGoroutine() - goroutines; n > maxPending {
-		t.Errorf("%d more goroutines with %d containers waiting, want at most %d", n, containers, maxPending)
+	if n := cri.peak.Load(); n > maxCalls {
+		t.Errorf("%d runtime calls at once, want at most %d", n, maxCalls)
 	}
-	if n := cri.inFlight.Load(); n > maxCalls {
-		t.Errorf("%d runtime calls in flight, want at most %d", n, maxCalls)
-	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings about deferred lookups, want 1", n)
 	}
 
@@ -132,11 +130,8 @@ func TestPendingLookupsAreBounded(t *testing.T) {
 		t.Errorf("after the backlog: %+v, want the runtime's names", got)
 	}
 	a.Close()
-	// Close has waited for the lookups, but a goroutine that has signalled its end may not have exited yet.
-	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines; runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left after Close", runtime.NumGoroutine()-goroutines)
-		}
+	if n, calls := lookups(a), cri.inFlight.Load(); n != 0 || calls != 0 {
+		t.Errorf("after Close: %d lookups and %d runtime calls in flight, want none", n, calls)
 	}
 }
 
@@ -151,7 +146,7 @@ func TestBackoffFromRuntimeThatTimesOut(t *testing.T) {
 	cri.hang.Store(true)
 	clk := newClock()
 	const timeout = 20 * time.Millisecond
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, LookupBudget: time.Minute,
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Minute,
 		LookupTimeout: timeout, NegativeTTL: time.Hour, Now: clk.Now})
 	requests := func(result string) float64 {
 		return metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "cri", "result": result})

@@ -2,6 +2,9 @@ package attribution
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/selfmetrics"
 )
 
 // metrics are the Attributor's self-metrics. The Attributor is a prometheus.Collector, so that the caller registers
@@ -14,7 +17,7 @@ type metrics struct {
 	cacheEntries   *prometheus.Desc
 }
 
-func newMetrics(resolvers []Resolver) *metrics {
+func newMetrics(resolvers []runtime.Resolver) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_pod_exporter_resolver_requests_total",
@@ -54,25 +57,30 @@ func newMetrics(resolvers []Resolver) *metrics {
 	return m
 }
 
-// Describe implements prometheus.Collector.
-func (a *Attributor) Describe(ch chan<- *prometheus.Desc) {
-	a.metrics.requests.Describe(ch)
-	a.metrics.duration.Describe(ch)
-	a.metrics.budgetExceeded.Describe(ch)
-	a.metrics.procfsErrors.Describe(ch)
-	ch <- a.metrics.cacheEntries
+// set is all the metrics, with the entries of the name cache n.
+func (m *metrics) set(n *names) selfmetrics.Set {
+	return selfmetrics.Set{m.requests, m.duration, m.budgetExceeded, m.procfsErrors, cacheEntries{m.cacheEntries, n}}
 }
 
-// Collect implements prometheus.Collector.
-func (a *Attributor) Collect(ch chan<- prometheus.Metric) {
-	a.metrics.requests.Collect(ch)
-	a.metrics.duration.Collect(ch)
-	a.metrics.budgetExceeded.Collect(ch)
-	a.metrics.procfsErrors.Collect(ch)
-	resolved, unresolved, pending := a.names.counts()
-	ch <- prometheus.MustNewConstMetric(a.metrics.cacheEntries, prometheus.GaugeValue, float64(resolved), "resolved")
-	ch <- prometheus.MustNewConstMetric(a.metrics.cacheEntries, prometheus.GaugeValue, float64(unresolved), "unresolved")
-	ch <- prometheus.MustNewConstMetric(a.metrics.cacheEntries, prometheus.GaugeValue, float64(pending), "pending")
+// cacheEntries is the gauge of the name cache's entries by state, read when collected.
+type cacheEntries struct {
+	desc  *prometheus.Desc
+	names *names
 }
+
+func (c cacheEntries) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c cacheEntries) Collect(ch chan<- prometheus.Metric) {
+	resolved, unresolved, pending := c.names.counts()
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(resolved), "resolved")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(unresolved), "unresolved")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(pending), "pending")
+}
+
+// Describe implements prometheus.Collector.
+func (a *Attributor) Describe(ch chan<- *prometheus.Desc) { a.self.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (a *Attributor) Collect(ch chan<- prometheus.Metric) { a.self.Collect(ch) }
 
 var _ prometheus.Collector = (*Attributor)(nil)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
 // names asks the runtimes for containers' names and caches the answers per container ID.
@@ -49,9 +50,9 @@ type names struct {
 type entry struct {
 	done    chan struct{}      // closed when the lookup has ended
 	cancel  context.CancelFunc // ends the lookup early: its container is gone
-	named   *Container         // the answer; nil while pending or when no runtime could name the container
+	named   *runtime.Container // the answer; nil while pending or when no runtime could name the container
 	partial bool               // named is incomplete (ErrIncomplete): it is used, and looked up again at expires
-	prev    *Container         // a partial answer of the entry this one replaces, served while this lookup runs
+	prev    *runtime.Container // a partial answer of the entry this one replaces, served while this lookup runs
 	expires time.Time          // when an unanswered or partial lookup may be retried
 	seen    time.Time          // when a snapshot last listed the container
 }
@@ -69,14 +70,14 @@ func (e *entry) current(now time.Time) bool {
 }
 
 // answer returns the names to use now: the lookup's, or while a refresh of a partial answer runs, the partial one.
-func (e *entry) answer() (Container, bool) {
+func (e *entry) answer() (runtime.Container, bool) {
 	switch {
 	case e.named != nil:
 		return *e.named, true
 	case e.prev != nil:
 		return *e.prev, true
 	}
-	return Container{}, false
+	return runtime.Container{}, false
 }
 
 // staleAfter drops the entries of containers that no snapshot listed for this long, complete or not.
@@ -103,7 +104,7 @@ func newNames(cfg Config, m *metrics) *names {
 // and returns the names known by then, and the containers whose lookup has ended without a name. When complete is
 // true (the snapshot lists every GPU process), entries of containers not in want are dropped, and their lookups
 // cancelled.
-func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete bool) (map[string]Container, map[string]bool) {
+func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete bool) (map[string]runtime.Container, map[string]bool) {
 	now := n.now()
 	var waits []chan struct{}
 	deferred := 0
@@ -142,7 +143,7 @@ func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete
 			deferred++
 			continue
 		}
-		var prev *Container
+		var prev *runtime.Container
 		if e != nil && e.partial {
 			prev = e.named
 		}
@@ -162,7 +163,7 @@ func (n *names) lookup(ctx context.Context, want map[string]lookupHint, complete
 		n.wait(ctx, waits)
 	}
 
-	out := make(map[string]Container, len(want))
+	out := make(map[string]runtime.Container, len(want))
 	var unnamed map[string]bool
 	n.mu.Lock()
 	for id := range want {
@@ -221,7 +222,7 @@ func (n *names) logBacklog(deferred, inFlight int) {
 func (n *names) resolve(ctx context.Context, id string, e *entry, chain []resolverRef) {
 	defer n.wg.Done()
 	defer e.cancel()
-	var answer *Container
+	var answer *runtime.Container
 	partial := false
 	defer func() {
 		n.mu.Lock()
@@ -246,7 +247,7 @@ func (n *names) resolve(ctx context.Context, id string, e *entry, chain []resolv
 	}
 	for _, ref := range chain {
 		c, err := n.resolvers.call(ctx, ref, id)
-		if err == nil || errors.Is(err, ErrIncomplete) {
+		if err == nil || errors.Is(err, runtime.ErrIncomplete) {
 			// An incomplete answer (names without pod labels) beats none; it is looked up again after the
 			// negative TTL rather than kept for the container's life.
 			c.PodLabels = n.podLabels.keep(c.PodLabels)
@@ -288,4 +289,20 @@ func isOpen(done chan struct{}) bool {
 	default:
 		return true
 	}
+}
+
+// applyNames puts a runtime's names into an identity whose cgroup-derived fields are already set. outer is true
+// when the container is the pod's container that holds the process's own (Docker-in-Docker in a pod): it names
+// the pod and container, and the identity keeps its own container ID and runtime.
+func applyNames(c runtime.Container, id *Identity, outer bool) {
+	id.Namespace = c.Namespace
+	id.Pod = c.Pod // a Podman pod's name for a plain container
+	id.Container = c.Name
+	if id.PodUID == "" {
+		id.PodUID = c.PodUID
+	}
+	if !outer && id.Runtime == "" {
+		id.Runtime = c.Runtime
+	}
+	id.PodLabels = c.PodLabels
 }

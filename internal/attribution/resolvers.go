@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
 // resolvers routes a container to the resolvers of its runtime, and makes each call: under its own deadline,
@@ -78,7 +79,7 @@ var errBackoff = errors.New("container runtime timed out recently: not asked")
 // CRI endpoints).
 type resolverRef struct {
 	index int
-	r     Resolver
+	r     runtime.Resolver
 }
 
 // lookupHint is what the cgroup tells about how to name a container.
@@ -138,18 +139,18 @@ func (rs *resolvers) chainFor(h lookupHint) []resolverRef {
 	}
 	switch h.runtime {
 	case cgroup.RuntimeContainerd, cgroup.RuntimeCRIO:
-		return named(ResolverCRI)
+		return named(runtime.ResolverCRI)
 	case cgroup.RuntimeDocker:
-		return named(ResolverDocker, ResolverCRI)
+		return named(runtime.ResolverDocker, runtime.ResolverCRI)
 	case cgroup.RuntimePodman:
-		return named(ResolverPodman)
+		return named(runtime.ResolverPodman)
 	}
 	if !h.inPod {
 		return rs.all
 	}
-	chain := named(ResolverCRI)
+	chain := named(runtime.ResolverCRI)
 	for _, ref := range rs.all {
-		if ref.r.Name() != ResolverCRI {
+		if ref.r.Name() != runtime.ResolverCRI {
 			chain = append(chain, ref)
 		}
 	}
@@ -158,13 +159,13 @@ func (rs *resolvers) chainFor(h lookupHint) []resolverRef {
 
 // call makes one runtime call under its own deadline (and ctx's), counts it, and logs when the runtime changes
 // between answering and failing. While the runtime is backed off from, it makes no call and returns errBackoff.
-func (rs *resolvers) call(ctx context.Context, ref resolverRef, id string) (Container, error) {
+func (rs *resolvers) call(ctx context.Context, ref resolverRef, id string) (runtime.Container, error) {
 	name := ref.r.Name()
 	b := &rs.backoff[ref.index]
 	if !b.allow(rs.now()) {
 		rs.metrics.requests.WithLabelValues(name, "backoff").Inc()
 		rs.logger.Debug("container runtime backed off from after a timeout", "resolver", name, "container_id", id)
-		return Container{}, errBackoff
+		return runtime.Container{}, errBackoff
 	}
 	callCtx, cancel := context.WithTimeout(ctx, rs.timeout)
 	defer cancel()
@@ -184,9 +185,9 @@ func (rs *resolvers) call(ctx context.Context, ref resolverRef, id string) (Cont
 	result := "success"
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, runtime.ErrNotFound):
 		result = "not_found"
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, runtime.ErrUnavailable):
 		// No socket: a runtime that is not installed (or not started yet) is not failing. No call was made.
 		rs.metrics.requests.WithLabelValues(name, "unavailable").Inc()
 		rs.logger.Debug("container runtime not present", "resolver", name, "container_id", id, "err", err)

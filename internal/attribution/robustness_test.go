@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // A runtime without a socket (a node without Docker) answers ErrUnavailable: counted as such, never as an error,
@@ -19,10 +22,10 @@ func TestUnavailableRuntimeIsNotAnError(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(7, "x", "0::/system.slice/docker-"+cid(7)+".scope\n")
 	docker := newResolver("docker")
-	docker.setErr(fmt.Errorf("docker: no socket at unix:///var/run/docker.sock: %w", ErrUnavailable))
+	docker.setErr(fmt.Errorf("docker: no socket at unix:///var/run/docker.sock: %w", runtime.ErrUnavailable))
 	clk := newClock()
-	logs := &logRecorder{}
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{docker}, Now: clk.Now, LookupBudget: time.Minute,
+	logs := &testkit.Logs{}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{docker}, Now: clk.Now, LookupBudget: time.Minute,
 		Logger: slog.New(logs)})
 	for range 3 {
 		owners := a.Attribute(t.Context(), snapshot(7))
@@ -40,7 +43,7 @@ func TestUnavailableRuntimeIsNotAnError(t *testing.T) {
 	if v := metricValue(t, a, "gpu_pod_exporter_resolver_requests_total", map[string]string{"resolver": "docker", "result": "error"}); v != 0 {
 		t.Errorf("requests_total{docker,error} = %v, want 0", v)
 	}
-	if n := logs.count(slog.LevelWarn) + logs.count(slog.LevelInfo); n != 0 {
+	if n := logs.Count(slog.LevelWarn) + logs.Count(slog.LevelInfo); n != 0 {
 		t.Errorf("%d log records at info or above for an absent runtime, want 0", n)
 	}
 }
@@ -52,12 +55,12 @@ type incompleteResolver struct {
 	incomplete bool
 	gate       chan struct{}
 	calls      int
-	c          Container
+	c          runtime.Container
 }
 
 func (r *incompleteResolver) Name() string { return "cri" }
 
-func (r *incompleteResolver) Resolve(ctx context.Context, id string) (Container, error) {
+func (r *incompleteResolver) Resolve(ctx context.Context, id string) (runtime.Container, error) {
 	r.mu.Lock()
 	r.calls++
 	gate, incomplete, c := r.gate, r.incomplete, r.c
@@ -66,12 +69,12 @@ func (r *incompleteResolver) Resolve(ctx context.Context, id string) (Container,
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return Container{}, ctx.Err()
+			return runtime.Container{}, ctx.Err()
 		}
 	}
 	if incomplete {
 		c.PodLabels = nil
-		return c, fmt.Errorf("%w: CRI ListPodSandbox: unavailable", ErrIncomplete)
+		return c, fmt.Errorf("%w: CRI ListPodSandbox: unavailable", runtime.ErrIncomplete)
 	}
 	return c, nil
 }
@@ -93,10 +96,10 @@ func (r *incompleteResolver) callCount() int {
 func TestIncompleteAnswerIsUsedThenRefreshed(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(1, "train", crioCgroup(puid(1), cid(1)))
-	cri := &incompleteResolver{incomplete: true, c: Container{Namespace: "ml", Pod: "trainer-0", PodUID: puid(1),
+	cri := &incompleteResolver{incomplete: true, c: runtime.Container{Namespace: "ml", Pod: "trainer-0", PodUID: puid(1),
 		Name: "trainer", PodLabels: map[string]string{"app": "trainer"}}}
 	clk := newClock()
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, Now: clk.Now, PodLabels: []string{"app"},
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, Now: clk.Now, PodLabels: []string{"app"},
 		LookupBudget: time.Minute})
 
 	check := func(step string, wantCalls int, wantLabels bool) {
@@ -151,10 +154,10 @@ func TestDockerInDockerInPodTakesTheOuterNames(t *testing.T) {
 	p.writeProc(1, "train", podPath+"/docker/"+inner+"\n")
 	p.writeProc(2, "other", podPath+"/docker/"+known+"\n")
 	cri := newResolver("cri")
-	cri.set(outer, Container{Namespace: "ci", Pod: "runner-0", PodUID: pod, Name: "dind", Runtime: "containerd"})
+	cri.set(outer, runtime.Container{Namespace: "ci", Pod: "runner-0", PodUID: pod, Name: "dind", Runtime: "containerd"})
 	docker := newResolver("docker")
-	docker.set(known, Container{Name: "named-by-docker", Runtime: "docker"})
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri, docker}, LookupBudget: time.Minute})
+	docker.set(known, runtime.Container{Name: "named-by-docker", Runtime: "docker"})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri, docker}, LookupBudget: time.Minute})
 
 	owners := a.Attribute(t.Context(), snapshot(1, 2))
 	got := owners[1].Identity
@@ -177,20 +180,20 @@ func TestProcFSMixedScrapeDoesNotFlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.writeProc(4, "ok", "0::/system.slice/ollama.service\n")
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		a.Attribute(t.Context(), snapshot(3, 4))
 		a.Attribute(t.Context(), snapshot(4, 3))
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Errorf("%d warnings over six mixed scrapes, want 1", n)
 	}
-	if n := logs.count(slog.LevelInfo); n != 0 {
+	if n := logs.Count(slog.LevelInfo); n != 0 {
 		t.Errorf("%d info records over six mixed scrapes, want 0", n)
 	}
 	a.Attribute(t.Context(), snapshot(4))
-	if n := logs.count(slog.LevelInfo); n != 1 {
+	if n := logs.Count(slog.LevelInfo); n != 1 {
 		t.Errorf("%d info records once every process is readable, want 1", n)
 	}
 }
@@ -200,24 +203,24 @@ func TestProcFSMixedScrapeDoesNotFlap(t *testing.T) {
 func TestAllPIDsMissingWarnsOncePerChange(t *testing.T) {
 	p := newProcFS(t)
 	p.writeProc(4, "ok", "0::/system.slice/ollama.service\n")
-	logs := &logRecorder{}
+	logs := &testkit.Logs{}
 	a := newAttributor(t, Config{ProcFS: p.root, Logger: slog.New(logs)})
 	for range 3 {
 		a.Attribute(t.Context(), snapshot(7, 8))
 	}
-	if n := logs.count(slog.LevelWarn); n != 1 {
+	if n := logs.Count(slog.LevelWarn); n != 1 {
 		t.Fatalf("%d warnings over three readings with every PID missing, want 1", n)
 	}
-	if msg := logs.records[0].Message; !strings.Contains(msg, "--path.procfs") {
+	if msg := logs.Messages(slog.LevelWarn)[0]; !strings.Contains(msg, "--path.procfs") {
 		t.Errorf("warning %q does not point at --path.procfs", msg)
 	}
 	a.Attribute(t.Context(), snapshot(4, 7)) // one found, one exited: normal
 	a.Attribute(t.Context(), snapshot(4))
-	if w, i := logs.count(slog.LevelWarn), logs.count(slog.LevelInfo); w != 1 || i != 1 {
+	if w, i := logs.Count(slog.LevelWarn), logs.Count(slog.LevelInfo); w != 1 || i != 1 {
 		t.Errorf("after PIDs are found again: %d warnings, %d info records; want 1 and 1", w, i)
 	}
 	a.Attribute(t.Context(), snapshot(9))
-	if n := logs.count(slog.LevelWarn); n != 2 {
+	if n := logs.Count(slog.LevelWarn); n != 2 {
 		t.Errorf("%d warnings after every PID goes missing again, want 2", n)
 	}
 }
@@ -230,9 +233,9 @@ func TestIdentityIsValidUTF8(t *testing.T) {
 	p.writeProc(1, "a\xffb", "0::/system.slice/\xff.service\n")
 	p.writeProc(2, "ok", crioCgroup(puid(2), cid(2)))
 	cri := newResolver("cri")
-	cri.set(cid(2), Container{Namespace: "ns\xfe", Pod: "pod\xff", PodUID: puid(2), Name: "c\xc3",
+	cri.set(cid(2), runtime.Container{Namespace: "ns\xfe", Pod: "pod\xff", PodUID: puid(2), Name: "c\xc3",
 		PodLabels: map[string]string{"team": "ml\xff"}})
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri}, PodLabels: []string{"team"}, LookupBudget: time.Minute,
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, PodLabels: []string{"team"}, LookupBudget: time.Minute,
 		Users: fakeUsers{1: "b\xffb"}})
 	owners := a.Attribute(t.Context(), snapshot(1, 2))
 	if got := owners[1]; got.Name != "a\uFFFDb" || got.Identity.SystemdUnit != "\uFFFD.service" || got.Identity.User != "b\uFFFDb" {
@@ -267,10 +270,10 @@ func TestContainerBelowUserManagerIsNotLookedUp(t *testing.T) {
 	p.writeProc(2, "forged", "0::/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-burstable-pod"+
 		strings.ReplaceAll(puid(2), "-", "_")+".slice/cri-containerd-"+cid(2)+".scope\n")
 	docker, cri := newResolver("docker"), newResolver("cri")
-	victim := Container{Namespace: "prod", Pod: "victim", PodUID: puid(2), Name: "trainer"}
+	victim := runtime.Container{Namespace: "prod", Pod: "victim", PodUID: puid(2), Name: "trainer"}
 	docker.set(cid(1), victim)
 	cri.set(cid(2), victim)
-	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []Resolver{cri, docker}, LookupBudget: time.Minute})
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri, docker}, LookupBudget: time.Minute})
 	owners := a.Attribute(t.Context(), snapshot(1, 2))
 	if got := owners[1].Identity; got.ContainerID != cid(1) || got.Runtime != "docker" || got.Pod != "" || got.Namespace != "" {
 		t.Errorf("rootless container: %+v, want its cgroup labels only", got)

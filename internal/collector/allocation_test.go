@@ -11,7 +11,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
-// fixedAllocations is an AllocationSource with fixed content.
+// fixedAllocations is an allocation.Source with fixed content.
 type fixedAllocations struct {
 	items []kubelet.Allocation
 	ok    bool
@@ -149,28 +149,6 @@ func TestNoAllocationsMeansEveryPodIsUnrequested(t *testing.T) {
 	}
 }
 
-func TestResolveDeviceIDs(t *testing.T) {
-	snap := &gpu.Snapshot{Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-0"},
-		{Index: 1, UUID: "GPU-1", MIG: []gpu.MIGInstance{{UUID: "MIG-x", GPUInstance: 3, ComputeInstance: 0}, {UUID: "MIG-y", GPUInstance: 5, ComputeInstance: 1}}},
-	}}
-	ds := indexDevices(snap)
-	for id, want := range map[string]string{
-		"GPU-0": "0//", "GPU-0::4": "0//", "0": "0//", "nvidia1": "1//", "MIG-y": "1/5/1", "1:0": "1/3/0",
-		"MIG-GPU-1/7/2": "1/7/2", "MIG-y::2": "1/5/1",
-		"GPU-9": "unmapped", "2": "unmapped", "1:2": "unmapped", "0:0": "unmapped", "weird": "unmapped",
-	} {
-		got := "unmapped"
-		if t2, ok := ds.resolve(kubelet.ParseDeviceID(id)); ok {
-			gi, ci := t2.instanceLabels()
-			got = itoa(t2.dev.Index) + "/" + gi + "/" + ci
-		}
-		if got != want {
-			t.Errorf("%s resolves to %s, want %s", id, got, want)
-		}
-	}
-}
-
 // draAlloc is an allocation as the kubelet package reads it from a DRA claim of NVIDIA's driver.
 func draAlloc(ns, pod, ctr, claim, device string) kubelet.Allocation {
 	ref, _ := kubelet.ParseDRADeviceName(device)
@@ -246,54 +224,5 @@ gpu_unrequested_use{compute_instance="0",container="server",gpu="2",gpu_instance
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_allocation_info", "gpu_allocation_processes",
 		"gpu_unrequested_use", "gpu_pod_exporter_kubelet_unmapped_devices"); err != nil {
 		t.Error(err)
-	}
-}
-
-// DRA device names resolve through the minor number, and MIG devices through their placement, or their profile
-// where the source has no placement and the profile is unique on the GPU. Nothing else is guessed.
-func TestResolveDRADeviceNames(t *testing.T) {
-	p := func(id, start, size int) *gpu.MIGPlacement {
-		return &gpu.MIGPlacement{ProfileID: id, Start: start, Size: size}
-	}
-	snap := &gpu.Snapshot{Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-0", MinorNumber: gpu.Known(2)},
-		{Index: 1, UUID: "GPU-1"}, // minor unknown
-		// With placements (NVML as a privileged user).
-		{Index: 2, UUID: "GPU-2", MinorNumber: gpu.Known(0), MIG: []gpu.MIGInstance{
-			{UUID: "MIG-a", GPUInstance: 7, ComputeInstance: 0, Profile: "1g.10gb", Placement: p(19, 0, 1)},
-			{UUID: "MIG-b", GPUInstance: 8, ComputeInstance: 0, Profile: "1g.10gb", Placement: p(19, 1, 1)},
-			{UUID: "MIG-c", GPUInstance: 1, ComputeInstance: 0, Profile: "3g.40gb", Placement: p(9, 4, 4)},
-			// One GPU instance split into two compute instances: its placement names neither alone.
-			{UUID: "MIG-d", GPUInstance: 2, ComputeInstance: 0, Profile: "1c.2g.20gb", Placement: p(14, 2, 2)},
-			{UUID: "MIG-e", GPUInstance: 2, ComputeInstance: 1, Profile: "1c.2g.20gb", Placement: p(14, 2, 2)},
-		}},
-		// Without placements (nvidia-smi, or NVML unprivileged): by profile, when it is unique.
-		{Index: 3, UUID: "GPU-3", MinorNumber: gpu.Known(1), MIG: []gpu.MIGInstance{
-			{UUID: "MIG-f", GPUInstance: 3, ComputeInstance: 0, Profile: "3g.40gb"},
-			{UUID: "MIG-g", GPUInstance: 9, ComputeInstance: 0, Profile: "1g.10gb"},
-			{UUID: "MIG-h", GPUInstance: 10, ComputeInstance: 0, Profile: "1g.10gb"},
-			{UUID: "MIG-i", GPUInstance: 11, ComputeInstance: 0, Profile: "1g.10gb+me"},
-		}},
-	}}
-	ds := indexDevices(snap)
-	for name, want := range map[string]string{
-		"gpu-2": "0//", "gpu-0": "2//", "gpu-1": "3//",
-		"gpu-0-mig-1g10gb-19-1": "2/8/0", "gpu-0-mig-19-1-1": "2/8/0", "gpu-0-mig-3g40gb-9-4": "2/1/0",
-		"gpu-0-mig-9-4-4":      "2/1/0",
-		"gpu-1-mig-3g40gb-9-4": "3/3/0", "gpu-1-mig-1g10gb-me-20-6": "3/11/0",
-		// Unknown minor, no such placement, a size that differs, a split GPU instance, a profile twice, no
-		// placement and no profile (older names on nvidia-smi).
-		"gpu-5": "unmapped", "gpu-0-mig-1g10gb-19-2": "unmapped", "gpu-0-mig-9-4-3": "unmapped",
-		"gpu-0-mig-1c2g20gb-14-2": "unmapped", "gpu-1-mig-1g10gb-19-0": "unmapped", "gpu-1-mig-9-4-4": "unmapped",
-	} {
-		ref, _ := kubelet.ParseDRADeviceName(name)
-		got := "unmapped"
-		if t2, ok := ds.resolve(ref); ok {
-			gi, ci := t2.instanceLabels()
-			got = itoa(t2.dev.Index) + "/" + gi + "/" + ci
-		}
-		if got != want {
-			t.Errorf("%s resolves to %s, want %s", name, got, want)
-		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
@@ -30,7 +31,7 @@ type Options struct {
 	// CompatHostname is the Hostname label of --compat=dcgm.
 	CompatHostname string
 	// Allocations are the kubelet's GPU allocations (gpu_allocation_*, gpu_unrequested_use); nil: not exported.
-	Allocations AllocationSource
+	Allocations allocation.Source
 }
 
 // part is one concern's metrics.

@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // gate is a Gatherer that holds each gathering until the test releases it, and counts them.
@@ -220,28 +222,11 @@ func TestClientThatGoesAwayStopsWaiting(t *testing.T) {
 	}
 }
 
-// logCounter counts log records at error level.
-type logCounter struct {
-	slog.Handler
-	mu     sync.Mutex
-	errors int
-}
-
-func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if r.Level >= slog.LevelError {
-		l.errors++
-	}
-	return nil
-}
-
 func TestPartialGatheringIsServedAndLoggedOnce(t *testing.T) {
 	g := newGate(t)
 	close(g.release)
 	g.err = errors.New("collected metric gpu_test was collected before with the same name and label values")
-	logs := &logCounter{}
+	logs := &testkit.Logs{}
 	h := New(g, slog.New(logs))
 	for range 3 {
 		w := httptest.NewRecorder()
@@ -250,8 +235,8 @@ func TestPartialGatheringIsServedAndLoggedOnce(t *testing.T) {
 			t.Fatalf("HTTP %d:\n%s", w.Code, w.Body)
 		}
 	}
-	if logs.errors != 1 {
-		t.Errorf("%d error records for one lasting problem, want 1", logs.errors)
+	if logs.CountAtLeast(slog.LevelError) != 1 {
+		t.Errorf("%d error records for one lasting problem, want 1", logs.CountAtLeast(slog.LevelError))
 	}
 }
 

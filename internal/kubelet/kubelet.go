@@ -20,6 +20,7 @@ import (
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/selfmetrics"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
@@ -91,6 +92,7 @@ type Client struct {
 	allocatable *prometheus.GaugeVec
 	duration    prometheus.Gauge
 	draIgnored  *prometheus.GaugeVec
+	self        selfmetrics.Set // all of the above
 }
 
 // New returns a Client for the endpoint. It does not connect: the first refresh does, and a kubelet that is not
@@ -153,6 +155,7 @@ func New(cfg Config) (*Client, error) {
 				"unknown_name (a " + NVIDIADRADriver + " device name of no known form).",
 		}, []string{"reason"}),
 	}
+	c.self = selfmetrics.Set{c.up, c.errors, c.allocatable, c.duration, c.draIgnored}
 	for _, call := range []string{"list", "get_allocatable_resources"} {
 		c.errors.WithLabelValues(call)
 	}
@@ -342,19 +345,7 @@ func (c *Client) Allocations() (Allocations, bool) {
 func (c *Client) Close() error { return c.conn.Close() }
 
 // Describe implements prometheus.Collector for the client's self-metrics.
-func (c *Client) Describe(ch chan<- *prometheus.Desc) {
-	c.up.Describe(ch)
-	c.errors.Describe(ch)
-	c.allocatable.Describe(ch)
-	c.duration.Describe(ch)
-	c.draIgnored.Describe(ch)
-}
+func (c *Client) Describe(ch chan<- *prometheus.Desc) { c.self.Describe(ch) }
 
 // Collect implements prometheus.Collector for the client's self-metrics.
-func (c *Client) Collect(ch chan<- prometheus.Metric) {
-	c.up.Collect(ch)
-	c.errors.Collect(ch)
-	c.allocatable.Collect(ch)
-	c.duration.Collect(ch)
-	c.draIgnored.Collect(ch)
-}
+func (c *Client) Collect(ch chan<- prometheus.Metric) { c.self.Collect(ch) }

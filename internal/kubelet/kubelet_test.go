@@ -1,7 +1,6 @@
 package kubelet_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,36 +17,8 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
-
-// socketDir returns a short directory for unix sockets: t.TempDir() paths can exceed the 108-byte limit.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "kubelet-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// syncBuffer is a log sink that tests read while the client writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{} }
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 var fixture = []fake.Device{
 	{Namespace: "ml", Pod: "train-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{"GPU-aaaa", "GPU-bbbb::3"}},
@@ -58,7 +28,7 @@ var fixture = []fake.Device{
 }
 
 func TestRefreshReadsGPUResourcesOnly(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	sock := filepath.Join(testkit.SocketDir(t), "kubelet.sock")
 	srv, err := fake.Start(sock, fixture, map[string][]string{
 		"nvidia.com/gpu": {"GPU-aaaa", "GPU-bbbb::0", "GPU-bbbb::1"}, "example.com/fpga": {"fpga0"},
 	})
@@ -106,7 +76,7 @@ gpu_pod_exporter_kubelet_up 1
 }
 
 func TestConfiguredResourceGlobs(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	sock := filepath.Join(testkit.SocketDir(t), "kubelet.sock")
 	srv, err := fake.Start(sock, fixture, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -135,8 +105,8 @@ func TestConfiguredResourceGlobs(t *testing.T) {
 // The kubelet going away, coming back, and a socket that was never there: allocations are unavailable while it is
 // down, each state change is logged once, and the background loop recovers by itself.
 func TestKubeletDownAndBack(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "kubelet.sock")
-	logs := newSyncBuffer()
+	sock := filepath.Join(testkit.SocketDir(t), "kubelet.sock")
+	logs := &testkit.SyncBuffer{}
 	c, err := kubelet.New(kubelet.Config{
 		Endpoint: sock, Interval: 20 * time.Millisecond, Timeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
@@ -151,7 +121,7 @@ func TestKubeletDownAndBack(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// No socket: unavailable, one log line however many refreshes.
-	waitFor(t, "refreshes without a socket", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "refreshes without a socket", func() bool {
 		return strings.Count(logs.String(), "\n") >= 1 && listErrors(t, c) >= 5
 	})
 	if _, ok := c.Allocations(); ok {
@@ -165,13 +135,13 @@ func TestKubeletDownAndBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "allocations after the kubelet started", func() bool { _, ok := c.Allocations(); return ok })
+	testkit.WaitFor(t, 10*time.Second, "allocations after the kubelet started", func() bool { _, ok := c.Allocations(); return ok })
 	if up := gaugeValue(t, c, "gpu_pod_exporter_kubelet_up"); up != 1 {
 		t.Errorf("kubelet_up = %v with the kubelet answering", up)
 	}
 
 	srv.Stop()
-	waitFor(t, "allocations to become unavailable", func() bool { _, ok := c.Allocations(); return !ok })
+	testkit.WaitFor(t, 10*time.Second, "allocations to become unavailable", func() bool { _, ok := c.Allocations(); return !ok })
 	if up := gaugeValue(t, c, "gpu_pod_exporter_kubelet_up"); up != 0 {
 		t.Errorf("kubelet_up = %v with the kubelet gone", up)
 	}
@@ -184,10 +154,10 @@ func TestKubeletDownAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	waitFor(t, "allocations after the kubelet restarted", func() bool { _, ok := c.Allocations(); return ok })
+	testkit.WaitFor(t, 10*time.Second, "allocations after the kubelet restarted", func() bool { _, ok := c.Allocations(); return ok })
 	// Let a few more refreshes happen: a steady state must not log.
 	calls := srv.ListCalls()
-	waitFor(t, "more refreshes", func() bool { return srv.ListCalls() >= calls+5 })
+	testkit.WaitFor(t, 10*time.Second, "more refreshes", func() bool { return srv.ListCalls() >= calls+5 })
 	log := logs.String()
 	if n := strings.Count(log, "reading GPU allocations from the kubelet"); n != 2 {
 		t.Errorf("recovery logged %d times, want 2 (start, restart):\n%s", n, log)
@@ -200,8 +170,8 @@ func TestKubeletDownAndBack(t *testing.T) {
 // A kubelet that stops fails one way, then another: its connection drops, then its socket goes. That is one outage,
 // logged once.
 func TestOutageLoggedOnceWhateverItsCause(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "kubelet.sock")
-	logs := newSyncBuffer()
+	sock := filepath.Join(testkit.SocketDir(t), "kubelet.sock")
+	logs := &testkit.SyncBuffer{}
 	c, err := kubelet.New(kubelet.Config{Endpoint: sock, Timeout: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -263,23 +233,12 @@ func metricValue(t *testing.T, c *kubelet.Client, name, labels string) float64 {
 	return 0
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // DRA claims of the shapes NVIDIA's DRA driver allocates (device names from k8s-dra-driver-gpu
 // cmd/gpu-kubelet-plugin/deviceinfo.go and mig.go, CanonicalName), next to a device plugin GPU in the same pod:
 // a whole GPU, a MIG device, a claim shared by two pods, another driver's device, a passthrough GPU and a name of
 // no known form.
 func TestRefreshReadsDRAClaims(t *testing.T) {
-	sock := filepath.Join(socketDir(t), "kubelet.sock")
+	sock := filepath.Join(testkit.SocketDir(t), "kubelet.sock")
 	shared := &fake.Claim{Name: "shared-gpu", Namespace: "ml", Pool: "node-a", UID: "6f1d2c3b-0000-4000-8000-000000000001"}
 	srv, err := fake.Start(sock, []fake.Device{
 		{Namespace: "ml", Pod: "train-0", Container: "trainer", Resource: "nvidia.com/gpu", IDs: []string{"GPU-aaaa"}},

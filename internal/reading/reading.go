@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/selfmetrics"
 )
 
 // ErrTimeout is returned when a reading took longer than the collection timeout. The reading goes on in the
@@ -61,6 +62,7 @@ type Reader struct {
 	errors       *prometheus.CounterVec
 	deviceErrors *prometheus.CounterVec
 	timeouts     prometheus.Counter
+	self         selfmetrics.Set // all of the above
 }
 
 type flight struct {
@@ -102,6 +104,7 @@ func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger
 			Help: "Scrapes that gave up waiting for a reading after the collection timeout.",
 		}),
 	}
+	s.self = selfmetrics.Set{s.duration, s.up, s.errors, s.deviceErrors, s.timeouts}
 	// A counter that exists from the start lets rate() and increase() see the first failure.
 	s.errors.WithLabelValues(source.Name())
 	return s
@@ -203,19 +206,7 @@ func (s *Reader) logChange(state, message string) {
 }
 
 // Describe implements prometheus.Collector for the reader's self-metrics.
-func (s *Reader) Describe(ch chan<- *prometheus.Desc) {
-	s.duration.Describe(ch)
-	s.up.Describe(ch)
-	s.errors.Describe(ch)
-	s.deviceErrors.Describe(ch)
-	s.timeouts.Describe(ch)
-}
+func (s *Reader) Describe(ch chan<- *prometheus.Desc) { s.self.Describe(ch) }
 
 // Collect implements prometheus.Collector for the reader's self-metrics.
-func (s *Reader) Collect(ch chan<- prometheus.Metric) {
-	s.duration.Collect(ch)
-	s.up.Collect(ch)
-	s.errors.Collect(ch)
-	s.deviceErrors.Collect(ch)
-	s.timeouts.Collect(ch)
-}
+func (s *Reader) Collect(ch chan<- prometheus.Metric) { s.self.Collect(ch) }

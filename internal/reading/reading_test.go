@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // blockingSource answers each Snapshot only when the test releases it, and counts the calls.
@@ -136,7 +137,7 @@ func TestTimedOutScrapeAnswersAndNextJoinsTheSameReading(t *testing.T) {
 		t.Fatalf("source read %d times while stuck, want 1 (no pile-up)", n)
 	}
 	close(src.release)
-	waitFor(t, func() bool { return !inflightWaiters(s) })
+	testkit.WaitFor(t, 5*time.Second, "the stuck reading to land", func() bool { return !inflightWaiters(s) })
 	if _, err := s.Read(context.Background()); err != nil {
 		t.Fatalf("scrape after the source recovered = %v", err)
 	}
@@ -167,17 +168,6 @@ func TestSourceErrorsAreCounted(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // scriptedSource answers each reading with the next error of its script (nil: a good reading).
 type scriptedSource struct{ errs []error }
 
@@ -192,22 +182,6 @@ func (s *scriptedSource) Snapshot(context.Context) (*gpu.Snapshot, error) {
 	return &gpu.Snapshot{}, nil
 }
 
-// countingHandler counts log records by level.
-type countingHandler struct {
-	mu     sync.Mutex
-	counts map[slog.Level]int
-}
-
-func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.counts[r.Level]++
-	return nil
-}
-func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
-
 // A problem is logged when it starts and when it ends, not once per scrape: errors whose text changes from one
 // reading to the next (here the PID of a timed-out nvidia-smi) are the same problem.
 func TestProblemsAreLoggedOncePerChangeOfKind(t *testing.T) {
@@ -216,14 +190,14 @@ func TestProblemsAreLoggedOncePerChangeOfKind(t *testing.T) {
 	}
 	src := &scriptedSource{errs: []error{timeout(10), timeout(11), timeout(12), timeout(13),
 		errors.New("exit status 9"), errors.New("exit status 9"), nil, nil}}
-	h := &countingHandler{counts: map[slog.Level]int{}}
+	h := &testkit.Logs{}
 	s := New(src, noAttribution{}, time.Minute, slog.New(h))
 	for range 8 {
 		s.Read(context.Background())
 	}
-	if h.counts[slog.LevelError] != 2 || h.counts[slog.LevelInfo] != 1 {
+	if h.Count(slog.LevelError) != 2 || h.Count(slog.LevelInfo) != 1 {
 		t.Errorf("logged %d errors and %d infos over 4 timeouts, 2 failures and a recovery; want 2 and 1",
-			h.counts[slog.LevelError], h.counts[slog.LevelInfo])
+			h.Count(slog.LevelError), h.Count(slog.LevelInfo))
 	}
 }
 
@@ -231,14 +205,14 @@ func TestProblemsAreLoggedOncePerChangeOfKind(t *testing.T) {
 func TestCollectionTimeoutsAreLoggedOnce(t *testing.T) {
 	src := newBlocking()
 	defer close(src.release)
-	h := &countingHandler{counts: map[slog.Level]int{}}
+	h := &testkit.Logs{}
 	s := New(src, noAttribution{}, 10*time.Millisecond, slog.New(h))
 	for range 5 {
 		if _, err := s.Read(context.Background()); !errors.Is(err, ErrTimeout) {
 			t.Fatalf("scrape = %v, want ErrTimeout", err)
 		}
 	}
-	if h.counts[slog.LevelError] != 1 {
-		t.Errorf("logged %d errors over 5 timed-out scrapes, want 1", h.counts[slog.LevelError])
+	if h.Count(slog.LevelError) != 1 {
+		t.Errorf("logged %d errors over 5 timed-out scrapes, want 1", h.Count(slog.LevelError))
 	}
 }

@@ -1,6 +1,7 @@
-// Package simulated is a GPU source that reads the node it reports from a YAML file (docs/reference.md, "Simulated node file"),
-// or from the built-in demo node. It lets people without a GPU see real output, and lets end-to-end tests list real
-// container PIDs as GPU processes.
+// Package simulated is a node without GPUs: a GPU source (gpu.Source) that reads the node it reports from a YAML
+// file (docs/reference.md, "Simulated node file"), or from the built-in demo node, with the owners of its processes
+// (attribution.Preset) and the kubelet's allocations (allocation.Source) that the file presets. It lets people
+// without a GPU see real output, and lets end-to-end tests list real container PIDs as GPU processes.
 package simulated
 
 import (
@@ -111,7 +112,7 @@ func (s *Source) HasAllocations() bool {
 	return s.cfg.Allocations != nil
 }
 
-// Allocations gives the node file's kubelet allocations, so that a simulated node shows the allocation signals
+// Allocations implements allocation.Source: the node file's kubelet allocations, so that a simulated node shows the allocation signals
 // without a kubelet. ok is false when the file has no allocations key.
 func (s *Source) Allocations() (kubelet.Allocations, bool) {
 	s.mu.Lock()

@@ -9,18 +9,9 @@ import (
 	"reflect"
 	"testing"
 	"time"
-)
 
-// socketDir is a short directory: a unix socket's path must fit in 108 bytes, which t.TempDir() may not.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
+)
 
 func listen(t *testing.T, path string) net.Listener {
 	t.Helper()
@@ -33,7 +24,7 @@ func listen(t *testing.T, path string) net.Listener {
 }
 
 func TestCheck(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	sock, regular := filepath.Join(dir, "a.sock"), filepath.Join(dir, "file")
 	listen(t, sock)
 	if err := os.WriteFile(regular, nil, 0o600); err != nil {
@@ -53,7 +44,7 @@ func TestCheck(t *testing.T) {
 // A Watch looks again only once the interval has passed, lists a socket reached under two names once, and
 // forgets what it found when told the socket is gone.
 func TestWatch(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	sock := filepath.Join(dir, "a.sock")
 	alias := filepath.Join(dir, "alias")
 	if err := os.Symlink(dir, alias); err != nil {

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
@@ -20,7 +20,7 @@ import (
 // Reading is one attributed reading of the node and what the kubelet's allocations say about it.
 type Reading struct {
 	Result      *reading.Reading
-	Allocations collector.AllocationSignals
+	Allocations allocation.Signals
 }
 
 // Sort orders the process rows.
@@ -223,7 +223,7 @@ func workload(r *reading.Reading, p gpu.Process) string {
 }
 
 // signals counts each GPU's allocations and lists the signals, GPU by GPU.
-func signals(a collector.AllocationSignals, gpus []GPU) []Signal {
+func signals(a allocation.Signals, gpus []GPU) []Signal {
 	byIndex := make(map[int]*GPU, len(gpus))
 	for i := range gpus {
 		byIndex[gpus[i].Index] = &gpus[i]

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
@@ -59,18 +59,21 @@ func node() Reading {
 		31: pod("inference", "triton-1", "triton", "tritonserver"),
 		// 32 is owned by nobody that attribution knows.
 	}
-	allocs := collector.AllocationSignals{
+	dev := func(index, gi, ci int) allocation.Device {
+		return allocation.Device{GPU: index, UUID: fmt.Sprintf("GPU-%d", index), GPUInstance: gi, ComputeInstance: ci}
+	}
+	allocs := allocation.Signals{
 		Known: true,
-		Allocations: []collector.AllocationSignal{
-			{GPU: 0, GPUInstance: -1, ComputeInstance: -1, Namespace: "ml", Pod: "train-0", Container: "trainer", Processes: 2},
-			{GPU: 0, GPUInstance: -1, ComputeInstance: -1, Namespace: "ml", Pod: "train-0", Container: "sidecar", Processes: 2},
-			{GPU: 1, GPUInstance: 1, ComputeInstance: 0, Namespace: "vision", Pod: "resnet", Container: "train", Processes: 1},
-			{GPU: 2, GPUInstance: -1, ComputeInstance: -1, Namespace: "inference", Pod: "triton-0", Container: "triton", Processes: 1},
-			{GPU: 4, GPUInstance: -1, ComputeInstance: -1, Namespace: "ml", Pod: "sweep-3", Container: "worker", Processes: 0},
-			{GPU: 3, GPUInstance: -1, ComputeInstance: -1, Namespace: "ml", Pod: "blind", Container: "c", Processes: -1},
+		Allocations: []allocation.Allocation{
+			{Device: dev(0, -1, -1), Namespace: "ml", Pod: "train-0", Container: "trainer", Processes: 2},
+			{Device: dev(0, -1, -1), Namespace: "ml", Pod: "train-0", Container: "sidecar", Processes: 2},
+			{Device: dev(1, 1, 0), Namespace: "vision", Pod: "resnet", Container: "train", Processes: 1},
+			{Device: dev(2, -1, -1), Namespace: "inference", Pod: "triton-0", Container: "triton", Processes: 1},
+			{Device: dev(4, -1, -1), Namespace: "ml", Pod: "sweep-3", Container: "worker", Processes: 0},
+			{Device: dev(3, -1, -1), Namespace: "ml", Pod: "blind", Container: "c", Processes: -1},
 		},
-		Unrequested: []collector.AllocationSignal{
-			{GPU: 2, GPUInstance: -1, ComputeInstance: -1, Namespace: "inference", Pod: "triton-1", Container: "triton"},
+		Unrequested: []allocation.Use{
+			{Device: dev(2, -1, -1), Namespace: "inference", Pod: "triton-1", Container: "triton"},
 		},
 	}
 	return Reading{Result: &reading.Reading{Snapshot: snap, Owners: owners}, Allocations: allocs}
@@ -116,7 +119,7 @@ func TestHeaders(t *testing.T) {
 
 	// Without allocations, nothing is said about them.
 	rd := node()
-	rd.Allocations = collector.AllocationSignals{}
+	rd.Allocations = allocation.Signals{}
 	if s := Build(rd, View{}); s.AllocationsKnown || len(s.Signals) > 0 || s.GPUs[4].AllocatedPods != 0 {
 		t.Errorf("unknown allocations: %+v", s)
 	}

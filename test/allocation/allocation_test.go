@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -65,7 +66,7 @@ var allocations = []fake.Device{
 }
 
 func TestAllocationSignalsAndKubeletOutage(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	sock := filepath.Join(dir, "kubelet.sock")
 	cfg := filepath.Join(dir, "node.yaml")
 	if err := os.WriteFile(cfg, []byte(node), 0o644); err != nil {
@@ -164,7 +165,7 @@ func TestAllocationSignalsAndKubeletOutage(t *testing.T) {
 // Without the socket at all (not a Kubernetes node) the exporter serves everything else and says the source is
 // unavailable.
 func TestNoKubeletSocket(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	cfg := filepath.Join(dir, "node.yaml")
 	if err := os.WriteFile(cfg, []byte(node), 0o644); err != nil {
 		t.Fatal(err)
@@ -183,17 +184,6 @@ func TestNoKubeletSocket(t *testing.T) {
 	}
 }
 
-// socketDir is a short directory: unix socket paths are limited to 108 bytes.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "gpe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // scrape parses the exporter's /metrics.
 func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
@@ -204,7 +194,7 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 // waitFor polls cond for up to 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	e2eutil.WaitFor(t, 20*time.Second, what, cond)
+	testkit.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // values returns the values of the family's series that carry all of want, space-separated.

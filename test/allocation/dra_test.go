@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -85,7 +86,7 @@ func draAllocations() []fake.Device {
 // allocation series carry dcgm-exporter's dra_* labels, and unrequested use and idle allocations come out the
 // same for both kinds.
 func TestDRAAllocationSignals(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	sock := filepath.Join(dir, "kubelet.sock")
 	cfg := filepath.Join(dir, "node.yaml")
 	if err := os.WriteFile(cfg, []byte(draNode), 0o644); err != nil {

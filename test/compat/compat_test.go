@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -66,7 +67,7 @@ func TestCompatExpositionPassesPromtool(t *testing.T) {
 func TestDashboardQueries(t *testing.T) {
 	addr := exporter(t, "--demo", "--compat=nvidiasmi,dcgm")
 	prom := e2eutil.StartPrometheus(t, e2eutil.ScrapeConfig(addr))
-	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to have both compatibility outputs", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "Prometheus to have both compatibility outputs", func() bool {
 		return len(e2eutil.Query(t, prom, "nvidiasmi_process_used_memory_bytes")) > 0 && len(e2eutil.Query(t, prom, "DCGM_FI_DEV_FB_USED")) > 0
 	})
 	snap, err := simulated.Demo().Snapshot(context.Background())
@@ -208,7 +209,7 @@ var dcgmDashboard = []struct{ title, expr string }{
 func TestUpstreamDCGMDashboard(t *testing.T) {
 	addr := exporter(t, "--demo", "--compat=dcgm")
 	prom := e2eutil.StartPrometheus(t, e2eutil.ScrapeConfig(addr))
-	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to have the dcgm output", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "Prometheus to have the dcgm output", func() bool {
 		return len(e2eutil.Query(t, prom, "DCGM_FI_DEV_FB_USED")) > 0
 	})
 	snap, err := simulated.Demo().Snapshot(context.Background())

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -192,7 +193,7 @@ gpus:
 
 	// Edit the file: the next scrape shows the change.
 	write(t, cfg, strings.Replace(mustRead(t, cfg), "utilization_ratio: 0.42", "utilization_ratio: 0.5", 1))
-	e2eutil.WaitFor(t, 5*time.Second, "the edited node file to be served", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the edited node file to be served", func() bool {
 		_, f := e2eutil.Scrape(t, addr)
 		ms := f["gpu_utilization_ratio"].GetMetric()
 		return len(ms) == 1 && e2eutil.Value(ms[0]) == 0.5
@@ -249,7 +250,7 @@ func TestPrometheusScrapesDemo(t *testing.T) {
 		}
 	}
 	var got map[string]float64
-	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to have the demo's process memory", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "Prometheus to have the demo's process memory", func() bool {
 		got = e2eutil.ByLabel(e2eutil.Query(t, prom, "sum by (gpu) (gpu_process_memory_used_bytes)"), "gpu")
 		return len(got) > 0
 	})

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvml/stubnvml"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -50,7 +51,7 @@ func TestNVMLSourceWithStubLibrary(t *testing.T) {
 	}
 	var body string
 	var families map[string]*dto.MetricFamily
-	e2eutil.WaitFor(t, 20*time.Second, "XID 79 of the lost GPU exported", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "XID 79 of the lost GPU exported", func() bool {
 		body, families = e2eutil.Scrape(t, addr)
 		v, ok := series(families, "gpu_xid_errors_total", "GPU-stub-1", "xid", "79")
 		return ok && v == 1
@@ -76,7 +77,7 @@ func TestNVMLSourceWithStubLibrary(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	e2eutil.WaitFor(t, 20*time.Second, "the exporter to exit after SIGTERM", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the exporter to exit after SIGTERM", func() bool {
 		exited, _ := p.Exited()
 		return exited
 	})
@@ -103,7 +104,7 @@ func TestAutoListsProcessesWithNvidiaSMIWhereNVMLCannot(t *testing.T) {
 	t.Setenv("FAKESMI_FILE", smiOutput)
 	exp := e2eutil.StartExporter(t, binary, "--gpu.source=auto", "--nvidia-smi.path="+fakeSMI(t), "--path.procfs="+t.TempDir())
 	for range 2 {
-		e2eutil.WaitFor(t, 20*time.Second, "PID 725 of GPU 0 from nvidia-smi", func() bool {
+		testkit.WaitFor(t, 20*time.Second, "PID 725 of GPU 0 from nvidia-smi", func() bool {
 			_, families := e2eutil.Scrape(t, exp.Addr)
 			for _, m := range families["gpu_process_memory_used_bytes"].GetMetric() {
 				if e2eutil.Label(m, "uuid") == "GPU-stub-0" && e2eutil.Label(m, "pid") == "725" {

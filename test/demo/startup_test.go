@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -84,7 +85,7 @@ func TestHealthAndReadinessBehindBasicAuth(t *testing.T) {
 	write(t, webCfg, "basic_auth_users:\n  prometheus: "+string(hash)+"\n")
 	probe := e2eutil.FreeAddr(t)
 	e := e2eutil.StartExporter(t, binary, "--demo", "--web.config.file="+webCfg, "--web.health-listen-address="+probe)
-	e2eutil.WaitFor(t, 10*time.Second, "the probe listener", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the probe listener", func() bool {
 		_, err := e2eutil.Get("http://" + probe + "/healthz")
 		return err == nil
 	})

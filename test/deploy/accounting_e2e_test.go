@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -69,7 +70,7 @@ scrape_configs:
 `, rules, target))
 
 	// 25 readings, so that a 15 s window lies inside the data for every series.
-	e2eutil.WaitFor(t, 90*time.Second, "25 scrapes of the demo", func() bool {
+	testkit.WaitFor(t, 90*time.Second, "25 scrapes of the demo", func() bool {
 		r, err := e2eutil.TryQuery(api, `count_over_time(gpu_unattributed_energy_joules_total{gpu="7"}[1m])`)
 		return err == nil && len(r) == 1 && r[0].Value >= 25
 	})

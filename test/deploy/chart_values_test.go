@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -282,7 +283,7 @@ serviceMonitor:
 	proc := e2eutil.Start(t, cmd)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	e2eutil.WaitFor(t, 30*time.Second, "the exporter to serve TLS", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the exporter to serve TLS", func() bool {
 		if done, _ := proc.Exited(); done {
 			t.Fatalf("the exporter exited:\n%s", proc.Output())
 		}
@@ -318,14 +319,14 @@ serviceMonitor:
 	probes := map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
 	for name, p := range probes {
 		var err error
-		e2eutil.WaitFor(t, 30*time.Second, "the "+name+" probe to pass", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "the "+name+" probe to pass", func() bool {
 			err = runProbe(p, ports)
 			return err == nil
 		})
 	}
 	// And the probes fail when the exporter is gone: they test something.
 	cmd.Process.Kill()
-	e2eutil.WaitFor(t, 10*time.Second, "the exporter to exit", func() bool { done, _ := proc.Exited(); return done })
+	testkit.WaitFor(t, 10*time.Second, "the exporter to exit", func() bool { done, _ := proc.Exited(); return done })
 	for name, p := range probes {
 		if err := runProbe(p, ports); err == nil {
 			t.Errorf("%s probe passed with the exporter stopped", name)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -151,7 +152,7 @@ gpus:
 	attributed := func(t *testing.T, addr string) string {
 		t.Helper()
 		var line string
-		e2eutil.WaitFor(t, 30*time.Second, "the workload's process series", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "the workload's process series", func() bool {
 			body, err := e2eutil.Get("http://" + addr + "/metrics")
 			line = series.FindString(body)
 			return err == nil && line != ""
@@ -197,7 +198,7 @@ gpus:
 		if !strings.Contains(line, `container=""`) {
 			t.Errorf("a non-root exporter named the container, so root would not be needed: %s", line)
 		}
-		e2eutil.WaitFor(t, 30*time.Second, "a failed docker lookup to be counted", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "a failed docker lookup to be counted", func() bool {
 			body, _ := e2eutil.Get("http://" + addr + "/metrics")
 			return regexp.MustCompile(`gpu_pod_exporter_resolver_requests_total\{[^}]*result="error"[^}]*\} [1-9]`).MatchString(body)
 		})
@@ -295,7 +296,7 @@ func runContainer(t *testing.T, name string, args ...string) {
 func scrapeWithin(t *testing.T, addr string, timeout time.Duration) string {
 	t.Helper()
 	var body string
-	e2eutil.WaitFor(t, timeout, "the exporter on "+addr, func() bool {
+	testkit.WaitFor(t, timeout, "the exporter on "+addr, func() bool {
 		var err error
 		body, err = e2eutil.Get("http://" + addr + "/metrics")
 		return err == nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -312,7 +313,7 @@ func TestCloudWatchEC2InstancesStaySeparate(t *testing.T) {
 		}
 		prom := e2eutil.StartPrometheus(t, cfg)
 		var res []e2eutil.Sample
-		e2eutil.WaitFor(t, 60*time.Second, id+"'s GPU series in Prometheus", func() bool {
+		testkit.WaitFor(t, 60*time.Second, id+"'s GPU series in Prometheus", func() bool {
 			res, _ = e2eutil.TryQuery(prom, "gpu_memory_used_bytes")
 			return len(res) > 0
 		})

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -223,7 +224,7 @@ func TestReleaseBinaryArm64(t *testing.T) {
 
 	prom := e2eutil.StartPrometheus(t, e2eutil.ScrapeConfig(addr))
 	var res []e2eutil.Sample
-	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to scrape the arm64 exporter", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "Prometheus to scrape the arm64 exporter", func() bool {
 		res, _ = e2eutil.TryQuery(prom, `gpu_pod_exporter_build_info{version="`+distMeta.Version+`"}`)
 		return len(res) == 1
 	})

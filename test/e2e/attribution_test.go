@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 
 	"fmt"
 	"path/filepath"
@@ -99,7 +100,7 @@ func TestAttribution(t *testing.T) {
 
 	t.Run("metrics", func(t *testing.T) {
 		var mfs map[string]*dto.MetricFamily
-		problems := e2eutil.Eventually(30*time.Second, func() []string {
+		problems := testkit.Eventually(30*time.Second, func() []string {
 			var err error
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
@@ -129,7 +130,7 @@ func TestAttribution(t *testing.T) {
 	})
 
 	t.Run("allocations", func(t *testing.T) {
-		problems := e2eutil.Eventually(30*time.Second, func() []string {
+		problems := testkit.Eventually(30*time.Second, func() []string {
 			mfs, err := exp.scrape()
 			if err != nil {
 				return []string{err.Error()}
@@ -183,7 +184,7 @@ func TestAttribution(t *testing.T) {
 		writeSimConfig(t, sim, ws)
 
 		var slowest time.Duration
-		problems := e2eutil.Eventually(30*time.Second, func() []string {
+		problems := testkit.Eventually(30*time.Second, func() []string {
 			start := time.Now()
 			mfs, err = exp.scrape()
 			if d := time.Since(start); d > slowest {
@@ -223,7 +224,7 @@ func TestAttribution(t *testing.T) {
 		}
 		restarted = true
 		start := time.Now()
-		problems = e2eutil.Eventually(2*time.Minute, func() []string {
+		problems = testkit.Eventually(2*time.Minute, func() []string {
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
 			}
@@ -271,7 +272,7 @@ func TestAttribution(t *testing.T) {
 		}
 		writeSimConfig(t, sim, kept)
 
-		problems := e2eutil.Eventually(30*time.Second, func() []string {
+		problems := testkit.Eventually(30*time.Second, func() []string {
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
 			}
@@ -301,7 +302,7 @@ func TestAttribution(t *testing.T) {
 		}
 		// Two containers are gone: their entries must go (docs/reference.md: "cached per container ID and dropped when the
 		// container is gone").
-		problems = e2eutil.Eventually(30*time.Second, func() []string {
+		problems = testkit.Eventually(30*time.Second, func() []string {
 			if mfs, err = exp.scrape(); err != nil {
 				return []string{err.Error()}
 			}

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/deviceplugin"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
@@ -107,7 +108,7 @@ func TestKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(shared.Stop)
-	e2eutil.WaitFor(t, 60*time.Second, "the node's GPU capacity", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the node's GPU capacity", func() bool {
 		var node nodeStatus
 		return c.kube.get("/api/v1/nodes/"+nodeName, &node) == nil &&
 			node.Status.Capacity["nvidia.com/gpu"] == "3" && node.Status.Capacity["nvidia.com/gpu.shared"] == "2"
@@ -183,7 +184,7 @@ func TestKubernetes(t *testing.T) {
 
 	// Prometheus finds the exporter's pod through the API server, as kube-prometheus would.
 	prom := e2eutil.StartPrometheus(t, prometheusConfig(t, c, exporter))
-	e2eutil.WaitFor(t, 60*time.Second, "Prometheus to scrape the exporter's pod", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "Prometheus to scrape the exporter's pod", func() bool {
 		res, err := e2eutil.TryQuery(prom, `up{job="gpu-pod-exporter"} == 1`)
 		return err == nil && len(res) == 1 && res[0].Metric["kubernetes_pod_name"] == exporter.Name
 	})
@@ -207,7 +208,7 @@ func TestKubernetes(t *testing.T) {
 			}
 		}
 		var got map[string]bool
-		e2eutil.WaitFor(t, 30*time.Second, "gpu_allocation_info to match the kubelet's PodResources", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "gpu_allocation_info to match the kubelet's PodResources", func() bool {
 			got = map[string]bool{}
 			res, err := e2eutil.TryQuery(prom, `gpu_allocation_info`)
 			if err != nil {
@@ -250,7 +251,7 @@ func TestKubernetes(t *testing.T) {
 
 	t.Run("unrequested", func(t *testing.T) {
 		var res []e2eutil.Sample
-		e2eutil.WaitFor(t, 30*time.Second, "gpu_unrequested_use", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "gpu_unrequested_use", func() bool {
 			var err error
 			res, err = e2eutil.TryQuery(prom, `gpu_unrequested_use == 1`)
 			return err == nil && len(res) > 0
@@ -362,7 +363,7 @@ func createNamespace(t *testing.T, c *cluster, name string, labels map[string]st
 		t.Fatal(err)
 	}
 	// Pods need the namespace's default service account, which the controller-manager creates.
-	e2eutil.WaitFor(t, 60*time.Second, "the default service account of "+name, func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the default service account of "+name, func() bool {
 		return c.kube.get("/api/v1/namespaces/"+name+"/serviceaccounts/default", nil) == nil
 	})
 }
@@ -389,7 +390,7 @@ func deletePod(t *testing.T, c *cluster, name string) {
 	if err := c.kube.do("DELETE", path, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	e2eutil.WaitFor(t, 60*time.Second, "pod "+name+" to be gone", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "pod "+name+" to be gone", func() bool {
 		_, err := c.kube.raw("GET", path, nil)
 		return err != nil && strings.Contains(err.Error(), "404")
 	})
@@ -657,7 +658,7 @@ func restartContainerd(t *testing.T, c *cluster) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	e2eutil.WaitFor(t, 30*time.Second, "containerd to exit", func() bool { return syscall.Kill(pid, 0) != nil })
+	testkit.WaitFor(t, 30*time.Second, "containerd to exit", func() bool { return syscall.Kill(pid, 0) != nil })
 	script(t, 2*time.Minute, "setup-runtimes.sh")
 	t.Log("containerd restarted")
 }

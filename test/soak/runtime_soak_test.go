@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -24,7 +24,10 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 )
 
 // hungCRIEnv makes the test binary a CRI server whose calls never return, on the socket it names. It runs in a
@@ -78,12 +81,7 @@ func serveHungCRI(path string) {
 // startHungCRI runs the hung CRI in a child process and returns its endpoint.
 func startHungCRI(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "soak-cri") // short: a unix socket path has at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "cri.sock")
+	path := filepath.Join(testkit.SocketDir(t), "cri.sock")
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), hungCRIEnv+"="+path)
 	cmd.Stderr = os.Stderr
@@ -91,17 +89,14 @@ func startHungCRI(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := net.Dial("unix", path); err == nil {
+	testkit.WaitFor(t, 30*time.Second, "the hung CRI to listen", func() bool {
+		c, err := net.Dial("unix", path)
+		if err == nil {
 			c.Close()
-			return "unix://" + path
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the hung CRI does not listen")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return "unix://" + path
 }
 
 // rssBytes is this process's resident set size.
@@ -160,7 +155,7 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := attribution.New(attribution.Config{ProcFS: procfs, Resolvers: []attribution.Resolver{criResolver}})
+	a := attribution.New(attribution.Config{ProcFS: procfs, Resolvers: []runtime.Resolver{criResolver}})
 	defer a.Close()
 	defer criResolver.Close()
 
@@ -246,7 +241,7 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 		scrape(pids)
 		lastPending = pendingEntries(t, a)
 		maxPending = max(maxPending, lastPending)
-		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
+		maxGoroutines = max(maxGoroutines, goruntime.NumGoroutine())
 		maxRSS = max(maxRSS, rssBytes(t))
 		time.Sleep(time.Second) // the scrape interval
 	}
@@ -261,7 +256,7 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 	}
 	scrape(nil)
 	waitFor(t, "the lookups to end", func() bool {
-		return pendingEntries(t, a) == 0 && runtime.NumGoroutine() <= idleGoroutines
+		return pendingEntries(t, a) == 0 && goruntime.NumGoroutine() <= idleGoroutines
 	})
 	goroutines, rss, released := measure(t)
 	t.Logf("after: %d goroutines, RSS %.1f MB (%+.1f%% of idle); %.1f MB (%+.1f%%) once the Go runtime returns free memory",
@@ -282,8 +277,8 @@ func TestSoakHungRuntimeDuringChurn(t *testing.T) {
 
 // measure returns the goroutines, the RSS after a GC, and the RSS once the Go runtime has returned free memory.
 func measure(t *testing.T) (goroutines int, rss, released int64) {
-	runtime.GC()
-	goroutines, rss = runtime.NumGoroutine(), rssBytes(t)
+	goruntime.GC()
+	goroutines, rss = goruntime.NumGoroutine(), rssBytes(t)
 	debug.FreeOSMemory()
 	return goroutines, rss, rssBytes(t)
 }
@@ -295,5 +290,5 @@ func pct(v, base int64) float64 { return 100 * (float64(v)/float64(base) - 1) }
 // waitFor polls cond for up to a minute.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	e2eutil.WaitFor(t, time.Minute, what, cond)
+	testkit.WaitFor(t, time.Minute, what, cond)
 }

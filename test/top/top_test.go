@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -91,7 +92,7 @@ func (term *terminal) lines() []string {
 func (term *terminal) waitFor(what string, cond func(lines []string) bool) []string {
 	term.t.Helper()
 	var lines []string
-	e2eutil.WaitFor(term.t, wait, what, func() bool {
+	testkit.WaitFor(term.t, wait, what, func() bool {
 		lines = term.lines()
 		return cond(lines)
 	})
@@ -181,7 +182,7 @@ func (term *terminal) restored() {
 		}
 	}
 	term.keys("Enter") // the shell reads a line, then ends
-	e2eutil.WaitFor(term.t, wait, "the shell to end", func() bool { return term.format("#{pane_dead}") == "1" })
+	testkit.WaitFor(term.t, wait, "the shell to end", func() bool { return term.format("#{pane_dead}") == "1" })
 }
 
 // hasRow reports whether a line of the screen has these words, whatever the blanks between them.
@@ -463,9 +464,9 @@ func TestPipedTopPrintsPlainTables(t *testing.T) {
 	// Without -n it goes on until stopped, and a stop is a normal exit.
 	cmd := exec.Command(binary, "top", "--demo", "--interval=100ms", "--filter=inference")
 	p := e2eutil.Start(t, cmd)
-	e2eutil.WaitFor(t, wait, "three tables", func() bool { return strings.Count(p.Output(), "gpu-pod-exporter top ") >= 3 })
+	testkit.WaitFor(t, wait, "three tables", func() bool { return strings.Count(p.Output(), "gpu-pod-exporter top ") >= 3 })
 	cmd.Process.Signal(syscall.SIGTERM)
-	e2eutil.WaitFor(t, wait, "top to stop", func() bool { done, _ := p.Exited(); return done })
+	testkit.WaitFor(t, wait, "top to stop", func() bool { done, _ := p.Exited(); return done })
 	if _, err := p.Exited(); err != nil {
 		t.Errorf("top stopped by SIGTERM: %v", err)
 	}
@@ -490,9 +491,9 @@ func TestPSFiltersAndWatch(t *testing.T) {
 
 	cmd := exec.Command(binary, "ps", "--demo", "-w", "--interval=100ms", "--owner=slurm")
 	p := e2eutil.Start(t, cmd)
-	e2eutil.WaitFor(t, wait, "three tables", func() bool { return strings.Count(p.Output(), "slurm job 88231") >= 3 })
+	testkit.WaitFor(t, wait, "three tables", func() bool { return strings.Count(p.Output(), "slurm job 88231") >= 3 })
 	cmd.Process.Signal(os.Interrupt)
-	e2eutil.WaitFor(t, wait, "ps -w to stop", func() bool { done, _ := p.Exited(); return done })
+	testkit.WaitFor(t, wait, "ps -w to stop", func() bool { done, _ := p.Exited(); return done })
 	if _, err := p.Exited(); err != nil {
 		t.Errorf("ps -w stopped by Ctrl-C: %v", err)
 	}

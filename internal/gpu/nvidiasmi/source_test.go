@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // fakeSMI is the fake nvidia-smi that TestMain builds from ./internal/fakesmi; empty when the build failed.
@@ -92,31 +94,16 @@ func lines(t *testing.T, path string) []string {
 	return strings.Fields(string(b))
 }
 
-// waitGone fails the test unless every PID the fake recorded has exited. A zombie counts as gone: it holds nothing,
-// and reaping an orphan is init's job.
+// waitGone fails the test unless every PID the fake recorded exits.
 func waitGone(t *testing.T, pidfile string) {
 	t.Helper()
 	pids := lines(t, pidfile)
 	if len(pids) == 0 {
 		t.Fatal("the fake recorded no PIDs")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for _, pid := range pids {
-		for {
-			stat, err := os.ReadFile("/proc/" + pid + "/stat")
-			if err != nil {
-				break
-			}
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i:]), ") Z") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("process %s still runs: %s", pid, stat)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	testkit.WaitFor(t, 5*time.Second, "the fake's processes "+strings.Join(pids, ", ")+" to exit", func() bool {
+		return !slices.ContainsFunc(pids, func(pid string) bool { return !testkit.Exited(pid) })
+	})
 }
 
 func TestNewNotFound(t *testing.T) {
@@ -261,13 +248,7 @@ func TestSourceOrphanHoldsStdout(t *testing.T) {
 // waitForRun blocks until the fake has started n runs.
 func waitForRun(t *testing.T, runlog string, runs int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(lines(t, runlog)) != runs {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %d runs: have %d", runs, len(lines(t, runlog)))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 20*time.Second, fmt.Sprintf("%d runs of the fake", runs), func() bool { return len(lines(t, runlog)) == runs })
 }
 
 // TestSourceCallerGivesUp: a caller whose context ends gets its answer at once, and the run it started is killed
@@ -311,11 +292,7 @@ func TestSourceCloseStopsRun(t *testing.T) {
 	}()
 	waitForRun(t, runlog, 1)
 	// The fake records its child after starting it; wait for both so that both are checked below.
-	for deadline := time.Now().Add(10 * time.Second); len(lines(t, pidfile)) < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the fake did not start its child")
-		}
-	}
+	testkit.WaitFor(t, 10*time.Second, "the fake to start its child", func() bool { return len(lines(t, pidfile)) >= 2 })
 	start := time.Now()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

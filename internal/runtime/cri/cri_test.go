@@ -17,7 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
@@ -183,39 +184,18 @@ func fixtureRuntime() *fakeRuntime {
 	}
 }
 
-// socketDir returns a short temporary directory: unix socket paths are limited to 108 bytes, which the
-// test-name-derived t.TempDir can exceed.
-func socketDir(t *testing.T) string {
+// serveCRI serves f's CRI on a new unix socket at path until the test ends or the returned server is stopped.
+func serveCRI(t *testing.T, path string, f runtimeapi.RuntimeServiceServer) *grpc.Server {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "cri")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return testkit.ServeGRPC(t, path, func(s *grpc.Server) { runtimeapi.RegisterRuntimeServiceServer(s, f) })
 }
 
 // serve starts f on a unix socket and returns its endpoint.
 func serve(t *testing.T, f *fakeRuntime) string {
 	t.Helper()
-	path := filepath.Join(socketDir(t), "cri.sock")
-	serveAt(t, path, f)
+	path := filepath.Join(testkit.SocketDir(t), "cri.sock")
+	serveCRI(t, path, f)
 	return "unix://" + path
-}
-
-// serveAt serves f's CRI on a new unix socket at path until the test ends or the returned server is stopped (which
-// removes the socket, as a runtime's shutdown does).
-func serveAt(t *testing.T, path string, f runtimeapi.RuntimeServiceServer) *grpc.Server {
-	t.Helper()
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, f)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return srv
 }
 
 func newTestResolver(t *testing.T, endpoints ...string) *Resolver {
@@ -239,7 +219,7 @@ func TestResolveKubernetesContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := attribution.Container{
+	want := runtime.Container{
 		Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer",
 		PodLabels: map[string]string{"app": "trainer", "team": "vision"},
 	}
@@ -302,7 +282,7 @@ func TestResolveSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := attribution.Container{
+	want := runtime.Container{
 		Namespace: "ml", Pod: "trainer-0", PodUID: podUID,
 		PodLabels: map[string]string{"app": "trainer", "team": "vision"},
 	}
@@ -325,7 +305,7 @@ func TestResolveNonKubernetesContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Name: "debug"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Name: "debug"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve(crictl container) = %+v, want %+v", got, want)
 	}
 	if n := f.callCount("ListPodSandbox"); n != 0 {
@@ -341,7 +321,7 @@ func TestResolveContainerWhoseSandboxIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 }
@@ -350,7 +330,7 @@ func TestResolveNotFound(t *testing.T) {
 	f := fixtureRuntime()
 	r := newTestResolver(t, serve(t, f))
 	_, err := r.Resolve(context.Background(), unknownID)
-	if !errors.Is(err, attribution.ErrNotFound) {
+	if !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve(unknown) error = %v, want ErrNotFound", err)
 	}
 	if f.callCount("ContainerStatus") != 1 || f.callCount("PodSandboxStatus") != 1 {
@@ -363,7 +343,7 @@ func TestResolveCRIDockerdNotFound(t *testing.T) {
 	f := fixtureRuntime()
 	f.statusErr = status.Error(codes.Unknown, "Error response from daemon: No such container: "+unknownID)
 	r := newTestResolver(t, serve(t, f))
-	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve(unknown) error = %v, want ErrNotFound", err)
 	}
 }
@@ -374,7 +354,7 @@ func TestResolveRuntimeErrorIsWrapped(t *testing.T) {
 	ep := serve(t, f)
 	r := newTestResolver(t, ep)
 	_, err := r.Resolve(context.Background(), trainerID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve error = %v, want a runtime error", err)
 	}
 	if want := "CRI ContainerStatus on " + ep + ": "; !strings.Contains(err.Error(), want) {
@@ -387,12 +367,12 @@ func TestResolveRuntimeErrorIsWrapped(t *testing.T) {
 
 func TestResolveRuntimeDown(t *testing.T) {
 	// Nothing listens on the socket: the call must fail promptly with an error, not ErrNotFound.
-	ep := "unix://" + filepath.Join(socketDir(t), "absent.sock")
+	ep := "unix://" + filepath.Join(testkit.SocketDir(t), "absent.sock")
 	r := newTestResolver(t, ep)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := r.Resolve(ctx, trainerID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve error = %v, want an error", err)
 	}
 	if !strings.Contains(err.Error(), "CRI ContainerStatus on "+ep) {
@@ -421,7 +401,7 @@ func TestResolveHonoursDeadline(t *testing.T) {
 		if status.Code(err) != codes.DeadlineExceeded {
 			t.Errorf("Resolve error = %v, want DeadlineExceeded", err)
 		}
-		if errors.Is(err, attribution.ErrNotFound) {
+		if errors.Is(err, runtime.ErrNotFound) {
 			t.Errorf("a timeout must not read as ErrNotFound")
 		}
 	case <-time.After(10 * time.Second):
@@ -440,17 +420,17 @@ func TestResolveAsksEveryEndpoint(t *testing.T) {
 	if got.Name != "trainer" || got.Pod != "trainer-0" {
 		t.Errorf("Resolve = %+v, want trainer in trainer-0", got)
 	}
-	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Resolve(unknown) error = %v, want ErrNotFound when every endpoint says not found", err)
 	}
 }
 
 func TestResolveDownEndpointIsNotNotFound(t *testing.T) {
 	// One runtime says "not found", the other cannot be asked: the container may be the second one's.
-	down := "unix://" + filepath.Join(socketDir(t), "absent.sock")
+	down := "unix://" + filepath.Join(testkit.SocketDir(t), "absent.sock")
 	r := newTestResolver(t, serve(t, &fakeRuntime{}), down)
 	_, err := r.Resolve(context.Background(), unknownID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve error = %v, want an error naming %s", err, down)
 	}
 	if !strings.Contains(err.Error(), down) {
@@ -459,7 +439,7 @@ func TestResolveDownEndpointIsNotNotFound(t *testing.T) {
 }
 
 func TestProbePicksExistingSockets(t *testing.T) {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	sock := filepath.Join(dir, "containerd.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -495,21 +475,21 @@ func TestProbePicksExistingSockets(t *testing.T) {
 // A runtime that starts after the exporter: with no socket, lookups are a cheap definite "unavailable", and the
 // socket is looked for again once the interval has passed, not on every lookup.
 func TestRuntimeStartsLater(t *testing.T) {
-	path := filepath.Join(socketDir(t), "containerd.sock")
+	path := filepath.Join(testkit.SocketDir(t), "containerd.sock")
 	clock := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	r, err := newResolver(nil, []string{"unix://" + path}, nil, 10*time.Second, clock.now)
 	if err != nil {
 		t.Fatalf("newResolver without sockets: %v", err)
 	}
 	t.Cleanup(func() { r.Close() })
-	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("Resolve without a socket: error = %v, want ErrUnavailable", err)
 	}
 
-	srv := serveAt(t, path, fixtureRuntime())
+	srv := serveCRI(t, path, fixtureRuntime())
 
 	clock.t = clock.t.Add(9 * time.Second)
-	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("Resolve within the probe interval: error = %v, want ErrUnavailable (no new probe yet)", err)
 	}
 	clock.t = clock.t.Add(time.Second)
@@ -530,7 +510,7 @@ func TestRuntimeStartsLater(t *testing.T) {
 		os.Remove(path)
 	}
 	clock.t = clock.t.Add(10 * time.Second)
-	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), trainerID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("Resolve after the socket was removed: error = %v, want ErrUnavailable", err)
 	}
 }
@@ -542,13 +522,13 @@ func TestResolvePodListFails(t *testing.T) {
 	f.listErr = status.Error(codes.Internal, "boom")
 	r := newTestResolver(t, serve(t, f))
 	got, err := r.Resolve(context.Background(), trainerID)
-	if !errors.Is(err, attribution.ErrIncomplete) {
+	if !errors.Is(err, runtime.ErrIncomplete) {
 		t.Fatalf("Resolve error = %v, want ErrIncomplete", err)
 	}
 	if !strings.Contains(err.Error(), "ListPodSandbox") {
 		t.Errorf("Resolve error = %v, want the ListPodSandbox failure in it", err)
 	}
-	if want := (attribution.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Namespace: "ml", Pod: "trainer-0", PodUID: podUID, Name: "trainer"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 
@@ -625,8 +605,8 @@ func TestResolveAfterRuntimeRestart(t *testing.T) {
 	// The runtime stops and comes back on the same socket: the lazily connected client must reconnect by itself
 	// and names come back within a few reconnect delays. (That the delay is capped at reconnectMaxDelay after a
 	// long outage would take minutes to show; it is gRPC's documented ConnectParams behaviour.)
-	path := filepath.Join(socketDir(t), "cri.sock")
-	start := func() *grpc.Server { return serveAt(t, path, fixtureRuntime()) }
+	path := filepath.Join(testkit.SocketDir(t), "cri.sock")
+	start := func() *grpc.Server { return serveCRI(t, path, fixtureRuntime()) }
 	srv := start()
 	r := newTestResolver(t, "unix://"+path)
 	if _, err := r.Resolve(context.Background(), trainerID); err != nil {
@@ -634,7 +614,7 @@ func TestResolveAfterRuntimeRestart(t *testing.T) {
 	}
 
 	srv.Stop() // also removes the socket, as containerd's shutdown does
-	if _, err := r.Resolve(context.Background(), trainerID); err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), trainerID); err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve with the runtime stopped: error = %v, want a runtime error", err)
 	}
 

@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
@@ -41,22 +41,22 @@ const labelDockerType = "io.kubernetes.docker.type"
 
 // Resolver names containers through one Docker or Podman daemon. It is safe for concurrent use.
 type Resolver struct {
-	name   string // attribution.ResolverDocker or ResolverPodman
+	name   string // runtime.ResolverDocker or ResolverPodman
 	host   string // as configured, for errors
 	client *http.Client
 	podman bool
 	// watch is set for the default socket, which need not exist: while it does not, Resolve answers
-	// attribution.ErrUnavailable without dialling. A host that was given must exist; its absence is an error.
+	// runtime.ErrUnavailable without dialling. A host that was given must exist; its absence is an error.
 	watch *socket.Watch
 }
 
-var _ attribution.Resolver = (*Resolver)(nil)
+var _ runtime.Resolver = (*Resolver)(nil)
 
 // Config configures a Resolver.
 type Config struct {
 	// Host is the daemon's socket (unix:///path or a bare /path), which must exist. Empty: the default socket
 	// (DefaultDockerHost, DefaultPodmanHost), which need not: until it does, Resolve answers
-	// attribution.ErrUnavailable after one stat per socket.RecheckInterval, so a node without the daemon costs
+	// runtime.ErrUnavailable after one stat per socket.RecheckInterval, so a node without the daemon costs
 	// nothing and counts no error.
 	Host string
 }
@@ -64,13 +64,13 @@ type Config struct {
 // New returns a Resolver for the Docker daemon. It does not connect: each Resolve does, so a daemon that starts
 // later is still found.
 func New(cfg Config) (*Resolver, error) {
-	return newResolver(attribution.ResolverDocker, cfg.Host, DefaultDockerHost, false)
+	return newResolver(runtime.ResolverDocker, cfg.Host, DefaultDockerHost, false)
 }
 
 // NewPodman returns a Resolver for the Podman service, as New does for Docker. It uses the libpod API, which unlike
 // Podman's Docker-compatible one says which pod a container is in.
 func NewPodman(cfg Config) (*Resolver, error) {
-	return newResolver(attribution.ResolverPodman, cfg.Host, DefaultPodmanHost, true)
+	return newResolver(runtime.ResolverPodman, cfg.Host, DefaultPodmanHost, true)
 }
 
 func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {
@@ -104,7 +104,7 @@ func newResolver(name, host, fallback string, podman bool) (*Resolver, error) {
 	return &Resolver{name: name, host: host, client: client, podman: podman, watch: watch}, nil
 }
 
-// Name implements attribution.Resolver.
+// Name implements runtime.Resolver.
 func (r *Resolver) Name() string { return r.name }
 
 // Close drops idle connections to the daemon.
@@ -113,40 +113,40 @@ func (r *Resolver) Close() error {
 	return nil
 }
 
-// Resolve implements attribution.Resolver.
-func (r *Resolver) Resolve(ctx context.Context, containerID string) (attribution.Container, error) {
+// Resolve implements runtime.Resolver.
+func (r *Resolver) Resolve(ctx context.Context, containerID string) (runtime.Container, error) {
 	if !cgroup.IsHex(containerID) {
-		return attribution.Container{}, fmt.Errorf("%s: invalid container ID %q", r.name, containerID)
+		return runtime.Container{}, fmt.Errorf("%s: invalid container ID %q", r.name, containerID)
 	}
 	if r.watch != nil && !r.watch.Present() {
-		return attribution.Container{}, fmt.Errorf("%s: no socket at %s: %w", r.name, r.host, attribution.ErrUnavailable)
+		return runtime.Container{}, fmt.Errorf("%s: no socket at %s: %w", r.name, r.host, runtime.ErrUnavailable)
 	}
 	c, err := r.resolve(ctx, containerID)
 	if r.watch != nil && errors.Is(err, syscall.ENOENT) {
 		// The daemon went away and took its socket with it: not an error, as if it had never been there.
 		r.watch.Gone()
-		return attribution.Container{}, fmt.Errorf("%w: %w", attribution.ErrUnavailable, err)
+		return runtime.Container{}, fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
 	}
 	return c, err
 }
 
-func (r *Resolver) resolve(ctx context.Context, containerID string) (attribution.Container, error) {
+func (r *Resolver) resolve(ctx context.Context, containerID string) (runtime.Container, error) {
 	if r.podman {
 		return r.resolvePodman(ctx, containerID)
 	}
 	var ctr inspect
 	if err := r.get(ctx, "/containers/"+containerID+"/json", &ctr); err != nil {
-		return attribution.Container{}, err
+		return runtime.Container{}, err
 	}
 	c := ctr.container()
 	c.Runtime = r.name
 	return c, nil
 }
 
-func (r *Resolver) resolvePodman(ctx context.Context, id string) (attribution.Container, error) {
+func (r *Resolver) resolvePodman(ctx context.Context, id string) (runtime.Container, error) {
 	var ctr inspect
 	if err := r.get(ctx, "/"+podmanAPI+"/libpod/containers/"+id+"/json", &ctr); err != nil {
-		return attribution.Container{}, err
+		return runtime.Container{}, err
 	}
 	c := ctr.container()
 	c.Runtime = r.name
@@ -154,17 +154,17 @@ func (r *Resolver) resolvePodman(ctx context.Context, id string) (attribution.Co
 		return c, nil
 	}
 	if !cgroup.IsHex(ctr.Pod) {
-		return attribution.Container{}, fmt.Errorf("%s: container %s has an invalid pod ID %q", r.name, id, ctr.Pod)
+		return runtime.Container{}, fmt.Errorf("%s: container %s has an invalid pod ID %q", r.name, id, ctr.Pod)
 	}
 	var p podInspect
 	err := r.get(ctx, "/"+podmanAPI+"/libpod/pods/"+ctr.Pod+"/json", &p)
-	if errors.Is(err, attribution.ErrNotFound) {
+	if errors.Is(err, runtime.ErrNotFound) {
 		// The pod went away between the two calls; the container is as good as gone too, but its name is known.
 		return c, nil
 	}
 	if err != nil {
 		// The container's own name is known: keep it, without the pod's name and labels, for now.
-		return c, fmt.Errorf("%w: %w", attribution.ErrIncomplete, err)
+		return c, fmt.Errorf("%w: %w", runtime.ErrIncomplete, err)
 	}
 	c.Pod = p.Name
 	if len(p.Labels) > 0 {
@@ -191,16 +191,16 @@ type podInspect struct {
 
 // container names an inspected container. One that carries kubelet's labels (cri-dockerd) is a Kubernetes
 // container and is named by them, like the CRI would name it; pod labels are not on a container, so there are none.
-func (ctr *inspect) container() attribution.Container {
+func (ctr *inspect) container() runtime.Container {
 	l := ctr.Config.Labels
-	if c := attribution.KubernetesNames(l); c.PodUID != "" || c.Pod != "" {
+	if c := runtime.KubernetesNames(l); c.PodUID != "" || c.Pod != "" {
 		if l[labelDockerType] == "podsandbox" {
 			// cri-dockerd names the pause container "POD"; the CRI gives a sandbox no container name.
 			c.Name = ""
 		}
 		return c
 	}
-	return attribution.Container{Name: strings.TrimPrefix(ctr.Name, "/")}
+	return runtime.Container{Name: strings.TrimPrefix(ctr.Name, "/")}
 }
 
 // get fetches one JSON document into v. A 404 is ErrNotFound.
@@ -225,7 +225,7 @@ func (r *Resolver) get(ctx context.Context, path string, v any) error {
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return attribution.ErrNotFound
+		return runtime.ErrNotFound
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("%s GET %s on %s: %s: %s", r.name, path, r.host, resp.Status, errorMessage(body))
 	}

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 const (
@@ -73,21 +74,10 @@ func (d *fakeDaemon) requested() []string {
 	return append([]string(nil), d.paths...)
 }
 
-// socketDir returns a short temporary directory: unix socket paths are limited to 108 bytes.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "docker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // serve starts h on a unix socket and returns its host URL.
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
-	path := filepath.Join(socketDir(t), "api.sock")
+	path := filepath.Join(testkit.SocketDir(t), "api.sock")
 	serveAt(t, path, h)
 	return "unix://" + path
 }
@@ -153,15 +143,15 @@ func TestDockerResolve(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		id   string
-		want attribution.Container
+		want runtime.Container
 	}{
-		{"plain container", plainID, attribution.Container{Name: "resnet-train", Runtime: "docker"}},
-		{"compose container", composeID, attribution.Container{Name: "inference-triton-1", Runtime: "docker"}},
-		{"cri-dockerd container", criDockerID, attribution.Container{
+		{"plain container", plainID, runtime.Container{Name: "resnet-train", Runtime: "docker"}},
+		{"compose container", composeID, runtime.Container{Name: "inference-triton-1", Runtime: "docker"}},
+		{"cri-dockerd container", criDockerID, runtime.Container{
 			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", Name: "llm", Runtime: "docker",
 		}},
 		// The pause container is the pod, with no container name, as the CRI reports a sandbox.
-		{"cri-dockerd sandbox", criSandbox, attribution.Container{
+		{"cri-dockerd sandbox", criSandbox, runtime.Container{
 			Namespace: "serving", Pod: "llm-7d9c8b6f5-x2x9q", PodUID: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", Runtime: "docker",
 		}},
 	} {
@@ -179,7 +169,7 @@ func TestDockerResolve(t *testing.T) {
 
 func TestDockerNotFound(t *testing.T) {
 	r := newDocker(t, serve(t, dockerDaemon(t)))
-	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Resolve(unknown) error = %v, want ErrNotFound", err)
 	}
 }
@@ -190,7 +180,7 @@ func TestDockerServerError(t *testing.T) {
 	host := serve(t, d)
 	r := newDocker(t, host)
 	_, err := r.Resolve(context.Background(), plainID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Resolve error = %v, want a daemon error", err)
 	}
 	for _, want := range []string{"docker GET /containers/" + plainID + "/json on " + host, "500", "layer store is locked"} {
@@ -201,10 +191,10 @@ func TestDockerServerError(t *testing.T) {
 }
 
 func TestDockerDaemonDown(t *testing.T) {
-	host := "unix://" + filepath.Join(socketDir(t), "docker.sock")
+	host := "unix://" + filepath.Join(testkit.SocketDir(t), "docker.sock")
 	r := newDocker(t, host)
 	_, err := r.Resolve(context.Background(), plainID)
-	if err == nil || errors.Is(err, attribution.ErrNotFound) || errors.Is(err, attribution.ErrUnavailable) {
+	if err == nil || errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("Resolve error = %v, want a connection error (a host that was given must exist)", err)
 	}
 	if !strings.Contains(err.Error(), host) {
@@ -274,7 +264,7 @@ func TestRejectsInvalidIDs(t *testing.T) {
 	d := dockerDaemon(t)
 	r := newDocker(t, serve(t, d))
 	for _, id := range []string{"", "../../info", "abc/def", "abc?x=1", "résumé"} {
-		if _, err := r.Resolve(context.Background(), id); err == nil || errors.Is(err, attribution.ErrNotFound) {
+		if _, err := r.Resolve(context.Background(), id); err == nil || errors.Is(err, runtime.ErrNotFound) {
 			t.Errorf("Resolve(%q) error = %v, want invalid ID", id, err)
 		}
 	}
@@ -313,7 +303,7 @@ func TestPodmanResolvePodContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := attribution.Container{Pod: "gpu-bench", Name: "bench", PodLabels: map[string]string{"team": "perf"}, Runtime: "podman"}
+	want := runtime.Container{Pod: "gpu-bench", Name: "bench", PodLabels: map[string]string{"team": "perf"}, Runtime: "podman"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
@@ -333,7 +323,7 @@ func TestPodmanResolvePlainContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Name: "resnet-train", Runtime: "podman"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Name: "resnet-train", Runtime: "podman"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 	if got := d.requested(); len(got) != 1 {
@@ -349,7 +339,7 @@ func TestPodmanPodGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (attribution.Container{Name: "bench", Runtime: "podman"}); !reflect.DeepEqual(got, want) {
+	if want := (runtime.Container{Name: "bench", Runtime: "podman"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve = %+v, want %+v", got, want)
 	}
 }
@@ -363,7 +353,7 @@ func TestPodmanPodError(t *testing.T) {
 		t.Errorf("Resolve error = %v, want the pod lookup's error", err)
 	}
 	// The container's own name is kept, flagged as incomplete so that it is looked up again later.
-	if !errors.Is(err, attribution.ErrIncomplete) {
+	if !errors.Is(err, runtime.ErrIncomplete) {
 		t.Errorf("Resolve error = %v, want ErrIncomplete", err)
 	}
 	if got.Name == "" || got.Pod != "" || got.Runtime != "podman" {
@@ -374,7 +364,7 @@ func TestPodmanPodError(t *testing.T) {
 // The default socket need not exist: until it does, lookups are a cheap "unavailable" (no dial, no error), it is
 // looked for again once per interval, and a daemon that goes away taking its socket is unavailable again.
 func TestDefaultSocketAppearsLater(t *testing.T) {
-	path := filepath.Join(socketDir(t), "docker.sock")
+	path := filepath.Join(testkit.SocketDir(t), "docker.sock")
 	r, err := newResolver("docker", "", "unix://"+path, false)
 	if err != nil {
 		t.Fatal(err)
@@ -383,14 +373,14 @@ func TestDefaultSocketAppearsLater(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	r.watch = socket.NewWatch([]string{path}, 10*time.Second, func() time.Time { return now })
 
-	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("Resolve without the socket: error = %v, want ErrUnavailable", err)
 	}
 
 	srv := serveAt(t, path, dockerDaemon(t))
 
 	now = now.Add(9 * time.Second)
-	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("Resolve within the recheck interval: error = %v, want ErrUnavailable", err)
 	}
 	now = now.Add(time.Second)
@@ -406,14 +396,14 @@ func TestDefaultSocketAppearsLater(t *testing.T) {
 	if _, err := os.Stat(path); err == nil {
 		t.Fatalf("socket %s still there after the daemon stopped", path)
 	}
-	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, attribution.ErrUnavailable) {
+	if _, err := r.Resolve(context.Background(), plainID); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("Resolve after the socket went away: error = %v, want ErrUnavailable", err)
 	}
 }
 
 func TestPodmanNotFound(t *testing.T) {
 	r := newPodman(t, serve(t, podmanDaemon(t)))
-	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, attribution.ErrNotFound) {
+	if _, err := r.Resolve(context.Background(), unknownID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Resolve(unknown) error = %v, want ErrNotFound", err)
 	}
 }

@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -10,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // registry stands in for the kubelet's registration service; test/k8s runs the plugin against a real kubelet.
@@ -25,15 +26,8 @@ func (r *registry) Register(_ context.Context, req *pluginapi.RegisterRequest) (
 
 func TestPlugin(t *testing.T) {
 	dir := t.TempDir()
-	l, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := &registry{got: make(chan *pluginapi.RegisterRequest, 1)}
-	srv := grpc.NewServer()
-	pluginapi.RegisterRegistrationServer(srv, reg)
-	go srv.Serve(l)
-	defer srv.Stop()
+	testkit.ServeGRPC(t, filepath.Join(dir, "kubelet.sock"), func(s *grpc.Server) { pluginapi.RegisterRegistrationServer(s, reg) })
 
 	const gpu0, gpu1 = "GPU-00000000-0000-0000-0000-000000000001", "GPU-00000000-0000-0000-0000-000000000002"
 	devices := append([]string{gpu0}, Replicas(gpu1, 2)...)

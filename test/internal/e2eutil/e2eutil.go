@@ -4,7 +4,6 @@ package e2eutil
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,13 +16,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // RepoRoot is the module root, found from this file's place in it.
@@ -63,7 +63,7 @@ func Main(m *testing.M, binary *string) {
 // Process is a command started by Start.
 type Process struct {
 	Pid    int // its process ID
-	out    syncBuffer
+	out    testkit.SyncBuffer
 	exited chan struct{}
 	err    error // set when exited is closed
 }
@@ -140,7 +140,7 @@ func StartExporter(t testing.TB, binary string, args ...string) *Exporter {
 // WaitListening waits until something accepts connections on addr, failing the test at once if p exits first.
 func WaitListening(t testing.TB, p *Process, addr string, limit time.Duration) {
 	t.Helper()
-	WaitFor(t, limit, "a listener on "+addr, func() bool {
+	testkit.WaitFor(t, limit, "a listener on "+addr, func() bool {
 		if done, err := p.Exited(); done {
 			t.Fatalf("the process exited before listening on %s: %v (its output follows)", addr, err)
 		}
@@ -224,33 +224,6 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-// WaitFor polls cond until it holds, failing the test if limit passes first.
-func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	problems := Eventually(limit, func() []string {
-		if cond() {
-			return nil
-		}
-		return []string{what}
-	})
-	if problems != nil {
-		t.Fatalf("timed out after %s waiting for %s", limit, what)
-	}
-}
-
-// Eventually polls check until it reports no problem or limit passes, and returns the last problems (nil on
-// success), for a test that says what was still wrong.
-func Eventually(limit time.Duration, check func() []string) []string {
-	deadline := time.Now().Add(limit)
-	for {
-		p := check()
-		if len(p) == 0 || time.Now().After(deadline) {
-			return p
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // ScrapeConfig is a Prometheus configuration that scrapes targets every second as job gpu-pod-exporter, with
 // honor_labels as the chart's ServiceMonitor sets it.
 func ScrapeConfig(targets ...string) string {
@@ -285,7 +258,7 @@ func StartPrometheus(t testing.TB, config string) (addr string) {
 	addr = FreeAddr(t)
 	p := Start(t, exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr))
-	WaitFor(t, 60*time.Second, "prometheus to be ready", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "prometheus to be ready", func() bool {
 		if done, err := p.Exited(); done {
 			t.Fatalf("prometheus exited before it was ready: %v (its output follows)", err)
 		}
@@ -378,21 +351,4 @@ func ByLabel(res []Sample, label string) map[string]float64 {
 		m[s.Metric[label]] = s.Value
 	}
 	return m
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -42,10 +42,12 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "unexpected arguments %q\n", got)
 		os.Exit(64)
 	}
-	if err := appendLine(os.Getenv("FAKESMI_RUNLOG"), strconv.Itoa(os.Getpid())); err != nil {
+	// The PID first: a test that has seen a run in the run log finds its PID recorded, even when it kills the run
+	// at once.
+	if err := appendLine(os.Getenv("FAKESMI_PIDFILE"), strconv.Itoa(os.Getpid())); err != nil {
 		return err
 	}
-	if err := appendLine(os.Getenv("FAKESMI_PIDFILE"), strconv.Itoa(os.Getpid())); err != nil {
+	if err := appendLine(os.Getenv("FAKESMI_RUNLOG"), strconv.Itoa(os.Getpid())); err != nil {
 		return err
 	}
 

@@ -1,4 +1,6 @@
-package attribution
+// Package runtime is what attribution asks of a container runtime, and what the runtimes (internal/runtime/cri,
+// internal/runtime/docker) answer: a container's names, by its ID, and the answers that are not failures.
+package runtime
 
 import (
 	"context"
@@ -73,20 +75,4 @@ type Resolver interface {
 	// wrapping ErrIncomplete with a usable Container when only part of the lookup succeeded, any other error when
 	// the runtime could not be asked, and it honours ctx's deadline.
 	Resolve(ctx context.Context, containerID string) (Container, error)
-}
-
-// apply puts a runtime's names into an identity whose cgroup-derived fields are already set. outer is true when
-// the container is the pod's container that holds the process's own (Docker-in-Docker in a pod): it names the
-// pod and container, and the identity keeps its own container ID and runtime.
-func (c Container) apply(id *Identity, outer bool) {
-	id.Namespace = c.Namespace
-	id.Pod = c.Pod // a Podman pod's name for a plain container
-	id.Container = c.Name
-	if id.PodUID == "" {
-		id.PodUID = c.PodUID
-	}
-	if !outer && id.Runtime == "" {
-		id.Runtime = c.Runtime
-	}
-	id.PodLabels = c.PodLabels
 }

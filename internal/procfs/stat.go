@@ -1,0 +1,54 @@
+package procfs
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+)
+
+// Stat reads <procfs>/<pid>/stat for the process name and the process's start time (clock ticks after boot). A
+// PID and its start time name one process for its whole life: a PID that the kernel gives to a new process comes
+// with another start time. The name is comm's, read in the same system call.
+func (r *Reader) Stat(pid uint32) (comm string, start uint64, err error) {
+	b, err := r.read(pid, "stat")
+	if err != nil {
+		return "", 0, fmt.Errorf("reading process status: %w", err)
+	}
+	return statFields(b, r.root+"/"+strconv.FormatUint(uint64(pid), 10)+"/stat")
+}
+
+func statFields(b []byte, path string) (string, uint64, error) {
+	comm, start, ok := parseStat(b)
+	if !ok {
+		return "", 0, fmt.Errorf("reading process status: %s is not a stat file", path)
+	}
+	return comm, start, nil
+}
+
+// parseStat returns the name (field 2) and start time (field 22) of a stat line. The name is in parentheses and
+// may itself hold spaces and parentheses, so the fields after it are counted from its last ')'.
+func parseStat(b []byte) (comm string, start uint64, ok bool) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	rest := b[end+1:]
+	// rest is " S ppid ...": field 3 (state) is the first; starttime is field 22, the 20th.
+	for field := 3; field < 22; field++ {
+		rest = bytes.TrimLeft(rest, " ")
+		i := bytes.IndexByte(rest, ' ')
+		if i < 0 {
+			return "", 0, false
+		}
+		rest = rest[i:]
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	if i := bytes.IndexAny(rest, " \n"); i >= 0 {
+		rest = rest[:i]
+	}
+	start, err := strconv.ParseUint(string(rest), 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return string(b[open+1 : end]), start, true
+}
