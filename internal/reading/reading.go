@@ -1,4 +1,4 @@
-// Package scrape takes one attributed reading of the node: a GPU snapshot, then the owner of every GPU process.
+// Package reading takes one attributed reading of the node: a GPU snapshot, then the owner of every GPU process.
 // One reading is in flight at a time, the only place that serializes calls to the GPU source; concurrent scrapes
 // share it, and a scrape waits for it no longer than the collection timeout.
 package reading
