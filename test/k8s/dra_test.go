@@ -284,11 +284,14 @@ func checkSeries(t *testing.T, prom, query string, want map[string]float64) {
 	}
 }
 
-// labelSet writes labels as PromQL does, sorted: {a="1", b="2"}.
+// labelSet writes labels as PromQL does, sorted: {a="1", b="2"}. An empty label is left out: Prometheus does not
+// store one.
 func labelSet(labels map[string]string) string {
 	var pairs []string
 	for k, v := range labels {
-		pairs = append(pairs, fmt.Sprintf("%s=%q", k, v))
+		if v != "" {
+			pairs = append(pairs, fmt.Sprintf("%s=%q", k, v))
+		}
 	}
 	slices.Sort(pairs)
 	return "{" + strings.Join(pairs, ", ") + "}"
