@@ -106,7 +106,6 @@ func startDRAPlugin(t *testing.T, c *cluster) *draplugin.Plugin {
 // outside the claim using the GPU unrequested. It returns the workloads it added, with work.
 func testDRA(t *testing.T, c *cluster, prom string, plugin *draplugin.Plugin, image string,
 	pods map[string]*corev1.Pod, work []*workload) []*workload {
-	t.Helper()
 	var names []string
 	for _, g := range nodeGPUs {
 		if slices.Contains(draGPUs, g.uuid) {
