@@ -52,16 +52,35 @@ const (
 	release    = "gpe"
 )
 
-// The simulated node's GPUs: three whole GPUs advertised as nvidia.com/gpu, and one shared by time-slicing,
-// advertised as two replicas of nvidia.com/gpu.shared (NVIDIA's plugin with renameByDefault).
+// The simulated node's GPUs: three whole GPUs advertised as nvidia.com/gpu, one shared by time-slicing,
+// advertised as two replicas of nvidia.com/gpu.shared (NVIDIA's plugin with renameByDefault), and two published by
+// the DRA plugin (gpu.nvidia.com), which names them by minor number.
 const (
 	gpuA      = "GPU-6f1c0a00-0000-4000-8000-00000000000a"
 	gpuB      = "GPU-6f1c0a00-0000-4000-8000-00000000000b"
 	gpuC      = "GPU-6f1c0a00-0000-4000-8000-00000000000c"
 	gpuShared = "GPU-6f1c0a00-0000-4000-8000-00000000000d"
+	gpuDRA0   = "GPU-6f1c0a00-0000-4000-8000-00000000000e"
+	gpuDRA1   = "GPU-6f1c0a00-0000-4000-8000-00000000000f"
 )
 
 var wholeGPUs = []string{gpuA, gpuB, gpuC}
+
+// nodeGPUs is the node file's GPUs in NVML's order, with their minor numbers. The DRA GPUs come last but have the
+// lowest minors (gpu-0, gpu-1): a DRA device name mapped by index instead of minor lands on a device plugin GPU.
+var nodeGPUs = []struct {
+	uuid  string
+	minor int
+}{{gpuA, 2}, {gpuB, 3}, {gpuC, 4}, {gpuShared, 5}, {gpuDRA0, 0}, {gpuDRA1, 1}}
+
+// The simulated GPUs' model, memory and versions, which the node file and the DRA plugin's ResourceSlice share.
+const (
+	gpuProduct     = "NVIDIA H100 80GB HBM3"
+	gpuMemoryBytes = 85520809984
+)
+
+// pciBusID is the PCI address of the i-th GPU of nodeGPUs.
+func pciBusID(i int) string { return fmt.Sprintf("00000000:%02X:00.0", 0x18+i) }
 
 // workload is a container of a test pod and what the test expects of it.
 type workload struct {
@@ -108,6 +127,8 @@ func TestKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(shared.Stop)
+	// The fake DRA plugin registers and publishes its ResourceSlice while the rest starts; testDRA waits for both.
+	dra := startDRAPlugin(t, c)
 	testkit.WaitFor(t, 60*time.Second, "the node's GPU capacity", func() bool {
 		var node nodeStatus
 		return c.kube.get("/api/v1/nodes/"+nodeName, &node) == nil &&
@@ -325,6 +346,10 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
+	t.Run("dra", func(t *testing.T) {
+		work = testDRA(t, c, prom, dra, image, pods, work)
+	})
+
 	t.Run("privileges", func(t *testing.T) {
 		checkPrivileges(t, c, getPod(t, c, exporterNS, exporter.Name))
 	})
@@ -477,18 +502,18 @@ func fillWorkloads(t *testing.T, c *cluster, pods map[string]*corev1.Pod, work [
 
 // --- the node file, PodResources, Prometheus ------------------------------------------------------------------------
 
-// writeNode writes the simulated node file: the four GPUs, each workload's process on its GPU. It is replaced
+// writeNode writes the simulated node file: the GPUs, each workload's process on its GPU. It is replaced
 // atomically in its directory, which the exporter's pod mounts.
 func writeNode(t *testing.T, c *cluster, work []*workload) {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("driver_version: \"580.95.05\"\ncuda_version: \"13.0\"\ngpus:\n")
-	for i, uuid := range append(slices.Clone(wholeGPUs), gpuShared) {
-		fmt.Fprintf(&b, "  - uuid: %s\n    name: NVIDIA H100 80GB HBM3\n    pci_bus_id: \"00000000:%02X:00.0\"\n"+
-			"    memory_total_bytes: 85520809984\n    processes:\n", uuid, 0x18+i)
+	for i, g := range nodeGPUs {
+		fmt.Fprintf(&b, "  - uuid: %s\n    name: %s\n    pci_bus_id: %q\n    minor_number: %d\n"+
+			"    memory_total_bytes: %d\n    processes:\n", g.uuid, gpuProduct, pciBusID(i), g.minor, gpuMemoryBytes)
 		n := 0
 		for _, w := range work {
-			if w.gpu == uuid {
+			if w.gpu == g.uuid {
 				fmt.Fprintf(&b, "      - {pid: %d, type: compute, used_memory_bytes: %d}\n", w.pid, (n+1)<<30)
 				n++
 			}
@@ -509,9 +534,8 @@ func writeNode(t *testing.T, c *cluster, work []*workload) {
 
 type device struct{ resource, id string }
 
-// podResourcesList asks the kubelet's PodResources API for the GPU devices of the workload namespace's containers,
-// keyed pod/container.
-func podResourcesList(t *testing.T, c *cluster) map[string][]device {
+// listPodResources asks the kubelet's PodResources API for the resources of the workload namespace's pods.
+func listPodResources(t *testing.T, c *cluster) []*podresources.PodResources {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(c.kubelet, "pod-resources/kubelet.sock"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -525,11 +549,15 @@ func podResourcesList(t *testing.T, c *cluster) map[string][]device {
 	if err != nil {
 		t.Fatalf("PodResources List: %v", err)
 	}
+	return slices.DeleteFunc(resp.GetPodResources(), func(p *podresources.PodResources) bool { return p.GetNamespace() != workNS })
+}
+
+// podResourcesList is the kubelet's device plugin devices of the workload namespace's containers, keyed
+// pod/container.
+func podResourcesList(t *testing.T, c *cluster) map[string][]device {
+	t.Helper()
 	out := map[string][]device{}
-	for _, p := range resp.GetPodResources() {
-		if p.GetNamespace() != workNS {
-			continue
-		}
+	for _, p := range listPodResources(t, c) {
 		for _, ctr := range p.GetContainers() {
 			for _, d := range ctr.GetDevices() {
 				for _, id := range d.GetDeviceIds() {
