@@ -11,6 +11,9 @@ import (
 
 const dashboardPath = "deploy/grafana/gpu-pod-exporter.json"
 
+// dashboardFiles are the dashboards the chart ships, each as a key of its dashboard ConfigMap.
+var dashboardFiles = []string{dashboardPath, accountingDashboardPath}
+
 // The parts of Grafana's dashboard model (schemaVersion 39) that the dashboard uses; decoding is strict, so a
 // misspelt key fails.
 type dashboard struct {
