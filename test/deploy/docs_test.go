@@ -242,3 +242,27 @@ func TestReleaseVersionNamedAlike(t *testing.T) {
 		t.Error("docs/install.md has no \"What is published\" section that README.md links")
 	}
 }
+
+// TestPerformanceDocForUsers: docs/performance.md says what the figures mean for a user before it gives them, gives
+// them with the machine and date in a section of their own, says how they were measured, and reads as a guide, not
+// a work log: no issue numbers of this project, no commit hashes.
+func TestPerformanceDocForUsers(t *testing.T) {
+	perf := string(readRepoFile(t, "docs/performance.md"))
+	order := []string{"## What it means for you", "## Figures", "Machine:", "| source | processes |", "## Method"}
+	last := -1
+	for _, h := range order {
+		i := strings.Index(perf, h)
+		if i < 0 || i < last {
+			t.Errorf("docs/performance.md lacks %q, or has it out of the order %q", h, order)
+		}
+		last = i
+	}
+	if !regexp.MustCompile(`Measured 20\d\d-\d\d-\d\d`).MatchString(perf) {
+		t.Error("docs/performance.md's figures have no date")
+	}
+	for _, bad := range []*regexp.Regexp{regexp.MustCompile(`(?i)\bissue \d+`), regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)} {
+		if m := bad.FindString(perf); m != "" {
+			t.Errorf("docs/performance.md reads like a work log: %q", m)
+		}
+	}
+}
