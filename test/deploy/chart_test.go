@@ -875,6 +875,11 @@ data:
 		!strings.Contains(n, "not the exporter's own pod") || !strings.Contains(n, "port-forward ds/gpe-gpu-pod-exporter 9402") {
 		t.Errorf("the notes do not explain honorLabels:\n%s", n)
 	}
+	// helm install succeeds with 0 pods scheduled (EKS managed node groups): the notes say how to check, and what to do.
+	if n := notes(); !strings.Contains(n, "kubectl -n monitoring get ds gpe-gpu-pod-exporter") || !strings.Contains(n, "DESIRED") ||
+		!strings.Contains(n, "extraGpuNodeSelectorTerms") || !strings.Contains(n, "presets/eks-managed-node-groups.yaml") {
+		t.Errorf("the notes do not say how to check the scheduled pods:\n%s", n)
+	}
 	if n := notes("--set", "serviceMonitor.enabled=false", "--set", "hostPID=false"); !strings.Contains(n, "honor_labels: true") ||
 		!strings.Contains(n, "/host/proc") {
 		t.Errorf("the notes without a ServiceMonitor or hostPID:\n%s", n)

@@ -266,3 +266,63 @@ func TestPerformanceDocForUsers(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallVerifyChecklist: the install guide's checklist covers each way an install that helm calls a success
+// can still fail (its queries run against a real Prometheus in TestDashboardQueries).
+func TestInstallVerifyChecklist(t *testing.T) {
+	install := string(readRepoFile(t, "docs/install.md"))
+	i, j := strings.Index(install, "## Verify the install"), strings.Index(install, "## Kubernetes without Helm")
+	if i < 0 || j < i {
+		t.Fatal("docs/install.md has no Verify the install section before Kubernetes without Helm")
+	}
+	section := install[i:j]
+	for what, want := range map[string]string{
+		"scheduled pods against GPU nodes": "get ds", "the DaemonSet's count": "DESIRED",
+		"readiness": "/readyz", "the GPU source": "gpu_pod_exporter_source_up",
+		"ps on the node": "gpu-pod-exporter ps", "against nvidia-smi": "`nvidia-smi`",
+		"non-empty pod names": `pod=""`, "resolver errors": `gpu_pod_exporter_resolver_requests_total{result="error"}`,
+	} {
+		if !strings.Contains(section, want) {
+			t.Errorf("Verify the install does not check %s (%q)", what, want)
+		}
+	}
+	// Each symptom of the troubleshooting section has its entry.
+	for _, heading := range []string{"### No GPU source in the pod", "### 0 pods scheduled", "### Pod names are missing",
+		"### hidepid", "### Driver and library mismatch"} {
+		if !strings.Contains(install, "\n"+heading+"\n") {
+			t.Errorf("docs/install.md's troubleshooting has no %q", heading)
+		}
+	}
+}
+
+// TestTroubleshootingQuotesTheExporter: the log lines the troubleshooting section tells users to look for are the
+// exporter's own words, so that a reworded message fails here instead of leaving the guide wrong.
+func TestTroubleshootingQuotesTheExporter(t *testing.T) {
+	install := string(readRepoFile(t, "docs/install.md"))
+	var code strings.Builder
+	for _, dir := range []string{"cmd", "internal"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot(t), dir), func(p string, d os.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+				b, err := os.ReadFile(p)
+				code.Write(b)
+				return err
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, msg := range []string{
+		"no GPU source: ", "NVML library libnvidia-ml.so.1 not found", "nvidia-smi source: ",
+		"the NVIDIA kernel driver is not loaded", "no permission to open /dev/nvidia*",
+		"libnvidia-ml.so.1 does not match the loaded kernel driver", "procfs is mounted with ",
+	} {
+		if !strings.Contains(install, msg) {
+			t.Errorf("the troubleshooting section no longer quotes %q", msg)
+		}
+		if !strings.Contains(code.String(), msg) {
+			t.Errorf("the troubleshooting section quotes %q, which the exporter no longer says", msg)
+		}
+	}
+}
