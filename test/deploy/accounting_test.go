@@ -26,11 +26,13 @@ func loadAccountingDashboard(t testing.TB) *dashboard {
 // All and the default price; $__range is the range the e2e test's data covers.
 func substituteAccounting(expr string) string {
 	return strings.NewReplacer("${node}", ".*", "$node", ".*", "${price}", "0.15", "$price", "0.15",
-		"$__range", "1m").Replace(expr)
+		"${slurm_job}", ".*", "$slurm_job", ".*", "${user}", ".*", "$user", ".*", "$__range", "1m").Replace(expr)
 }
 
 func TestAccountingDashboardModel(t *testing.T) {
 	d := loadAccountingDashboard(t)
+	checkImportable(t, accountingDashboardPath, d)
+	checkWorkloadFilters(t, d)
 	if d.UID == "" || d.UID == loadDashboard(t).UID || d.Title != "GPU accounting" || d.SchemaVersion < 36 {
 		t.Errorf("uid %q (must differ from the main dashboard's), title %q, schemaVersion %d", d.UID, d.Title, d.SchemaVersion)
 	}
@@ -41,8 +43,10 @@ func TestAccountingDashboardModel(t *testing.T) {
 	if v := vars["datasource"]; v.Type != "datasource" || v.Query != "prometheus" {
 		t.Errorf("datasource variable = %+v", v)
 	}
-	if v := vars["node"]; v.Type != "query" || !v.IncludeAll || !v.Multi || v.AllValue != ".*" || !strings.HasPrefix(v.Definition, "label_values(") {
-		t.Errorf("node variable = %+v", v)
+	for _, name := range []string{"node", "slurm_job", "user"} {
+		if v := vars[name]; v.Type != "query" || !v.IncludeAll || !v.Multi || v.AllValue != ".*" || !strings.HasPrefix(v.Definition, "label_values(") {
+			t.Errorf("%s variable = %+v", name, v)
+		}
 	}
 	if v := vars["price"]; v.Type != "textbox" || !regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`).MatchString(v.Query.(string)) {
 		t.Errorf("price variable = %+v, want a textbox with a number", v)
