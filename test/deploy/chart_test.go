@@ -253,7 +253,7 @@ func TestHelmTemplateDefault(t *testing.T) {
 	if hasArgPrefix(c.Args, "--path.procfs") {
 		t.Errorf("--path.procfs with hostPID: %v", c.Args)
 	}
-	// EKS GPU AMIs, GKE and AKS make the NVIDIA runtime the default and create no RuntimeClass: a default
+	// EKS GPU AMIs and AKS make the NVIDIA runtime the default, and they and GKE create no RuntimeClass: a default
 	// runtimeClassName would leave every pod unschedulable there.
 	if pod.RuntimeClassName != nil {
 		t.Errorf("runtimeClassName = %q by default", *pod.RuntimeClassName)

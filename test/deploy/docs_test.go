@@ -326,3 +326,26 @@ func TestTroubleshootingQuotesTheExporter(t *testing.T) {
 		}
 	}
 }
+
+// TestFAQ: "Do I still need dcgm-exporter?" is answered, from the field list in docs/compat.md, and every metric the
+// FAQ names is one the reference documents.
+func TestFAQ(t *testing.T) {
+	faq := string(readRepoFile(t, "docs/faq.md"))
+	i := strings.Index(faq, "## Do I still need dcgm-exporter?")
+	if i < 0 {
+		t.Fatal("docs/faq.md does not answer \"Do I still need dcgm-exporter?\"")
+	}
+	answer := faq[i:]
+	if j := strings.Index(answer[3:], "\n## "); j >= 0 {
+		answer = answer[:j+3]
+	}
+	if !strings.Contains(answer, "](compat.md") {
+		t.Error("the dcgm-exporter answer does not point to docs/compat.md's field list")
+	}
+	ref := string(readRepoFile(t, "docs/reference.md"))
+	for _, m := range regexp.MustCompile("`(gpu_[a-z_]+)`").FindAllStringSubmatch(faq, -1) {
+		if !strings.Contains(ref, "`"+m[1]+"`") {
+			t.Errorf("docs/faq.md names %s, which docs/reference.md does not document", m[1])
+		}
+	}
+}
