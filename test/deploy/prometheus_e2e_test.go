@@ -173,6 +173,19 @@ scrape_configs:
 		t.Errorf("without honor_labels: %v, want pod=the exporter's pod and exported_pod=the workload", noHonor)
 	}
 
+	// Outside Kubernetes, each line names one workload: the demo's Slurm job, its service, its plain container.
+	outside := rows(panelExpr("GPU memory outside Kubernetes"))
+	for _, want := range []string{"Slurm job 88231", "ollama.service"} {
+		if !has(outside, map[string]string{"workload": want}) {
+			t.Errorf("GPU memory outside Kubernetes: %v, want a line %q", outside, want)
+		}
+	}
+	for _, r := range outside {
+		if r["workload"] == "" || len(r) != 1 {
+			t.Errorf("GPU memory outside Kubernetes has a line without one workload name: %v", r)
+		}
+	}
+
 	checkVerifyChecklist(t, api, target)
 }
 
