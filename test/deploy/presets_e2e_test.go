@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvml/stubnvml"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -101,7 +103,13 @@ func testChartPodSpecs(t *testing.T, image, tag string) {
 			t.Fatal(err)
 		}
 	}
-	e2eutil.StubNVML(t, filepath.Join(driver, "lib64"))
+	lib, err := os.ReadFile(stubnvml.H100R580.Build(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(driver, "lib64", "libnvidia-ml.so.1"), lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
 
 	preset := func(name string) string { return filepath.Join(repoRoot(t), presetsDir, name) }
 	for _, tc := range []struct {
@@ -150,7 +158,7 @@ func testChartPodSpecs(t *testing.T, image, tag string) {
 			name := "gpe-deploy-preset-" + strings.ReplaceAll(tc.name, "+", "-") + "-" + tag
 			runContainer(t, name, append(append(append(opts, image), args...), tc.args...)...)
 			var body string
-			e2eutil.WaitFor(t, 30*time.Second, "a reading of the GPUs", func() bool {
+			testkit.WaitFor(t, 30*time.Second, "a reading of the GPUs", func() bool {
 				var err error
 				body, err = e2eutil.Get("http://" + addr + "/metrics")
 				return err == nil && strings.Contains(body, "gpu_info{")
@@ -181,7 +189,7 @@ func testChartPodSpecs(t *testing.T, image, tag string) {
 		opts, args := dockerRunPod(t, r, "", addr)
 		opts = append(opts, "--mount", "type=bind,source="+node+",target=/etc/gpe/node.yaml,readonly")
 		runContainer(t, "gpe-deploy-user-"+tag, append(append(opts, image), append(args, "--gpu.simulated-config=/etc/gpe/node.yaml")...)...)
-		e2eutil.WaitFor(t, 30*time.Second, "the workload named "+want, func() bool {
+		testkit.WaitFor(t, 30*time.Second, "the workload named "+want, func() bool {
 			body, err := e2eutil.Get("http://" + addr + "/metrics")
 			return err == nil && strings.Contains(body, `pid="`+pid+`"`) && strings.Contains(body, `user="`+want+`"`)
 		})
