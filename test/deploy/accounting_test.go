@@ -26,11 +26,13 @@ func loadAccountingDashboard(t testing.TB) *dashboard {
 // All and the default price; $__range is the range the e2e test's data covers.
 func substituteAccounting(expr string) string {
 	return strings.NewReplacer("${node}", ".*", "$node", ".*", "${price}", "0.15", "$price", "0.15",
-		"$__range", "1m").Replace(expr)
+		"${slurm_job}", ".*", "$slurm_job", ".*", "${user}", ".*", "$user", ".*", "$__range", "1m").Replace(expr)
 }
 
 func TestAccountingDashboardModel(t *testing.T) {
 	d := loadAccountingDashboard(t)
+	checkImportable(t, accountingDashboardPath, d)
+	checkWorkloadFilters(t, d)
 	if d.UID == "" || d.UID == loadDashboard(t).UID || d.Title != "GPU accounting" || d.SchemaVersion < 36 {
 		t.Errorf("uid %q (must differ from the main dashboard's), title %q, schemaVersion %d", d.UID, d.Title, d.SchemaVersion)
 	}
@@ -41,8 +43,10 @@ func TestAccountingDashboardModel(t *testing.T) {
 	if v := vars["datasource"]; v.Type != "datasource" || v.Query != "prometheus" {
 		t.Errorf("datasource variable = %+v", v)
 	}
-	if v := vars["node"]; v.Type != "query" || !v.IncludeAll || !v.Multi || v.AllValue != ".*" || !strings.HasPrefix(v.Definition, "label_values(") {
-		t.Errorf("node variable = %+v", v)
+	for _, name := range []string{"node", "slurm_job", "user"} {
+		if v := vars[name]; v.Type != "query" || !v.IncludeAll || !v.Multi || v.AllValue != ".*" || !strings.HasPrefix(v.Definition, "label_values(") {
+			t.Errorf("%s variable = %+v", name, v)
+		}
 	}
 	if v := vars["price"]; v.Type != "textbox" || !regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`).MatchString(v.Query.(string)) {
 		t.Errorf("price variable = %+v, want a textbox with a number", v)
@@ -73,10 +77,10 @@ func TestAccountingDashboardModel(t *testing.T) {
 	}
 }
 
-// Every metric the accounting dashboard queries is documented in the README, and every recording rule it uses is
-// in deploy/prometheus/rules.yml.
+// Every metric the accounting dashboard queries is documented in docs/reference.md, and every recording rule it uses
+// is in deploy/prometheus/rules.yml.
 func TestAccountingDashboardNamesExist(t *testing.T) {
-	readme := string(readRepoFile(t, "README.md"))
+	ref := string(readRepoFile(t, "docs/reference.md"))
 	rules := string(readRepoFile(t, "deploy/prometheus/rules.yml"))
 	name := regexp.MustCompile(`[a-z_]*:?gpu_[a-z0-9_]+(:[a-z0-9_]+)?`)
 	seen := map[string]bool{}
@@ -91,8 +95,8 @@ func TestAccountingDashboardNamesExist(t *testing.T) {
 					if !strings.Contains(rules, "record: "+n+"\n") {
 						t.Errorf("the accounting dashboard uses the recording rule %s, which rules.yml does not define", n)
 					}
-				} else if !strings.Contains(readme, n) {
-					t.Errorf("the accounting dashboard uses %s, which README.md does not document", n)
+				} else if !strings.Contains(ref, "`"+n+"`") {
+					t.Errorf("the accounting dashboard uses %s, which docs/reference.md does not document", n)
 				}
 			}
 		}

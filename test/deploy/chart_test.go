@@ -253,7 +253,7 @@ func TestHelmTemplateDefault(t *testing.T) {
 	if hasArgPrefix(c.Args, "--path.procfs") {
 		t.Errorf("--path.procfs with hostPID: %v", c.Args)
 	}
-	// EKS GPU AMIs, GKE and AKS make the NVIDIA runtime the default and create no RuntimeClass: a default
+	// EKS GPU AMIs and AKS make the NVIDIA runtime the default, and they and GKE create no RuntimeClass: a default
 	// runtimeClassName would leave every pod unschedulable there.
 	if pod.RuntimeClassName != nil {
 		t.Errorf("runtimeClassName = %q by default", *pod.RuntimeClassName)
@@ -529,11 +529,20 @@ func checkCommon(t *testing.T, r *rendered) {
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("root filesystem is writable")
 	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+	privileged := sc.Privileged != nil && *sc.Privileged
+	if !privileged && (sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation) {
 		t.Error("allowPrivilegeEscalation is not false")
 	}
+	// The API server refuses the pod otherwise.
+	if privileged && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		t.Error("privileged with allowPrivilegeEscalation: false, which Kubernetes rejects")
+	}
+	// Privileged only where nothing else gives the container the GPUs' device nodes: with the driver's directory
+	// mounted from the node (GKE's driver installer, presets/gke.yaml), where no NVIDIA container toolkit runs.
 	if sc.Privileged != nil && *sc.Privileged {
-		t.Error("privileged")
+		if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "nvidia-driver" }) {
+			t.Error("privileged without the reason for it, the driver's directory mounted from the node")
+		}
 	}
 	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
 		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
@@ -569,11 +578,23 @@ func checkCommon(t *testing.T, r *rendered) {
 			t.Errorf("volume %s is neither a hostPath, a Secret nor a ConfigMap", v.Name)
 			continue
 		}
-		// Directories only. An untyped hostPath creates an empty directory on the node where the path is missing; a
+		// Directories, typed. An untyped hostPath creates an empty directory on the node where the path is missing; a
 		// socket (or any file) mounted by itself keeps pointing at the old inode once the runtime or the kubelet
-		// deletes and recreates it on restart, so the exporter would lose it until its pod restarts.
-		if v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
-			t.Errorf("hostPath %s has type %v, want Directory", v.HostPath.Path, v.HostPath.Type)
+		// deletes and recreates it on restart, so the exporter would lose it until its pod restarts. The two files
+		// mounted by themselves: /dev/null, the NVIDIA toolkit's device request, and the node's passwd file, because
+		// its directory holds shadow.
+		want := corev1.HostPathDirectory
+		switch v.Name {
+		case "nvidia-device-request":
+			want = corev1.HostPathCharDev
+			if v.HostPath.Path != "/dev/null" {
+				t.Errorf("the NVIDIA device request mounts %s, which the toolkit ignores: it reads only /dev/null", v.HostPath.Path)
+			}
+		case "host-passwd":
+			want = corev1.HostPathFile
+		}
+		if v.HostPath.Type == nil || *v.HostPath.Type != want {
+			t.Errorf("hostPath %s has type %v, want %s", v.HostPath.Path, v.HostPath.Type, want)
 		}
 	}
 	if !pod.HostPID && !slices.Contains(c.Args, "--path.procfs=/host/proc") {
@@ -633,16 +654,22 @@ func checkCommon(t *testing.T, r *rendered) {
 		}
 	}
 	for _, cm := range r.configMaps {
-		body, ok := cm.Data["gpu-pod-exporter.json"]
-		if !ok {
-			t.Errorf("ConfigMap %s has no gpu-pod-exporter.json", cm.Name)
-			continue
+		if len(cm.Data) != len(dashboardFiles) {
+			t.Errorf("ConfigMap %s holds %d keys, want the %d dashboards", cm.Name, len(cm.Data), len(dashboardFiles))
 		}
-		if !json.Valid([]byte(body)) {
-			t.Errorf("ConfigMap %s: the dashboard is not valid JSON", cm.Name)
-		}
-		if want := strings.TrimRight(string(readRepoFile(t, "deploy/grafana/gpu-pod-exporter.json")), "\n"); body != want {
-			t.Errorf("ConfigMap %s: the dashboard differs from deploy/grafana/gpu-pod-exporter.json (run go test ./test/deploy -update)", cm.Name)
+		for _, file := range dashboardFiles {
+			key := filepath.Base(file)
+			body, ok := cm.Data[key]
+			if !ok {
+				t.Errorf("ConfigMap %s has no %s", cm.Name, key)
+				continue
+			}
+			if !json.Valid([]byte(body)) {
+				t.Errorf("ConfigMap %s: %s is not valid JSON", cm.Name, key)
+			}
+			if want := strings.TrimRight(string(readRepoFile(t, file)), "\n"); body != want {
+				t.Errorf("ConfigMap %s: %s differs from %s (run go test ./test/deploy -update)", cm.Name, key, file)
+			}
 		}
 	}
 	for _, o := range []v1.Object{ds, svc} {
@@ -847,6 +874,11 @@ data:
 	if n := notes(); !strings.Contains(n, "honorLabels: true") || !strings.Contains(n, "exported_pod") ||
 		!strings.Contains(n, "not the exporter's own pod") || !strings.Contains(n, "port-forward ds/gpe-gpu-pod-exporter 9402") {
 		t.Errorf("the notes do not explain honorLabels:\n%s", n)
+	}
+	// helm install succeeds with 0 pods scheduled (EKS managed node groups): the notes say how to check, and what to do.
+	if n := notes(); !strings.Contains(n, "kubectl -n monitoring get ds gpe-gpu-pod-exporter") || !strings.Contains(n, "DESIRED") ||
+		!strings.Contains(n, "extraGpuNodeSelectorTerms") || !strings.Contains(n, "presets/eks-managed-node-groups.yaml") {
+		t.Errorf("the notes do not say how to check the scheduled pods:\n%s", n)
 	}
 	if n := notes("--set", "serviceMonitor.enabled=false", "--set", "hostPID=false"); !strings.Contains(n, "honor_labels: true") ||
 		!strings.Contains(n, "/host/proc") {

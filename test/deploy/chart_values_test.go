@@ -111,15 +111,44 @@ func checkCriticalPodsQuota(t *testing.T, r *rendered, priorityClass string) {
 
 // TestHelmGPUNodeAffinityOverrides: the documented ways to change where the pods run.
 func TestHelmGPUNodeAffinityOverrides(t *testing.T) {
-	// An extra term of one's own keeps the platforms' terms.
+	ownNode := map[string]string{"node-role.example.com/gpu": ""}
+	// gpuNodeSelectorTerms replaces the platforms' terms.
 	r := template(t, "gpe", "monitoring", "--values", valuesFile(t, `
 gpuNodeSelectorTerms:
   - matchExpressions: [{key: nvidia.com/gpu.present, operator: In, values: ["true"]}]
   - matchExpressions: [{key: node-role.example.com/gpu, operator: Exists}]
 `))
 	terms := r.daemonSet.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if !matchesNodeSelectorTerms(terms, map[string]string{"node-role.example.com/gpu": ""}) || len(terms) != 2 {
+	if !matchesNodeSelectorTerms(terms, ownNode) || len(terms) != 2 {
 		t.Errorf("own term not rendered: %+v", terms)
+	}
+	// extraGpuNodeSelectorTerms adds to them: every platform's GPU node still matches, and so does one's own.
+	extra := valuesFile(t, `
+extraGpuNodeSelectorTerms:
+  - matchExpressions: [{key: node-role.example.com/gpu, operator: Exists}]
+`)
+	r = template(t, "gpe", "monitoring", "--values", extra)
+	checkGPUNodeAffinity(t, r.daemonSet.Spec.Template.Spec)
+	terms = r.daemonSet.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if !matchesNodeSelectorTerms(terms, ownNode) || len(terms) != len(gpuNodeLabels)+1 {
+		t.Errorf("extraGpuNodeSelectorTerms did not add its term to the %d defaults: %+v", len(gpuNodeLabels), terms)
+	}
+	// With no platform terms, the extra terms alone.
+	r = template(t, "gpe", "monitoring", "--values", extra, "--set", "gpuNodeSelectorTerms=null")
+	terms = r.daemonSet.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || !matchesNodeSelectorTerms(terms, ownNode) {
+		t.Errorf("extra terms without platform terms: %+v", terms)
+	}
+	// affinity replaces both.
+	r = template(t, "gpe", "monitoring", "--values", extra, "--values", valuesFile(t, `
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms: [{matchExpressions: [{key: example.com/only, operator: Exists}]}]
+`))
+	terms = r.daemonSet.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || terms[0].MatchExpressions[0].Key != "example.com/only" {
+		t.Errorf("affinity did not replace the terms: %+v", terms)
 	}
 	// No terms: every node.
 	r = template(t, "gpe", "monitoring", "--set", "gpuNodeSelectorTerms=null")

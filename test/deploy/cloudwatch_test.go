@@ -100,7 +100,7 @@ func TestCloudWatchAgentConfig(t *testing.T) {
 				t.Errorf("metric_declaration[%d].metric_selectors: %v", i, err)
 				continue
 			}
-			// Every selector must match a metric the exporter has (README documents them all).
+			// Every selector must match a metric the exporter has (docs/reference.md documents them all).
 			for _, m := range []string{"gpu_workload_memory_used_bytes", "gpu_workload_sm_utilization_ratio",
 				"gpu_memory_used_bytes", "gpu_utilization_ratio"} {
 				if re.MatchString(m) {

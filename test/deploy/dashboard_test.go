@@ -11,9 +11,14 @@ import (
 
 const dashboardPath = "deploy/grafana/gpu-pod-exporter.json"
 
+// dashboardFiles are the dashboards the chart ships, each as a key of its dashboard ConfigMap.
+var dashboardFiles = []string{dashboardPath, accountingDashboardPath}
+
 // The parts of Grafana's dashboard model (schemaVersion 39) that the dashboard uses; decoding is strict, so a
 // misspelt key fails.
 type dashboard struct {
+	Inputs        []input        `json:"__inputs"`
+	Requires      []requirement  `json:"__requires"`
 	Title         string         `json:"title"`
 	UID           string         `json:"uid"`
 	Description   string         `json:"description"`
@@ -31,6 +36,24 @@ type dashboard struct {
 		List []variable `json:"list"`
 	} `json:"templating"`
 	Panels []panel `json:"panels"`
+}
+
+// input is a value Grafana asks for when the dashboard is imported; each "${NAME}" in the JSON is replaced by it.
+type input struct {
+	Name        string `json:"name"`
+	Label       string `json:"label"`
+	Description string `json:"description"`
+	Type        string `json:"type"`
+	PluginID    string `json:"pluginId"`
+	PluginName  string `json:"pluginName"`
+}
+
+// requirement is what an import needs: Grafana, a plugin, a panel type.
+type requirement struct {
+	Type    string `json:"type"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 type variable struct {
@@ -120,6 +143,8 @@ func substitute(expr string) string {
 		"${node}", ".*", "$node", ".*",
 		"${gpu}", ".*", "$gpu", ".*",
 		"${namespace}", ".*", "$namespace", ".*",
+		"${slurm_job}", ".*", "$slurm_job", ".*",
+		"${user}", ".*", "$user", ".*",
 		"$__rate_interval", "1m", "$__interval", "15s", "$__range", "5m",
 	)
 	return r.Replace(expr)
@@ -129,6 +154,8 @@ var leftoverVariable = regexp.MustCompile(`\$\{?[A-Za-z_]`)
 
 func TestDashboardModel(t *testing.T) {
 	d := loadDashboard(t)
+	checkImportable(t, dashboardPath, d)
+	checkWorkloadFilters(t, d)
 	if d.UID == "" || d.Title == "" || d.SchemaVersion < 36 {
 		t.Errorf("uid %q, title %q, schemaVersion %d", d.UID, d.Title, d.SchemaVersion)
 	}
@@ -139,7 +166,7 @@ func TestDashboardModel(t *testing.T) {
 	if v := vars["datasource"]; v.Type != "datasource" || v.Query != "prometheus" {
 		t.Errorf("datasource variable = %+v, want a Prometheus data source picker", v)
 	}
-	for _, name := range []string{"node", "gpu", "namespace"} {
+	for _, name := range []string{"node", "gpu", "namespace", "slurm_job", "user"} {
 		v, ok := vars[name]
 		if !ok {
 			t.Errorf("no %s variable", name)
@@ -161,10 +188,28 @@ func TestDashboardModel(t *testing.T) {
 	}
 	for _, want := range []string{
 		"GPU memory by pod", "SM utilization by pod", "GPU processes", "GPU used without a request",
-		"Idle GPU allocations", "Temperature", "Power", "XID errors",
+		"Idle GPU allocations", "Temperature", "Power", "XID errors", "GPU utilization by GPU", "GPU memory used by GPU",
 	} {
 		if _, ok := titles[want]; !ok {
 			t.Errorf("no panel %q", want)
+		}
+	}
+	// GPUs sort as numbers (10 after 9): the variable, and every table with a gpu column.
+	for _, name := range []string{"gpu", "slurm_job"} {
+		if v := vars[name]; v.Sort != 3 && v.Sort != 4 {
+			t.Errorf("variable %s sorts %d, want numerically (3 or 4)", name, v.Sort)
+		}
+	}
+	for _, p := range d.allPanels() {
+		if p.Type == "table" && slices.ContainsFunc(p.Targets, func(tg target) bool { return regexp.MustCompile(`by \([^)]*\bgpu\b`).MatchString(tg.Expr) }) &&
+			!convertsToNumber(p, "gpu") {
+			t.Errorf("table %q shows the gpu column as text: 10 sorts before 9", p.Title)
+		}
+	}
+	for _, title := range []string{"GPU utilization by GPU", "GPU memory used by GPU"} {
+		p := titles[title]
+		if len(p.Targets) == 0 || p.Targets[0].LegendFormat != "{{instance}} GPU {{gpu}}" || strings.Contains(p.Targets[0].Expr, "sum") {
+			t.Errorf("panel %q is not one line per GPU: %+v", title, p.Targets)
 		}
 	}
 	for _, p := range d.allPanels() {
@@ -182,6 +227,92 @@ func TestDashboardModel(t *testing.T) {
 			for _, l := range []string{"pod", "namespace", "container", "pid"} {
 				if !strings.Contains(exprs, l) {
 					t.Errorf("the process table does not show %s", l)
+				}
+			}
+		}
+	}
+}
+
+// convertsToNumber reports whether a table panel converts a field to a number before it shows it.
+func convertsToNumber(p panel, field string) bool {
+	for _, tr := range p.Transformations {
+		m, _ := tr.(map[string]any)
+		if m["id"] != "convertFieldType" {
+			continue
+		}
+		opts, _ := m["options"].(map[string]any)
+		conversions, _ := opts["conversions"].([]any)
+		for _, c := range conversions {
+			c, _ := c.(map[string]any)
+			if c["targetField"] == field && c["destinationType"] == "number" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkImportable: the dashboard imports with a data-source prompt. It declares one Prometheus data source input,
+// which the data source variable defaults to; every "${DS_...}" in the file is a declared input, and every panel
+// and query uses the variable, so that the dashboard works both imported and loaded by Grafana's sidecar (where no
+// input is replaced and the variable falls back to the default data source). __requires names every panel type.
+func checkImportable(t *testing.T, path string, d *dashboard) {
+	t.Helper()
+	if len(d.Inputs) != 1 || d.Inputs[0].Type != "datasource" || d.Inputs[0].PluginID != "prometheus" || d.Inputs[0].Name == "" {
+		t.Fatalf("%s: __inputs %+v, want one Prometheus data source", path, d.Inputs)
+	}
+	in := "${" + d.Inputs[0].Name + "}"
+	for _, ref := range regexp.MustCompile(`\$\{DS_[A-Z0-9_]+\}`).FindAllString(string(readRepoFile(t, path)), -1) {
+		if ref != in {
+			t.Errorf("%s uses %s, which __inputs does not declare", path, ref)
+		}
+	}
+	for _, v := range d.Templating.List {
+		if v.Type == "datasource" && fmt.Sprint(v.Current["value"]) != in {
+			t.Errorf("%s: the data source variable defaults to %v, not to the imported %s", path, v.Current["value"], in)
+		}
+	}
+	required := map[string]bool{}
+	for _, r := range d.Requires {
+		required[r.Type+"/"+r.ID] = true
+	}
+	for _, want := range []string{"grafana/grafana", "datasource/prometheus"} {
+		if !required[want] {
+			t.Errorf("%s: __requires lacks %s", path, want)
+		}
+	}
+	for _, p := range d.allPanels() {
+		if p.Type != "row" && !required["panel/"+p.Type] {
+			t.Errorf("%s: __requires lacks the panel type %s of %q", path, p.Type, p.Title)
+		}
+	}
+}
+
+// workloadSelector is a selector of a per-workload or per-process series, whose identity labels the Slurm job and
+// user variables filter.
+var workloadSelector = regexp.MustCompile(`\b(?:gpu_workload_[a-z_]+|gpu_process_[a-z_]+)\{[^}]*\}`)
+
+// alwaysSet are labels every series of a panel carries, so that a legend of them never reads with a gap.
+var alwaysSet = map[string]bool{"instance": true, "gpu": true, "type": true, "source": true, "xid": true, "workload": true}
+
+// checkWorkloadFilters: every workload and process query honours the Slurm job and user variables, and a legend
+// names only labels its query cannot leave empty (no "job  ollama.service").
+func checkWorkloadFilters(t *testing.T, d *dashboard) {
+	t.Helper()
+	legendLabel := regexp.MustCompile(`\{\{\s*([a-z_]+)\s*\}\}`)
+	for _, p := range d.allPanels() {
+		for _, tg := range p.Targets {
+			for _, sel := range workloadSelector.FindAllString(tg.Expr, -1) {
+				if !strings.Contains(sel, `slurm_job_id=~"$slurm_job"`) || !strings.Contains(sel, `user=~"$user"`) {
+					t.Errorf("panel %q: %s does not filter by the Slurm job and user variables", p.Title, sel)
+				}
+			}
+			for _, m := range legendLabel.FindAllStringSubmatch(tg.LegendFormat, -1) {
+				l := m[1]
+				nonEmpty := alwaysSet[l] || strings.Contains(tg.Expr, l+`!=""`) || strings.HasPrefix(tg.Expr, l+":") ||
+					(l == "namespace" && strings.Contains(tg.Expr, `pod!=""`)) // a pod always has its namespace
+				if !nonEmpty {
+					t.Errorf("panel %q: legend %q names %s, which the query can leave empty", p.Title, tg.LegendFormat, l)
 				}
 			}
 		}
@@ -207,14 +338,13 @@ func dashboardMetrics(d *dashboard) []string {
 	return names
 }
 
-// TestDashboardMetricsDocumented: every metric a panel uses is one the README documents, so that renaming a
+// TestDashboardMetricsDocumented: every metric a panel uses is one docs/reference.md documents, so that renaming a
 // metric without the dashboard fails here.
 func TestDashboardMetricsDocumented(t *testing.T) {
-	readme := string(readRepoFile(t, "README.md"))
+	ref := string(readRepoFile(t, "docs/reference.md"))
 	for _, m := range dashboardMetrics(loadDashboard(t)) {
-		// The README lists self-metrics without their gpu_pod_exporter_ prefix.
-		if !strings.Contains(readme, m) && !strings.Contains(readme, "`"+strings.TrimPrefix(m, "gpu_pod_exporter_")) {
-			t.Errorf("the dashboard uses %s, which README.md does not document", m)
+		if !strings.Contains(ref, "`"+m+"`") {
+			t.Errorf("the dashboard uses %s, which docs/reference.md does not document", m)
 		}
 	}
 }

@@ -187,6 +187,8 @@ gpus:
 		})
 	}
 
+	t.Run("chart-pod-specs", func(t *testing.T) { testChartPodSpecs(t, image, tag) })
+
 	// Why the chart runs as uid 0: without it the runtime's socket (root:docker 0660 here, root:root 0660 for
 	// containerd) cannot be connected to, and containers keep only their cgroup-derived labels.
 	t.Run("non-root-cannot-name", func(t *testing.T) {

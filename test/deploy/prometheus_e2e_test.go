@@ -172,6 +172,67 @@ scrape_configs:
 	if len(noHonor) != 1 || noHonor[0]["pod"] != "gpu-pod-exporter-abcde" {
 		t.Errorf("without honor_labels: %v, want pod=the exporter's pod and exported_pod=the workload", noHonor)
 	}
+
+	// Outside Kubernetes, each line names one workload: the demo's Slurm job, its service, its plain container.
+	outside := rows(panelExpr("GPU memory outside Kubernetes"))
+	for _, want := range []string{"Slurm job 88231", "ollama.service"} {
+		if !has(outside, map[string]string{"workload": want}) {
+			t.Errorf("GPU memory outside Kubernetes: %v, want a line %q", outside, want)
+		}
+	}
+	for _, r := range outside {
+		if r["workload"] == "" || len(r) != 1 {
+			t.Errorf("GPU memory outside Kubernetes has a line without one workload name: %v", r)
+		}
+	}
+
+	checkVerifyChecklist(t, api, target)
+}
+
+// checkVerifyChecklist runs the Prometheus queries and the /readyz check of docs/install.md's "Verify the install"
+// on a healthy node (the demo, with a kubelet): each gives the answer the checklist calls healthy.
+func checkVerifyChecklist(t *testing.T, api, exporter string) {
+	t.Helper()
+	install := string(readRepoFile(t, "docs/install.md"))
+	i, j := strings.Index(install, "## Verify the install"), strings.Index(install, "## Kubernetes without Helm")
+	if i < 0 || j < i {
+		t.Fatal("docs/install.md has no Verify the install section")
+	}
+	section := install[i:j]
+	for _, tc := range []struct {
+		expr    string
+		healthy func(res []e2eutil.Sample) bool
+	}{
+		{`gpu_pod_exporter_source_up == 0`, func(res []e2eutil.Sample) bool { return len(res) == 0 }},
+		{`count(gpu_process_memory_used_bytes{pod_uid!="", pod=""})`, func(res []e2eutil.Sample) bool {
+			return len(res) == 0 || res[0].Value == 0
+		}},
+		{`rate(gpu_pod_exporter_resolver_requests_total{result="error"}[5m])`, func(res []e2eutil.Sample) bool {
+			for _, s := range res {
+				if s.Value != 0 {
+					return false
+				}
+			}
+			return true
+		}},
+		{`gpu_pod_exporter_kubelet_up`, func(res []e2eutil.Sample) bool { return len(res) == 1 && res[0].Value == 1 }},
+		{`gpu_pod_exporter_source_up`, func(res []e2eutil.Sample) bool { return len(res) == 1 && res[0].Value == 1 }},
+	} {
+		if !strings.Contains(section, "`"+tc.expr+"`") {
+			t.Errorf("Verify the install no longer checks %s", tc.expr)
+			continue
+		}
+		res, err := e2eutil.TryQuery(api, tc.expr)
+		if err != nil || !tc.healthy(res) {
+			t.Errorf("on a healthy node, %s gives %+v (%v), not what the checklist calls healthy", tc.expr, res, err)
+		}
+	}
+	if !strings.Contains(section, "localhost:9402/readyz") {
+		t.Error("Verify the install no longer checks /readyz")
+	}
+	if _, err := e2eutil.Get("http://" + exporter + "/readyz"); err != nil {
+		t.Errorf("/readyz on a healthy node: %v", err)
+	}
 }
 
 // querySeries runs an instant query and returns each result's labels.

@@ -254,15 +254,22 @@ func labelNames(cell string) []string {
 	return names
 }
 
-// The README gives a way to test without root, and scripts/test.sh (make test) honours it.
-func TestREADMETestsWithoutRoot(t *testing.T) {
-	readme := string(readRepoFile(t, "README.md"))
+// The README names the test command CI runs; CONTRIBUTING.md gives a way to test without root, and scripts/test.sh
+// (make test) honours it.
+func TestTestCommandsDocumented(t *testing.T) {
+	if readme := string(readRepoFile(t, "README.md")); !strings.Contains(readme, "`make test`") {
+		t.Error("README.md does not name the test command, make test")
+	}
+	if ci := string(readRepoFile(t, ".ci/run")); !strings.Contains(ci, "make test") {
+		t.Error(".ci/run does not run make test, the command README.md names")
+	}
+	contributing := string(readRepoFile(t, "CONTRIBUTING.md"))
 	for _, want := range []string{"needs root", "go test ./...", "E2E=0 make test"} {
-		if !strings.Contains(readme, want) {
-			t.Errorf("README.md does not say %q", want)
+		if !strings.Contains(contributing, want) {
+			t.Errorf("CONTRIBUTING.md does not say %q", want)
 		}
 	}
 	if script := string(readRepoFile(t, "scripts/test.sh")); !strings.Contains(script, `if [ "${E2E:-1}" != 0 ]; then`) {
-		t.Error("scripts/test.sh no longer skips the end-to-end tests for E2E=0, which README.md documents")
+		t.Error("scripts/test.sh no longer skips the end-to-end tests for E2E=0, which CONTRIBUTING.md documents")
 	}
 }

@@ -139,3 +139,37 @@ func TestDocsHelmInstall(t *testing.T) {
 		t.Fatal("the block has no helm install line")
 	}
 }
+
+// TestDocsLocalChartInstall runs "What is published"'s helm line, which installs the snapshot's packaged chart from
+// dist/charts with an image of one's own, as helm template (no cluster here): the chart is the release's, its
+// image the one given.
+func TestDocsLocalChartInstall(t *testing.T) {
+	dist := releaseDist(t)
+	line := strings.Join(docsBlock(t, "local chart line"), "\n")
+	line = strings.ReplaceAll(line, "\\\n", " ")
+	f := strings.Fields(line)
+	if len(f) < 3 || f[0] != "helm" || f[1] != "install" {
+		t.Fatalf("the block is not one helm install line:\n%s", line)
+	}
+	args := append([]string{"template"}, f[2:]...)
+	for i, a := range args {
+		if !strings.HasPrefix(a, "dist/") {
+			continue
+		}
+		matches, err := filepath.Glob(filepath.Join(dist, strings.TrimPrefix(a, "dist/")))
+		if err != nil || len(matches) != 1 {
+			t.Fatalf("%s matches %v in %s, want the one packaged chart (%v)", a, matches, dist, err)
+		}
+		args[i] = matches[0]
+	}
+	args = append(args, "--kube-version", kubeVersion)
+	out := run(t, helm(t), args...)
+	r := decode(t, out, "gpu-pod-exporter")
+	checkCommon(t, r)
+	if got := r.daemonSet.Labels["helm.sh/chart"]; got != "gpu-pod-exporter-"+distMeta.Version {
+		t.Errorf("chart %s, want the snapshot's gpu-pod-exporter-%s", got, distMeta.Version)
+	}
+	if c := exporterContainer(t, r.daemonSet); c.Image != "registry.example.com/gpu-pod-exporter:0.1.0" {
+		t.Errorf("image %s, want the one the line gives", c.Image)
+	}
+}

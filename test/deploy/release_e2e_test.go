@@ -114,12 +114,16 @@ func TestReleaseArtifacts(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64"} {
 		dir := "gpu-pod-exporter-" + v + ".linux-" + arch + "/"
 		got := tarNames(t, filepath.Join(dist, "gpu-pod-exporter-"+v+".linux-"+arch+".tar.gz"))
-		for _, f := range []string{"gpu-pod-exporter", "LICENSE", "README.md", "CHANGELOG.md", "docs/install.md",
-			"deploy/systemd/gpu-pod-exporter.service"} {
+		for _, f := range append([]string{"gpu-pod-exporter", "LICENSE", "deploy/systemd/gpu-pod-exporter.service"}, shippedDocs...) {
 			if !slices.Contains(got, dir+f) {
 				t.Errorf("the %s archive lacks %s: %v", arch, dir+f, got)
 			}
 		}
+		var shipped []string
+		for _, name := range got {
+			shipped = append(shipped, strings.TrimPrefix(name, dir))
+		}
+		checkShippedDocLinks(t, "the "+arch+" archive", shipped)
 	}
 	chart := filepath.Join(dist, "charts", "gpu-pod-exporter-"+v+".tgz")
 	if _, err := os.Stat(chart); err != nil {
@@ -273,9 +277,20 @@ func checkDemoScrape(t *testing.T, addr string) {
 func TestReleasePackages(t *testing.T) {
 	dist := releaseDist(t)
 	v := distMeta.Version
-	common := []string{"/usr/bin/gpu-pod-exporter", "/usr/lib/systemd/system/gpu-pod-exporter.service",
-		"/usr/share/doc/gpu-pod-exporter/LICENSE", "/usr/share/doc/gpu-pod-exporter/README.md",
-		"/usr/share/doc/gpu-pod-exporter/install.md", "/usr/share/doc/gpu-pod-exporter/CHANGELOG.md"}
+	const docDir = "/usr/share/doc/gpu-pod-exporter/"
+	common := []string{"/usr/bin/gpu-pod-exporter", "/usr/lib/systemd/system/gpu-pod-exporter.service", docDir + "LICENSE"}
+	for _, f := range shippedDocs {
+		common = append(common, docDir+f)
+	}
+	docsIn := func(files []string) []string {
+		var out []string
+		for _, f := range files {
+			if rel, ok := strings.CutPrefix(f, docDir); ok {
+				out = append(out, rel)
+			}
+		}
+		return out
+	}
 	for _, arch := range []struct{ deb, rpm string }{{"amd64", "x86_64"}, {"arm64", "aarch64"}} {
 		t.Run("deb/"+arch.deb, func(t *testing.T) {
 			deb := filepath.Join(dist, "gpu-pod-exporter_"+v+"_"+arch.deb+".deb")
@@ -286,6 +301,7 @@ func TestReleasePackages(t *testing.T) {
 				}
 			}
 			checkFileList(t, files, append(common, "/etc/default/gpu-pod-exporter"), "/etc/sysconfig/gpu-pod-exporter")
+			checkShippedDocLinks(t, "the .deb", docsIn(files))
 			if got := strings.TrimSpace(string(run(t, "dpkg-deb", "-f", deb, "Architecture"))); got != arch.deb {
 				t.Errorf("Architecture %q", got)
 			}
@@ -311,6 +327,7 @@ func TestReleasePackages(t *testing.T) {
 			rpm := filepath.Join(dist, "gpu-pod-exporter_"+v+"_"+arch.deb+".rpm")
 			files := strings.Fields(string(run(t, "rpm", "-qlp", rpm)))
 			checkFileList(t, files, append(common, "/etc/sysconfig/gpu-pod-exporter"), "/etc/default/gpu-pod-exporter")
+			checkShippedDocLinks(t, "the .rpm", docsIn(files))
 			if got := string(run(t, "rpm", "-qp", "--queryformat", "%{ARCH}", rpm)); got != arch.rpm {
 				t.Errorf("rpm ARCH %q, want %s", got, arch.rpm)
 			}
@@ -336,6 +353,34 @@ func TestReleasePackages(t *testing.T) {
 			}
 			verifyInstalledUnit(t, root)
 		})
+	}
+}
+
+// shippedDocs are the documents the archives and packages carry, relative to their documentation directory: the
+// README and what it links, in the repository's layout.
+var shippedDocs = []string{"README.md", "CHANGELOG.md", "CONTRIBUTING.md", "docs/reference.md", "docs/install.md",
+	"docs/compat.md", "docs/accounting.md", "docs/faq.md", "docs/how-it-works.md", "docs/performance.md", "docs/top.png"}
+
+// checkShippedDocLinks: every link of a shipped document to another document or image (.md, .png) resolves to a
+// shipped file, so that the README read from /usr/share/doc leads to the guides. Links into the repository's
+// sources (deploy/, scripts/) are the repository's, not the package's.
+func checkShippedDocLinks(t *testing.T, what string, shipped []string) {
+	t.Helper()
+	for _, doc := range shipped {
+		if !strings.HasSuffix(doc, ".md") {
+			continue
+		}
+		for _, line := range proseLines(string(readRepoFile(t, doc))) {
+			for _, m := range markdownLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if target == "" || strings.Contains(target, "://") || !(strings.HasSuffix(target, ".md") || strings.HasSuffix(target, ".png")) {
+					continue
+				}
+				if p := filepath.Clean(filepath.Join(filepath.Dir(doc), target)); !slices.Contains(shipped, p) {
+					t.Errorf("%s: %s links to %s, which it does not ship", what, doc, p)
+				}
+			}
+		}
 	}
 }
 

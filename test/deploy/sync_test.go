@@ -48,10 +48,11 @@ func plainManifests(t *testing.T) map[string][]byte {
 // TestChartCopiesInSync: a chart cannot read files outside its directory, so it holds copies of the dashboard and
 // of the rules file. It runs before TestPlainManifestsInSync, which renders them, so that one -update run suffices.
 func TestChartCopiesInSync(t *testing.T) {
-	for copyPath, source := range map[string]string{
-		chartDir + "/files/gpu-pod-exporter.json": "deploy/grafana/gpu-pod-exporter.json",
-		chartDir + "/files/rules.yml":             "deploy/prometheus/rules.yml",
-	} {
+	copies := map[string]string{chartDir + "/files/rules.yml": "deploy/prometheus/rules.yml"}
+	for _, file := range dashboardFiles {
+		copies[chartDir+"/files/"+filepath.Base(file)] = file
+	}
+	for copyPath, source := range copies {
 		checkGenerated(t, copyPath, readRepoFile(t, source))
 	}
 }
