@@ -14,13 +14,13 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 	if uuid == "" {
 		// Every series is labelled with the UUID; a device without one cannot be exported.
 		return nil, []gpu.DeviceError{{Index: index, Operation: gpu.OpDevice, Err: fmt.Errorf("GPU %s has no UUID (%q)",
-			cmp.Or(text(x.PCIBusID), text(x.ID), "at position "+strconv.Itoa(index)), strings.TrimSpace(x.UUID))}}
+			cmp.Or(text(x.PCI.BusID), text(x.ID), "at position "+strconv.Itoa(index)), strings.TrimSpace(x.UUID))}}
 	}
 	d := &gpu.Device{
 		Index:    index,
 		UUID:     uuid,
 		Name:     text(x.ProductName),
-		PCIBusID: cmp.Or(text(x.PCIBusID), text(x.ID)),
+		PCIBusID: cmp.Or(text(x.PCI.BusID), text(x.ID)),
 		MIGMode:  migMode(x.CurrentMIG),
 
 		MinorNumber: minorNumber(x.MinorNumber),
@@ -46,10 +46,8 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 		PowerLimitWatts: firstValid(
 			quantity(x.GPUPowerReadings.CurrentPowerLimit, watts, false),
 			quantity(x.GPUPowerReadings.EnforcedPowerLimit, watts, false),
-			quantity(x.GPUPowerReadings.PowerLimit, watts, false),
 			quantity(x.PowerReadings.CurrentPowerLimit, watts, false),
 			quantity(x.PowerReadings.EnforcedPowerLimit, watts, false),
-			quantity(x.PowerReadings.PowerLimit, watts, false),
 		),
 		EnergyJoules: firstValid(
 			quantity(x.GPUPowerReadings.TotalEnergy, joules, false),
@@ -59,6 +57,7 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 		FanSpeedRatio:    quantity(x.FanSpeed, percent, false),
 		PerformanceState: pstate(x.PerformanceState),
 	}
+	readHealth(d, x)
 
 	for _, c := range []struct{ name, v string }{
 		{"graphics", x.Clocks.Graphics}, {"sm", x.Clocks.SM}, {"memory", x.Clocks.Memory}, {"video", x.Clocks.Video},

@@ -11,14 +11,31 @@
 //     NVML's "power.draw" report there), else <instant_power_draw>, else the older <power_draw>. Both
 //     <power_readings> (up to v12 on old drivers) and <gpu_power_readings> (v12+) are read; module and memory power
 //     readings are ignored.
-//   - Power limit is the enforced limit: <current_power_limit> (v12+), else <enforced_power_limit>, else
-//     <power_limit>.
+//   - Power limit is the enforced limit: <current_power_limit> (v12+), else <enforced_power_limit>. The power
+//     management limit is the one software set: <requested_power_limit> (v12+), else <power_limit>.
+//     <default_power_limit> is neither and is not read.
 //   - Process types: C → compute, G → graphics, C+G → compute+graphics, and any type containing M (M, M+C: a
 //     process that uses the GPU through an MPS server) → mps. A type we do not know is left empty, not guessed.
 //   - Lifetime ECC counts are the <aggregate> counters: single_bit/double_bit totals (v9-v11), or the sum of the
 //     SRAM and DRAM counters (v11+, with v13's parity/SEC-DED split of uncorrectable SRAM).
-//   - The clock throttle/event reasons (<clocks_throttle_reasons>, renamed <clocks_event_reasons>) are not part of
-//     the Snapshot and are not read.
+//   - Clock event reasons are <clocks_event_reasons> (535+), else <clocks_throttle_reasons>, each Active or Not
+//     Active; a reason printed N/A is one the GPU does not report and is left out. Their counters
+//     (<clocks_event_reasons_counters>, v13 on 575+) are the violation times: sw_power_cap and sync_boost are NVML's
+//     power and sync_boost policies, the thermal and power brake counters keep their reason's name.
+//   - PCIe: the current generation is <current_link_gen>, else <device_current_link_gen>; the maximum is
+//     <max_link_gen>, the most the GPU and its slot can run (not <max_device_link_gen>, the GPU's own). The replay
+//     count is <replay_counter>. <tx_util> and <rx_util> are not read: they are rates over a 20 ms sample, not the
+//     byte counters of PCIe.TXBytes/RXBytes, and not the performance monitor's rates of Profiling either.
+//   - Remapped rows (Ampere and newer, N/A in MIG mode) and retired pages (before Ampere; pending is
+//     <pending_retirement>, else the older <pending_blacklist>) read Yes and No as 1 and 0.
+//   - Recovery action (<gpu_recovery_action>, 565+) is NVML's number: None 0, Reset 1, Reboot 2, Drain P2P 3, Drain
+//     and Reset 4. Fabric state (<fabric>, 550+) is Not Supported 0, Not Started 1, In Progress 2, Completed 3;
+//     the fabric is healthy when registration completed with status Success and bandwidth is not Degraded. The
+//     older <gpu_reset_status> (R550) is a different NVML field and is not read as a recovery action.
+//   - The vGPU licence follows DCGM: <license_status> Licensed… is 1, Unlicensed… is 0, and a GPU without a vGPU
+//     licensed product whose virtualization mode is None or Pass-Through is bare metal: 0.
+//   - nvidia-smi -q -x prints no NVLink counters or link states and no performance monitor (GPM) readings: NVLink
+//     and Profiling stay empty.
 //   - nvidia-smi -q -x gives neither a MIG device's UUID nor its profile name, so MIGInstance.UUID and .Profile are
 //     empty; a <uuid> inside <mig_device> is read should a driver ever print one.
 //   - Snapshot.Time is left zero by Parse: the <timestamp> has no time zone. The Source sets it.

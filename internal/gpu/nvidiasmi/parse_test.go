@@ -2,6 +2,7 @@ package nvidiasmi
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -68,9 +69,14 @@ func render(s *gpu.Snapshot) string {
 			{"energy_joules", d.EnergyJoules},
 			{"fan_speed_ratio", d.FanSpeedRatio},
 			{"performance_state", d.PerformanceState},
+			{"memory_reserved_bytes", d.MemoryReservedBytes},
+			{"memory_temperature_celsius", d.MemoryTemperatureCelsius},
+			{"power_management_limit_watts", d.PowerManagementLimitWatts},
+			{"vgpu_licensed", d.VGPULicensed},
 		} {
 			fmt.Fprintf(&b, "  %s %s\n", f.name, value(f.v, strings.HasSuffix(f.name, "_bytes")))
 		}
+		renderHealth(&b, d)
 		for _, c := range d.Clocks {
 			fmt.Fprintf(&b, "  clock %s %s Hz\n", c.Name, num(c.Hertz))
 		}
@@ -95,6 +101,31 @@ func render(s *gpu.Snapshot) string {
 		fmt.Fprintf(&b, "\nerror index=%d uuid=%q %s\n", e.Index, e.UUID, e.Error())
 	}
 	return b.String()
+}
+
+// renderHealth writes the link and health readings, one line per group.
+func renderHealth(b *strings.Builder, d gpu.Device) {
+	p := d.PCIe
+	fmt.Fprintf(b, "  pcie generation=%s/%s width=%s/%s replays=%s tx_bytes=%s rx_bytes=%s\n", value(p.Generation, false),
+		value(p.MaxGeneration, false), value(p.Width, false), value(p.MaxWidth, false), value(p.Replays, false),
+		value(p.TXBytes, false), value(p.RXBytes, false))
+	fmt.Fprintf(b, "  nvlink tx_bytes=%s rx_bytes=%s links=%d\n", value(d.NVLink.TXBytes, false), value(d.NVLink.RXBytes, false),
+		len(d.NVLink.Links))
+	h := d.Health
+	fmt.Fprintf(b, "  remapped_rows correctable=%s uncorrectable=%s pending=%s failure=%s\n", value(h.CorrectableRemappedRows, false),
+		value(h.UncorrectableRemappedRows, false), value(h.RemapPending, false), value(h.RemapFailure, false))
+	fmt.Fprintf(b, "  retired_pages single_bit=%s double_bit=%s pending=%s\n", value(h.RetiredPagesSingleBit, false),
+		value(h.RetiredPagesDoubleBit, false), value(h.RetirementPending, false))
+	var events []string
+	for _, e := range h.ClockEvents {
+		events = append(events, fmt.Sprintf("%s=%t", e.Reason, e.Active))
+	}
+	fmt.Fprintf(b, "  clock_events %s\n", cmp.Or(strings.Join(events, " "), "-"))
+	for _, v := range h.Violations {
+		fmt.Fprintf(b, "  violation %s %s s\n", v.Policy, num(v.Seconds))
+	}
+	fmt.Fprintf(b, "  recovery_action %s fabric_state %s fabric_healthy %s profiling %t\n", value(h.RecoveryAction, false),
+		value(h.FabricState, false), value(h.FabricHealthy, false), d.Profiling != nil)
 }
 
 func value(v gpu.Value, bytes bool) string {
@@ -154,6 +185,56 @@ func checkInvariants(t *testing.T, s *gpu.Snapshot) {
 		nonNegative("power limit", d.PowerLimitWatts)
 		nonNegative("energy", d.EnergyJoules)
 		nonNegative("fan", d.FanSpeedRatio)
+		nonNegative("memory reserved", d.MemoryReservedBytes)
+		finite("memory temperature", d.MemoryTemperatureCelsius)
+		nonNegative("power management limit", d.PowerManagementLimitWatts)
+		flag := func(what string, v gpu.Value) {
+			if v.Valid && v.V != 0 && v.V != 1 {
+				t.Errorf("%s = %v, want 0 or 1", what, v.V)
+			}
+		}
+		whole := func(what string, v gpu.Value) {
+			nonNegative(what, v)
+			if v.Valid && v.V != math.Trunc(v.V) {
+				t.Errorf("%s = %v, want a whole number", what, v.V)
+			}
+		}
+		flag("vgpu licensed", d.VGPULicensed)
+		for what, v := range map[string]gpu.Value{"pcie replays": d.PCIe.Replays, "pcie generation": d.PCIe.Generation,
+			"pcie max generation": d.PCIe.MaxGeneration, "pcie width": d.PCIe.Width, "pcie max width": d.PCIe.MaxWidth,
+			"correctable remapped rows":   d.Health.CorrectableRemappedRows,
+			"uncorrectable remapped rows": d.Health.UncorrectableRemappedRows,
+			"retired pages single bit":    d.Health.RetiredPagesSingleBit, "retired pages double bit": d.Health.RetiredPagesDoubleBit} {
+			whole(what, v)
+		}
+		for what, v := range map[string]gpu.Value{"remap pending": d.Health.RemapPending, "remap failure": d.Health.RemapFailure,
+			"retirement pending": d.Health.RetirementPending, "fabric healthy": d.Health.FabricHealthy} {
+			flag(what, v)
+		}
+		if v := d.Health.RecoveryAction; v.Valid && (v.V < 0 || v.V > 4 || v.V != math.Trunc(v.V)) {
+			t.Errorf("recovery action %v", v.V)
+		}
+		if v := d.Health.FabricState; v.Valid && (v.V < 0 || v.V > 3 || v.V != math.Trunc(v.V)) {
+			t.Errorf("fabric state %v", v.V)
+		}
+		reasons := map[string]bool{}
+		for _, e := range d.Health.ClockEvents {
+			if e.Reason == "" || reasons[e.Reason] {
+				t.Errorf("clock event reason %q empty or repeated", e.Reason)
+			}
+			reasons[e.Reason] = true
+		}
+		policies := map[string]bool{}
+		for _, v := range d.Health.Violations {
+			nonNegative("violation "+v.Policy, gpu.Known(v.Seconds))
+			if v.Policy == "" || policies[v.Policy] {
+				t.Errorf("violation policy %q empty or repeated", v.Policy)
+			}
+			policies[v.Policy] = true
+		}
+		if d.PCIe.TXBytes.Valid || d.PCIe.RXBytes.Valid || d.NVLink.TXBytes.Valid || len(d.NVLink.Links) > 0 || d.Profiling != nil {
+			t.Errorf("device %d has readings nvidia-smi does not print: PCIe/NVLink counters or profiling", i)
+		}
 		if v := d.PerformanceState; v.Valid && (v.V < 0 || v.V > 15 || v.V != math.Trunc(v.V)) {
 			t.Errorf("performance state %v", v.V)
 		}

@@ -16,7 +16,7 @@ type xmlGPU struct {
 	ID               string          `xml:"id,attr"`
 	ProductName      string          `xml:"product_name"`
 	UUID             string          `xml:"uuid"`
-	PCIBusID         string          `xml:"pci>pci_bus_id"`
+	PCI              xmlPCI          `xml:"pci"`
 	MinorNumber      string          `xml:"minor_number"`
 	CurrentMIG       string          `xml:"mig_mode>current_mig"`
 	MIGDevices       []xmlMIGDevice  `xml:"mig_devices>mig_device"`
@@ -31,6 +31,59 @@ type xmlGPU struct {
 	TotalEnergy      string          `xml:"total_energy_consumption"`
 	Clocks           xmlClocks       `xml:"clocks"`
 	Processes        *xmlProcessList `xml:"processes"`
+
+	MemoryTemp          string          `xml:"temperature>memory_temp"`
+	RetiredPages        xmlRetiredPages `xml:"retired_pages"`
+	RemappedRows        xmlRemappedRows `xml:"remapped_rows"`
+	ClocksThrottle      xmlNamedValues  `xml:"clocks_throttle_reasons"`       // up to v12 on drivers before 535
+	ClocksEvent         xmlNamedValues  `xml:"clocks_event_reasons"`          // v12 on 535+, v13
+	ClocksEventCounters xmlNamedValues  `xml:"clocks_event_reasons_counters"` // v13 on 575+
+	RecoveryAction      string          `xml:"gpu_recovery_action"`           // v13 on 565+
+	Fabric              xmlFabric       `xml:"fabric"`                        // v12 on 550+, v13
+	Virtualization      string          `xml:"gpu_virtualization_mode>virtualization_mode"`
+	VGPULicenseStatus   string          `xml:"vgpu_software_licensed_product>license_status"`
+}
+
+type xmlPCI struct {
+	BusID string `xml:"pci_bus_id"`
+	// max_link_gen is the most the GPU and its slot can run (max_device_link_gen is the GPU's own, v12+).
+	MaxLinkGen           string `xml:"pci_gpu_link_info>pcie_gen>max_link_gen"`
+	CurrentLinkGen       string `xml:"pci_gpu_link_info>pcie_gen>current_link_gen"`
+	DeviceCurrentLinkGen string `xml:"pci_gpu_link_info>pcie_gen>device_current_link_gen"`
+	MaxLinkWidth         string `xml:"pci_gpu_link_info>link_widths>max_link_width"`
+	CurrentLinkWidth     string `xml:"pci_gpu_link_info>link_widths>current_link_width"`
+	ReplayCounter        string `xml:"replay_counter"`
+}
+
+type xmlRetiredPages struct {
+	SingleBit         string `xml:"multiple_single_bit_retirement>retired_count"`
+	DoubleBit         string `xml:"double_bit_retirement>retired_count"`
+	PendingRetirement string `xml:"pending_retirement"`
+	PendingBlacklist  string `xml:"pending_blacklist"` // the older name, v10-v12
+}
+
+type xmlRemappedRows struct {
+	Correctable   string `xml:"remapped_row_corr"`
+	Uncorrectable string `xml:"remapped_row_unc"`
+	Pending       string `xml:"remapped_row_pending"`
+	Failure       string `xml:"remapped_row_failure"`
+}
+
+type xmlFabric struct {
+	State     string `xml:"state"`
+	Status    string `xml:"status"`
+	Bandwidth string `xml:"health>bandwidth"`
+}
+
+// xmlNamedValues is an element whose children are name-value pairs whose names the tables in health.go list (clock
+// event reasons and their counters); the names differ between schema versions only by a prefix.
+type xmlNamedValues struct {
+	Values []xmlNamedValue `xml:",any"`
+}
+
+type xmlNamedValue struct {
+	XMLName xml.Name
+	Value   string `xml:",chardata"`
 }
 
 type xmlMIGDevice struct {
@@ -43,9 +96,10 @@ type xmlMIGDevice struct {
 }
 
 type xmlMemory struct {
-	Total string `xml:"total"`
-	Used  string `xml:"used"`
-	Free  string `xml:"free"`
+	Total    string `xml:"total"`
+	Reserved string `xml:"reserved"` // v12 on 510+, v13
+	Used     string `xml:"used"`
+	Free     string `xml:"free"`
 }
 
 type xmlUtilization struct {
@@ -70,9 +124,10 @@ type xmlPower struct {
 	PowerDraw          string `xml:"power_draw"`
 	AveragePowerDraw   string `xml:"average_power_draw"`
 	InstantPowerDraw   string `xml:"instant_power_draw"`
-	CurrentPowerLimit  string `xml:"current_power_limit"`
-	EnforcedPowerLimit string `xml:"enforced_power_limit"`
-	PowerLimit         string `xml:"power_limit"`
+	CurrentPowerLimit  string `xml:"current_power_limit"`   // the limit enforced, v12 on 530+ and v13
+	EnforcedPowerLimit string `xml:"enforced_power_limit"`  // the same, up to v12
+	PowerLimit         string `xml:"power_limit"`           // the limit set by software (nvidia-smi -pl), up to v12
+	RequestedLimit     string `xml:"requested_power_limit"` // the same, v12 on 530+ and v13
 	TotalEnergy        string `xml:"total_energy_consumption"`
 }
 

@@ -13,12 +13,15 @@ import (
 // processing instructions passed through as they are. It runs in linear time: nvidia-smi output is trusted no more
 // than any other input.
 
-// readElements are the element names that the schema reads, at any depth: an element by another name is never
-// read, nor is anything inside it.
-var readElements = schemaElements(reflect.TypeFor[xmlLog]())
+// readElements are the element names that the schema reads, at any depth, and the children of its name-value lists:
+// an element by another name is never read, nor is anything inside it.
+var readElements = schemaElements(reflect.TypeFor[xmlLog](), namedElements()...)
 
-func schemaElements(t reflect.Type) map[string]bool {
+func schemaElements(t reflect.Type, more ...string) map[string]bool {
 	names := map[string]bool{}
+	for _, name := range more {
+		names[name] = true
+	}
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {

@@ -9,12 +9,15 @@ import (
 
 func TestReadElementsAreTheSchemas(t *testing.T) {
 	for _, name := range []string{"nvidia_smi_log", "gpu", "pci", "pci_bus_id", "mig_devices", "mig_device", "aggregate",
-		"single_bit", "total", "gpu_power_readings", "processes", "process_info", "process_name", "used_memory"} {
+		"single_bit", "total", "gpu_power_readings", "processes", "process_info", "process_name", "used_memory",
+		"clocks_event_reasons", "clocks_throttle_reason_gpu_idle", "clocks_event_reason_display_clocks_setting",
+		"clocks_event_reasons_counters_hw_power_brake", "replay_counter", "remapped_row_pending", "max_link_width"} {
 		if !readElements[name] {
 			t.Errorf("%s is read but would be cut", name)
 		}
 	}
-	for _, name := range []string{"supported_clocks", "accounted_processes", "clocks_event_reasons", "volatile", "id", ""} {
+	for _, name := range []string{"supported_clocks", "accounted_processes", "bar1_memory_usage", "volatile", "id",
+		"clocks_event_reason_future_reason", "tx_util", "retired_pagelist", ""} {
 		if readElements[name] {
 			t.Errorf("%q is not read but would be kept", name)
 		}

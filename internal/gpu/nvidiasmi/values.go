@@ -143,7 +143,14 @@ func quantity(s string, units unit, allowNegative bool) gpu.Value {
 	if !ok {
 		return gpu.Value{}
 	}
-	if v *= factor; math.IsInf(v, 0) {
+	// A factor below 1 divides by its inverse, a whole number: 25483012608 us is 25483.012608 s, not
+	// 25483.012607999997 as the product with 1e-6 would be.
+	if factor < 1 {
+		v /= math.Round(1 / factor)
+	} else {
+		v *= factor
+	}
+	if math.IsInf(v, 0) {
 		return gpu.Value{}
 	}
 	return gpu.Known(v)
