@@ -16,8 +16,12 @@ import (
 var configTypes = map[string]reflect.Type{}
 
 func init() {
-	for _, v := range []any{nodeConfig{}, allocationConfig{}, claimConfig{}, gpuConfig{}, migConfig{},
-		placementConfig{}, processConfig{}, identityConfig{}} {
+	registerSections(nodeConfig{}, allocationConfig{}, claimConfig{}, gpuConfig{}, migConfig{}, placementConfig{},
+		processConfig{}, identityConfig{})
+}
+
+func registerSections(sections ...any) {
+	for _, v := range sections {
 		t := reflect.TypeOf(v)
 		configTypes["simulated."+t.Name()] = t
 	}
@@ -63,7 +67,11 @@ func explainLine(e string) string {
 func yamlKeys(t reflect.Type) []string {
 	var keys []string
 	for f := range t.Fields() {
-		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k != "" && k != "-" {
+		k, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			keys = append(keys, yamlKeys(f.Type)...)
+		case k != "" && k != "-":
 			keys = append(keys, k)
 		}
 	}

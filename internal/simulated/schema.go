@@ -2,6 +2,7 @@ package simulated
 
 import (
 	"fmt"
+	"math"
 
 	"go.yaml.in/yaml/v3"
 
@@ -48,7 +49,7 @@ type gpuConfig struct {
 	MemoryUtilizationRatio  *ratio                 `yaml:"memory_utilization_ratio"`
 	EncoderUtilizationRatio *ratio                 `yaml:"encoder_utilization_ratio"`
 	DecoderUtilizationRatio *ratio                 `yaml:"decoder_utilization_ratio"`
-	TemperatureCelsius      *float64               `yaml:"temperature_celsius"`
+	TemperatureCelsius      *finite                `yaml:"temperature_celsius"`
 	PowerUsageWatts         *nonNegative           `yaml:"power_usage_watts"`
 	PowerLimitWatts         *nonNegative           `yaml:"power_limit_watts"`
 	EnergyJoules            *nonNegative           `yaml:"energy_joules"`
@@ -59,6 +60,7 @@ type gpuConfig struct {
 	XIDErrors               map[uint64]uint64      `yaml:"xid_errors"`
 	MIGInstances            []migConfig            `yaml:"mig_instances"`
 	Processes               []processConfig        `yaml:"processes"`
+	gpuHealthConfig         `yaml:",inline"`
 }
 
 type migConfig struct {
@@ -69,6 +71,7 @@ type migConfig struct {
 	MemoryTotalBytes *bytesValue      `yaml:"memory_total_bytes"`
 	MemoryUsedBytes  *bytesValue      `yaml:"memory_used_bytes"`
 	Placement        *placementConfig `yaml:"placement"`
+	Profiling        *profilingConfig `yaml:"profiling"`
 }
 
 // placementConfig is where a MIG instance's GPU instance sits, by which DRA device names place MIG devices.
@@ -131,8 +134,8 @@ func (v *nonNegative) UnmarshalYAML(n *yaml.Node) error {
 	if err := n.Decode(&f); err != nil {
 		return err
 	}
-	if !(f >= 0) {
-		return fmt.Errorf("line %d: %s must not be negative", n.Line, n.Value)
+	if !(f >= 0) || math.IsInf(f, 1) {
+		return fmt.Errorf("line %d: %s must be a finite number, not negative", n.Line, n.Value)
 	}
 	*v = nonNegative(f)
 	return nil
@@ -142,7 +145,7 @@ type bytesValue uint64
 
 func (b *bytesValue) UnmarshalYAML(n *yaml.Node) error {
 	var u uint64
-	if err := n.Decode(&u); err != nil {
+	if err := n.Decode(&u); err != nil || n.ShortTag() != "!!int" {
 		return fmt.Errorf("line %d: %q is not a byte count (a whole number of bytes)", n.Line, n.Value)
 	}
 	*b = bytesValue(u)

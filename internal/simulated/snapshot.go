@@ -76,6 +76,7 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			if p := m.Placement; p != nil {
 				inst.Placement = &gpu.MIGPlacement{ProfileID: p.ProfileID, Start: p.Start, Size: p.Size}
 			}
+			inst.Profiling = m.Profiling.profiling()
 			d.MIG = append(d.MIG, inst)
 		}
 		var processMemory float64
@@ -102,6 +103,7 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 		}
 		d.MemoryUsedBytes = gpu.Known(used)
 		d.MemoryFreeBytes = gpu.Known(max(d.MemoryTotalBytes.V-used, 0))
+		g.gpuHealthConfig.apply(&d, elapsedSeconds)
 		snap.Devices = append(snap.Devices, d)
 	}
 	return snap

@@ -298,6 +298,7 @@ func FuzzParse(f *testing.F) {
 			if !d.MemoryFreeBytes.Valid || d.MemoryFreeBytes.V < 0 {
 				t.Fatalf("free memory %+v", d.MemoryFreeBytes)
 			}
+			checkHealth(t, d)
 			for _, p := range d.Processes {
 				if p.PID == 0 || p.Type == "" {
 					t.Fatalf("process %+v passed validation", p)

@@ -67,6 +67,12 @@ func validate(cfg *nodeConfig) error {
 		if g.MemoryTotalBytes == nil {
 			return fmt.Errorf("gpus[%d].memory_total_bytes is required", i)
 		}
+		if err := g.gpuHealthConfig.validate(*g.MemoryTotalBytes); err != nil {
+			return fmt.Errorf("gpus[%d]: %w", i, err)
+		}
+		if err := validateMIGProfiling(g.MIGInstances); err != nil {
+			return fmt.Errorf("gpus[%d].%w", i, err)
+		}
 		if len(g.MIGInstances) > 0 && gpu.MIGMode(g.MIGMode) != gpu.MIGEnabled {
 			return fmt.Errorf("gpus[%d]: mig_instances need mig_mode: enabled", i)
 		}

@@ -3,6 +3,7 @@ package nvidiasmi
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,5 +121,21 @@ func TestPCIeRatesAreNotCounters(t *testing.T) {
 	d := snap.Devices[0]
 	if d.PCIe.TXBytes.Valid || d.PCIe.RXBytes.Valid || d.Profiling != nil {
 		t.Errorf("PCIe = %+v, profiling %+v: want no counters and no profiling", d.PCIe, d.Profiling)
+	}
+}
+
+// The XML names map onto the names the Snapshot uses, in the same order.
+func TestTablesUseSnapshotNames(t *testing.T) {
+	var reasons []string
+	for _, r := range clockEventReasons {
+		reasons = append(reasons, r.reason)
+	}
+	if fmt.Sprint(reasons) != fmt.Sprint(gpu.ClockEventReasons) {
+		t.Errorf("clock event reasons %v, want gpu.ClockEventReasons %v", reasons, gpu.ClockEventReasons)
+	}
+	for _, c := range clockEventCounters {
+		if !slices.Contains(gpu.ViolationPolicies, c.policy) {
+			t.Errorf("counter %s gives policy %q, not one of gpu.ViolationPolicies", c.element, c.policy)
+		}
 	}
 }
