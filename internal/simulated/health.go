@@ -182,6 +182,7 @@ func (s *fabricState) UnmarshalYAML(n *yaml.Node) error {
 // violationReasons are the clock event reasons during which a violation policy's time grows.
 var violationReasons = map[violationPolicy][]clockReason{
 	"power":                   {"sw_power_cap"},
+	"low_utilization":         {"gpu_idle"},
 	"thermal":                 {"sw_thermal_slowdown", "hw_thermal_slowdown"},
 	"sync_boost":              {"sync_boost"},
 	"sw_thermal_slowdown":     {"sw_thermal_slowdown"},

@@ -1,10 +1,13 @@
 package simulated
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
@@ -175,6 +178,151 @@ func checkHealth(t *testing.T, d gpu.Device) {
 		}
 		if p.SMActive.Valid && p.GraphicsEngineActive.Valid && p.SMActive.V > p.GraphicsEngineActive.V {
 			t.Fatalf("SM active %v above graphics engine active %v", p.SMActive.V, p.GraphicsEngineActive.V)
+		}
+	}
+}
+
+// The demo shows each health shape docs/reference.md promises, with readings that agree with each other and counters
+// that grow between readings.
+func TestDemoHealthShapes(t *testing.T) {
+	demo := Demo()
+	start := demo.loaded
+	demo.now = func() time.Time { return start.Add(10 * time.Second) }
+	first, err := demo.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo.now = func() time.Time { return start.Add(70 * time.Second) }
+	later, err := demo.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	active := func(d gpu.Device, reason string) bool {
+		return slices.ContainsFunc(d.Health.ClockEvents, func(e gpu.ClockEvent) bool { return e.Reason == reason && e.Active })
+	}
+	violation := func(d gpu.Device, policy string) float64 {
+		for _, v := range d.Health.Violations {
+			if v.Policy == policy {
+				return v.Seconds
+			}
+		}
+		t.Fatalf("GPU %d has no %s violation time", d.Index, policy)
+		return 0
+	}
+	var profiled, capped, remap, halfWidth, noProfiling int
+	for i, d := range first.Devices {
+		next := later.Devices[i]
+		if d.Profiling != nil && strings.Contains(d.Name, "H100") && d.Profiling.TensorActive.V > 0 && d.Profiling.GraphicsEngineActive.V > 0 {
+			profiled++
+		}
+		if active(d, "sw_power_cap") {
+			capped++
+			if d.PowerUsageWatts.V < 0.99*d.PowerLimitWatts.V || d.PowerUsageWatts.V > d.PowerLimitWatts.V {
+				t.Errorf("GPU %d is held at its power cap but draws %v W of %v W", i, d.PowerUsageWatts.V, d.PowerLimitWatts.V)
+			}
+			if d.PowerLimitWatts.V > d.PowerManagementLimitWatts.V {
+				t.Errorf("GPU %d enforces %v W, above its management limit %v W", i, d.PowerLimitWatts.V, d.PowerManagementLimitWatts.V)
+			}
+			if got := violation(next, "power") - violation(d, "power"); got != 60 {
+				t.Errorf("GPU %d power violation time grew %v s in 60 s held at its cap", i, got)
+			}
+		}
+		if d.Health.RemapPending.V == 1 {
+			remap++
+			xid48 := slices.ContainsFunc(d.XIDErrors, func(x gpu.XIDCount) bool { return x.XID == 48 && x.Count > 0 })
+			uncorrected := slices.ContainsFunc(d.ECCErrors, func(e gpu.ECCCount) bool { return e.Type == "uncorrected" && e.Count > 0 })
+			if !xid48 || !uncorrected || d.Health.UncorrectableRemappedRows.V < 1 || d.Health.RecoveryAction != gpu.Known(1) {
+				t.Errorf("GPU %d has a pending remap without its XID 48 (%v), uncorrected ECC (%v), remapped row (%v) or reset (%v)",
+					i, xid48, uncorrected, d.Health.UncorrectableRemappedRows, d.Health.RecoveryAction)
+			}
+		}
+		if d.PCIe.Width.Valid && d.PCIe.Width.V*2 == d.PCIe.MaxWidth.V && d.UtilizationRatio.V > 0.5 {
+			halfWidth++
+		}
+		if d.Profiling == nil && !strings.Contains(d.Name, "H100") && d.MIGMode != gpu.MIGEnabled {
+			noProfiling++
+		}
+		if active(d, "gpu_idle") && (d.UtilizationRatio.V != 0 || violation(next, "low_utilization")-violation(d, "low_utilization") != 60) {
+			t.Errorf("GPU %d: idle clock event with utilization %v or a low utilization time that does not grow", i, d.UtilizationRatio.V)
+		}
+		// A counter grows at the rate the performance monitor measures for the same traffic.
+		if p := d.Profiling; p != nil {
+			for _, c := range []struct {
+				what        string
+				from, to    gpu.Value
+				monitorRate gpu.Value
+			}{
+				{"PCIe TX", d.PCIe.TXBytes, next.PCIe.TXBytes, p.PCIeTXBytesPerSecond},
+				{"PCIe RX", d.PCIe.RXBytes, next.PCIe.RXBytes, p.PCIeRXBytesPerSecond},
+				{"NVLink TX", d.NVLink.TXBytes, next.NVLink.TXBytes, p.NVLinkTXBytesPerSecond},
+				{"NVLink RX", d.NVLink.RXBytes, next.NVLink.RXBytes, p.NVLinkRXBytesPerSecond},
+			} {
+				if rate := (c.to.V - c.from.V) / 60; !c.from.Valid || !c.monitorRate.Valid || rate != c.monitorRate.V {
+					t.Errorf("GPU %d %s counter grows %v B/s, the monitor says %v", i, c.what, rate, c.monitorRate)
+				}
+			}
+		}
+		// On a GPU in MIG mode the GPU instances' traffic adds up to the GPU's.
+		if len(d.MIG) > 0 {
+			var tx, rx float64
+			for _, m := range d.MIG {
+				if m.Profiling != nil {
+					tx, rx = tx+m.Profiling.PCIeTXBytesPerSecond.V, rx+m.Profiling.PCIeRXBytesPerSecond.V
+				}
+			}
+			if gtx, grx := (next.PCIe.TXBytes.V-d.PCIe.TXBytes.V)/60, (next.PCIe.RXBytes.V-d.PCIe.RXBytes.V)/60; gtx != tx || grx != rx {
+				t.Errorf("GPU %d moves %v/%v B/s over PCIe, its GPU instances %v/%v", i, gtx, grx, tx, rx)
+			}
+		}
+		if d.MemoryReservedBytes.Valid && d.MemoryUsedBytes.V+d.MemoryFreeBytes.V+d.MemoryReservedBytes.V != d.MemoryTotalBytes.V {
+			t.Errorf("GPU %d: used + free + reserved != total", i)
+		}
+		checkHealth(t, d)
+	}
+	if profiled == 0 || capped == 0 || remap == 0 || halfWidth == 0 || noProfiling == 0 {
+		t.Errorf("demo health shapes: profiled H100=%d power-capped=%d pending remap=%d half-width link=%d without profiling=%d",
+			profiled, capped, remap, halfWidth, noProfiling)
+	}
+}
+
+// Every reading of the Snapshot that a source can fill has data on the demo, so that every family shows.
+func TestDemoFillsEveryHealthReading(t *testing.T) {
+	snap, err := Demo().Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	mark := func(name string, ok bool) { seen[name] = seen[name] || ok }
+	for _, d := range snap.Devices {
+		mark("memory reserved", d.MemoryReservedBytes.Valid)
+		mark("memory temperature", d.MemoryTemperatureCelsius.Valid)
+		mark("power management limit", d.PowerManagementLimitWatts.Valid)
+		mark("vgpu licensed", d.VGPULicensed.Valid)
+		p := d.PCIe
+		mark("pcie", p.Generation.Valid && p.MaxGeneration.Valid && p.Width.Valid && p.MaxWidth.Valid && p.Replays.Valid && p.TXBytes.Valid && p.RXBytes.Valid)
+		mark("nvlink", d.NVLink.TXBytes.Valid && d.NVLink.RXBytes.Valid)
+		for _, l := range d.NVLink.Links {
+			mark("nvlink link", l.Active.Valid && l.CRCFlitErrors.Valid && l.CRCDataErrors.Valid && l.ReplayErrors.Valid && l.RecoveryErrors.Valid)
+		}
+		h := d.Health
+		mark("remapped rows", h.CorrectableRemappedRows.Valid && h.UncorrectableRemappedRows.Valid && h.RemapPending.Valid && h.RemapFailure.Valid)
+		mark("clock events", len(h.ClockEvents) == len(gpu.ClockEventReasons))
+		mark("violations", len(h.Violations) == len(gpu.ViolationPolicies))
+		mark("recovery action", h.RecoveryAction.Valid)
+		mark("fabric", h.FabricState.Valid && h.FabricHealthy.Valid)
+		if pr := d.Profiling; pr != nil {
+			mark("profiling", pr.GraphicsEngineActive.Valid && pr.SMActive.Valid && pr.SMOccupancy.Valid && pr.TensorActive.Valid &&
+				pr.DRAMActive.Valid && pr.FP64Active.Valid && pr.FP32Active.Valid && pr.FP16Active.Valid && pr.PCIeTXBytesPerSecond.Valid &&
+				pr.PCIeRXBytesPerSecond.Valid && pr.NVLinkTXBytesPerSecond.Valid && pr.NVLinkRXBytesPerSecond.Valid)
+		}
+		for _, m := range d.MIG {
+			mark("MIG profiling", m.Profiling != nil)
+		}
+	}
+	for _, name := range []string{"memory reserved", "memory temperature", "power management limit", "vgpu licensed", "pcie",
+		"nvlink", "nvlink link", "remapped rows", "clock events", "violations", "recovery action", "fabric", "profiling", "MIG profiling"} {
+		if !seen[name] {
+			t.Errorf("no demo GPU has all of its %s readings", name)
 		}
 	}
 }

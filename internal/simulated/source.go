@@ -46,7 +46,8 @@ func Demo() *Source {
 }
 
 // MaxFileBytes bounds a simulated node file. Parsing YAML costs several times the file's size in memory; the demo
-// node, eight GPUs with all their processes and comments, takes 16 KB, so 4 MiB is room for a thousand GPUs.
+// node, eight GPUs with all their processes, health readings and comments, takes 29 KB, so 4 MiB is room for a
+// thousand GPUs.
 const MaxFileBytes = 4 << 20
 
 // readCapped reads at most one byte more than MaxFileBytes of the file at path, so that a file over the cap is
