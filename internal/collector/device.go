@@ -104,7 +104,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_memory_reserved_bytes", typ: gauge, unit: "bytes", sources: fromNVML,
+		name: "gpu_memory_reserved_bytes", typ: gauge, unit: "bytes", sources: fromAll,
 		help: "Framebuffer memory the driver and firmware reserve for themselves; used + free + reserved = total. " +
 			"Absent with drivers before R510.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryReservedBytes },
