@@ -185,6 +185,8 @@ var violationReasons = map[violationPolicy][]clockReason{
 	"low_utilization":         {"gpu_idle"},
 	"thermal":                 {"sw_thermal_slowdown", "hw_thermal_slowdown"},
 	"sync_boost":              {"sync_boost"},
+	"board_limit":             {"board_limit"},
+	"reliability":             {"reliability"},
 	"sw_thermal_slowdown":     {"sw_thermal_slowdown"},
 	"hw_thermal_slowdown":     {"hw_thermal_slowdown"},
 	"hw_power_brake_slowdown": {"hw_power_brake_slowdown"},

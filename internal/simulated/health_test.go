@@ -73,7 +73,7 @@ func TestHealthKeysRoundTrip(t *testing.T) {
 		"nvlink links":       {fmt.Sprint(d.NVLink.Links), fmt.Sprint([]gpu.NVLinkLink{{Link: 0, Active: k(1), CRCFlitErrors: k(0), CRCDataErrors: k(1), ReplayErrors: k(2), RecoveryErrors: k(3)}, {Link: 1, Active: k(0), CRCFlitErrors: k(7)}})},
 		"remapped":           {fmt.Sprint(d.Health.CorrectableRemappedRows, d.Health.UncorrectableRemappedRows, d.Health.RemapPending, d.Health.RemapFailure), fmt.Sprint(k(1), k(2), k(1), k(0))},
 		"retired":            {fmt.Sprint(d.Health.RetiredPagesSingleBit, d.Health.RetiredPagesDoubleBit, d.Health.RetirementPending), fmt.Sprint(k(4), k(5), k(1))},
-		"clock events":       {fmt.Sprint(d.Health.ClockEvents), "[{gpu_idle false} {applications_clocks_setting false} {sw_power_cap true} {hw_slowdown true} {sync_boost false} {sw_thermal_slowdown false} {hw_thermal_slowdown false} {hw_power_brake_slowdown false} {display_clock_setting false}]"},
+		"clock events":       {fmt.Sprint(d.Health.ClockEvents), "[{gpu_idle false} {applications_clocks_setting false} {sw_power_cap true} {hw_slowdown true} {sync_boost false} {sw_thermal_slowdown false} {hw_thermal_slowdown false} {hw_power_brake_slowdown false} {display_clock_setting false} {board_limit false} {reliability false}]"},
 		"violations":         {fmt.Sprint(d.Health.Violations), "[{power 110} {thermal 7} {board_limit 1}]"}, // power grows while sw_power_cap holds the clocks
 		"recovery action":    {d.Health.RecoveryAction, k(4)},
 		"fabric":             {fmt.Sprint(d.Health.FabricState, d.Health.FabricHealthy), fmt.Sprint(k(3), k(1))},

@@ -19,7 +19,8 @@
 //   - Lifetime ECC counts are the <aggregate> counters: single_bit/double_bit totals (v9-v11), or the sum of the
 //     SRAM and DRAM counters (v11+, with v13's parity/SEC-DED split of uncorrectable SRAM).
 //   - Clock event reasons are <clocks_event_reasons> (535+), else <clocks_throttle_reasons>, each Active or Not
-//     Active; a reason printed N/A is one the GPU does not report and is left out. Their counters
+//     Active; a reason printed N/A is one the GPU does not report and is left out, and so are the reasons
+//     nvidia-smi does not print (board_limit and reliability, new in NVML 13.4, up to driver 610). Their counters
 //     (<clocks_event_reasons_counters>, v13 on 575+) are the violation times: sw_power_cap and sync_boost are NVML's
 //     power and sync_boost policies, the thermal and power brake counters keep their reason's name.
 //   - PCIe: the current generation is <current_link_gen>, else <device_current_link_gen>; the maximum is
