@@ -154,5 +154,3 @@ func approxEqual(got, want map[dcgmKey]float64) bool {
 	}
 	return true
 }
-
-
