@@ -141,9 +141,10 @@ type dcgmSeries struct {
 }
 
 // deviceSeries are the series of one GPU. A GPU in MIG mode has a series for the GPU (temperature, power, clocks,
-// energy, XID, and the memory outside its GPU instances) and one per GPU instance (the fields with an instance
-// value: its memory); a GPU instance split into compute instances is one entity, as in DCGM. Otherwise one series
-// has it all. Each is then split between the pods that use it.
+// energy, XID, health, the memory outside its GPU instances, and its own profiling ratios and the traffic no GPU
+// instance has) and one per GPU instance (the fields with an instance value: its memory and profiling); a GPU
+// instance split into compute instances is one entity, as in DCGM. Otherwise one series has it all. Each is then
+// split between the pods that use it.
 func (m *dcgmMetrics) deviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeries {
 	g := dcgmSeries{v: make([]gpu.Value, len(m.fields))}
 	whole := make([]gpu.Value, len(m.fields)) // in the family's unit
