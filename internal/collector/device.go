@@ -442,26 +442,37 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_nvlink_link_active", typ: gauge, sources: fromNVML | fromSimulated,
-		help:   "1 while the NVLink is up, 0 while it is down; one series per link the GPU has.",
-		labels: []string{"link"},
+		name: "gpu_nvlink_links", typ: gauge, sources: fromNVML | fromSimulated,
+		help: "The GPU's NVLinks by state: active (up) and inactive (down). A link down on a GPU whose others are up " +
+			"is a fault; gpu-pod-exporter ps and top name it.",
+		labels: []string{"state"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
-			for _, l := range d.NVLink.Links {
-				s.addValue(l.Active, itoa(l.Link))
+			if len(d.NVLink.Links) == 0 {
+				return
 			}
+			var active, inactive float64
+			for _, l := range d.NVLink.Links {
+				switch {
+				case !l.Active.Valid:
+				case l.Active.V == 1:
+					active++
+				default:
+					inactive++
+				}
+			}
+			s.add(active, "active")
+			s.add(inactive, "inactive")
 		},
 	},
 	{
 		name: "gpu_nvlink_errors_total", typ: counter, sources: fromNVML | fromSimulated,
-		help: "Errors on one NVLink since the driver loaded, by type: crc_flit (flow-control CRC), crc_data (data CRC), " +
-			"replay (retried transfers), recovery (link recoveries).",
-		labels: []string{"link", "type"},
+		help: "Errors on the GPU's NVLinks since the driver loaded, summed over its links, by type: crc_flit " +
+			"(flow-control CRC), crc_data (data CRC), replay (retried transfers), recovery (link recoveries). Absent " +
+			"for a type when one link's count is unknown.",
+		labels: []string{"type"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
-			for _, l := range d.NVLink.Links {
-				link := itoa(l.Link)
-				for _, e := range nvlinkErrors {
-					s.addValue(e.read(&l), link, e.typ)
-				}
+			for i, e := range nvlinkErrors {
+				s.addValue(nvlinkErrorTotal(d, i), e.typ)
 			}
 		},
 		dcgm: []dcgmField{

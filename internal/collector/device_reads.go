@@ -58,20 +58,23 @@ var nvlinkErrors = []struct {
 	{"recovery", func(l *gpu.NVLinkLink) gpu.Value { return l.RecoveryErrors }},
 }
 
-// nvlinkErrorField is DCGM's total of one error counter (nvlinkErrors[i]) over the GPU's links; absent where a link's
-// count is unknown, as a total without it would be too low.
+// nvlinkErrorTotal is one error counter (nvlinkErrors[i]) summed over the GPU's links; absent where a link's count
+// is unknown, as a total without it would be too low, and where the GPU has no links.
+func nvlinkErrorTotal(d *gpu.Device, i int) gpu.Value {
+	if len(d.NVLink.Links) == 0 {
+		return gpu.Value{}
+	}
+	sum := gpu.Known(0)
+	for j := range d.NVLink.Links {
+		v := nvlinkErrors[i].read(&d.NVLink.Links[j])
+		sum = gpu.Value{V: sum.V + v.V, Valid: sum.Valid && v.Valid}
+	}
+	return sum
+}
+
+// nvlinkErrorField is DCGM's total of one error counter over the GPU's links: gpu_nvlink_errors_total's type i.
 func nvlinkErrorField(name, help string, i int) dcgmField {
-	return dcgmField{name: name, typ: counter, help: help, value: func(d *gpu.Device) gpu.Value {
-		if len(d.NVLink.Links) == 0 {
-			return gpu.Value{}
-		}
-		sum := gpu.Known(0)
-		for j := range d.NVLink.Links {
-			v := nvlinkErrors[i].read(&d.NVLink.Links[j])
-			sum = gpu.Value{V: sum.V + v.V, Valid: sum.Valid && v.Valid}
-		}
-		return sum
-	}}
+	return dcgmField{name: name, typ: counter, help: help, value: func(d *gpu.Device) gpu.Value { return nvlinkErrorTotal(d, i) }}
 }
 
 // Readings of the performance monitor (gpu.Profiling).
