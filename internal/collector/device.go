@@ -185,7 +185,8 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_power_management_limit_watts", typ: gauge, unit: "watts", sources: fromAll,
-		help:  "Power limit set by the administrator (nvidia-smi -pl) or the default; the enforced gpu_power_limit_watts can be lower.",
+		help: "Power limit set by the administrator (nvidia-smi -pl) or the default; the enforced gpu_power_limit_watts " +
+			"can be lower.",
 		value: func(d *gpu.Device) gpu.Value { return d.PowerManagementLimitWatts },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_POWER_MGMT_LIMIT", typ: gauge, help: "Power management limit (in W)."}},
 	},
@@ -222,8 +223,7 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_clock_event_active", typ: gauge, sources: fromAll,
-		help: "1 while a reason holds the GPU's clocks down, 0 while it does not; one series per reason the GPU " +
-			"reports (the throttle reasons of older drivers).",
+		help:   "1 while a reason holds the GPU's clocks down, 0 while it does not; one series per reason the GPU reports.",
 		labels: []string{"reason"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			for _, e := range d.Health.ClockEvents {
@@ -237,9 +237,7 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_clock_violation_seconds_total", typ: counter, unit: "seconds", sources: fromAll,
-		help: "Time a policy held the GPU's clocks below the requested clocks, since the driver loaded, by policy " +
-			"(NVML's performance policies; sw_thermal_slowdown, hw_thermal_slowdown and hw_power_brake_slowdown from " +
-			"R575).",
+		help:   "Time a policy held the GPU's clocks below the requested clocks since the driver loaded, by policy.",
 		labels: []string{"policy"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			for _, v := range d.Health.Violations {
@@ -278,8 +276,7 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_remapped_rows_total", typ: counter, sources: fromAll,
-		help: "Memory rows the GPU replaced with spare rows over its lifetime (Ampere and newer; not in MIG mode), by " +
-			"the kind of error that caused them (correctable_error, uncorrectable_error).",
+		help:   "Memory rows the GPU replaced with spare rows over its lifetime, by the kind of error that caused them.",
 		labels: []string{"cause"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			s.addValue(d.Health.CorrectableRemappedRows, "correctable_error")
@@ -360,8 +357,8 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_recovery_action", typ: gauge, sources: fromAll,
-		help: "What the driver says the GPU needs (R565 and later): 0 nothing, 1 a GPU reset, 2 a node reboot, 3 stopping " +
-			"peer-to-peer traffic, 4 stopping peer-to-peer traffic and a GPU reset.",
+		help: "What the driver says the GPU needs: 0 nothing, 1 a GPU reset, 2 a node reboot, 3 drain peer-to-peer, " +
+			"4 drain and reset.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.RecoveryAction },
 		dcgm: []dcgmField{{
 			name: "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", typ: gauge,
@@ -443,8 +440,7 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_nvlink_links", typ: gauge, sources: fromNVML | fromSimulated,
-		help: "The GPU's NVLinks by state: active (up) and inactive (down). A link down on a GPU whose others are up " +
-			"is a fault; gpu-pod-exporter ps and top name it.",
+		help:   "The GPU's NVLinks by state: active (up) and inactive (down).",
 		labels: []string{"state"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			if len(d.NVLink.Links) == 0 {
@@ -466,9 +462,7 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_nvlink_errors_total", typ: counter, sources: fromNVML | fromSimulated,
-		help: "Errors on the GPU's NVLinks since the driver loaded, summed over its links, by type: crc_flit " +
-			"(flow-control CRC), crc_data (data CRC), replay (retried transfers), recovery (link recoveries). Absent " +
-			"for a type when one link's count is unknown.",
+		help:   "Errors on the GPU's NVLinks since the driver loaded, summed over its links, by type.",
 		labels: []string{"type"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			for i, e := range nvlinkErrors {
@@ -484,14 +478,12 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_fabric_state", typ: gauge, sources: fromAll,
-		help: "The GPU's registration with the NVSwitch fabric (R550 and later, NVSwitch systems): 1 not started, " +
-			"2 in progress, 3 completed. Absent where the GPU has no fabric.",
+		help:  "The GPU's registration with the NVSwitch fabric: 1 not started, 2 in progress, 3 completed.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.FabricState },
 	},
 	{
 		name: "gpu_fabric_healthy", typ: gauge, sources: fromAll,
-		help: "1 when the GPU's fabric registration completed without error and the fabric reports no degraded " +
-			"bandwidth, else 0. Absent where the GPU has no fabric.",
+		help:  "1 when the fabric registration completed without error and no bandwidth is degraded, else 0.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.FabricHealthy },
 	},
 	{
@@ -523,8 +515,7 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_pipe_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
-		help: "Fraction of the time in which a kind of SM pipe was busy, by pipe (tensor: any tensor pipe, fp64, fp32, " +
-			"fp16)" + monitorHelp,
+		help:   "Fraction of the time in which a kind of SM pipe was busy, by pipe" + monitorHelp,
 		labels: []string{"pipe"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			for _, p := range pipes {

@@ -108,10 +108,8 @@ func profiled(p *gpu.Profiling, read func(*gpu.Profiling) gpu.Value) gpu.Value {
 }
 
 const (
-	monitorHelp = ", from the GPU's performance monitor (NVML's GPM, Hopper and newer), between the last two readings. " +
-		"On a GPU in MIG mode, per GPU instance: gpu_mig_*."
-	migMonitorHelp = ", from the GPU's performance monitor, between the last two readings; once per GPU instance, on one " +
-		"of its MIG devices."
+	monitorHelp    = ", between the last two readings (performance monitor, Hopper and newer)."
+	migMonitorHelp = ", between the last two readings; once per GPU instance."
 )
 
 // profilingField is a DCGM profiling field, written where the performance monitor has a reading (never a stand-in
