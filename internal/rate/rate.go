@@ -69,8 +69,8 @@ func (t *Tracker[K]) Rate(k K, v gpu.Value, at time.Time) gpu.Value {
 	return gpu.Known((c.cur.v - c.prev.v) / dt)
 }
 
-// Len is the number of counters the tracker holds.
-func (t *Tracker[K]) Len() int {
+// size is the number of counters the tracker holds.
+func (t *Tracker[K]) size() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.counters)

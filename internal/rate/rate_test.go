@@ -46,11 +46,11 @@ func TestRateForgetsCountersNotRead(t *testing.T) {
 		r.Rate(k, gpu.Known(0), at(0))
 	}
 	r.Rate(0, gpu.Known(10), at(1))
-	if got := r.Len(); got != 100 {
+	if got := r.size(); got != 100 {
 		t.Fatalf("after the second reading: %d counters, want those of both readings (100)", got)
 	}
 	r.Rate(0, gpu.Known(20), at(2))
-	if got := r.Len(); got != 1 {
+	if got := r.size(); got != 1 {
 		t.Errorf("after a third reading of counter 0 only: %d counters, want 1", got)
 	}
 	if got := r.Rate(1, gpu.Known(5), at(2)); got.Valid {
