@@ -3,8 +3,10 @@ package collector
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/rate"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
@@ -55,6 +57,12 @@ type dcgmField struct {
 	// instance; the GPU's own series keeps what no GPU instance has, so that its series still add up to the GPU's
 	// value. nil: the GPU's own series alone has the field.
 	instance func(m *gpu.MIGInstance) gpu.Value
+	// gpuKeepsWhole is set for a field whose GPU instances' values are not parts of the GPU's (a ratio of each one's
+	// own time): the GPU's own series keeps the GPU's value rather than a rest.
+	gpuKeepsWhole bool
+	// rate makes the field the value's increase per second between the last two readings (a counter turned into
+	// a bandwidth, as DCGM does), absent on the first reading of a GPU.
+	rate bool
 }
 
 // conversion is a change of unit, from a family's base unit (from) to dcgm-exporter's. The zero conversion keeps
@@ -71,6 +79,9 @@ var (
 	toPercent     = conversion{"ratio", func(v float64) float64 { return v * 100 }}
 	toMHz         = conversion{"hertz", func(v float64) float64 { return v / 1e6 }}
 	toMillijoules = conversion{"joules", func(v float64) float64 { return v * 1000 }}
+	toNanoseconds = conversion{"seconds", func(v float64) float64 { return v * 1e9 }}
+	// DCGM's NVLink bandwidth: KiB per second (the unit of NVML's counters) / 1000, which it calls MB/s.
+	toDCGMNVLinkMBps = conversion{"bytes", func(v float64) float64 { return v / 1024 / 1000 }}
 )
 
 func (c conversion) of(v gpu.Value) gpu.Value {
@@ -92,12 +103,19 @@ type dcgmMetrics struct {
 	fields   []dcgmField
 	families []*deviceFamily // of each field
 	byField  []*desc
+	rates    *rate.Tracker[rateKey] // of the fields that are rates
+}
+
+// rateKey is one GPU's counter behind a field that is a rate: the field's index.
+type rateKey struct {
+	uuid  string
+	field int
 }
 
 func newDCGMMetrics(hostname string) *dcgmMetrics {
 	labels := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
 		"GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod", "container"}
-	m := &dcgmMetrics{hostname: hostname}
+	m := &dcgmMetrics{hostname: hostname, rates: rate.New[rateKey]()}
 	for i := range deviceFamilies {
 		for _, f := range deviceFamilies[i].dcgm {
 			help := f.help
@@ -123,13 +141,16 @@ type dcgmSeries struct {
 }
 
 // deviceSeries are the series of one GPU. A GPU in MIG mode has a series for the GPU (temperature, power, clocks,
-// energy, XID, and the memory outside its GPU instances) and one per GPU instance (the fields with an instance
-// value: its memory); a GPU instance split into compute instances is one entity, as in DCGM. Otherwise one series
-// has it all. Each is then split between the pods that use it.
+// energy, XID, health, the memory outside its GPU instances, and its own profiling ratios and the traffic no GPU
+// instance has) and one per GPU instance (the fields with an instance value: its memory and profiling); a GPU
+// instance split into compute instances is one entity, as in DCGM. Otherwise one series has it all. Each is then
+// split between the pods that use it.
 func (m *dcgmMetrics) deviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeries {
 	g := dcgmSeries{v: make([]gpu.Value, len(m.fields))}
-	for i, f := range m.fields {
-		g.v[i] = f.convert.of(m.whole(i, d))
+	whole := make([]gpu.Value, len(m.fields)) // in the family's unit
+	for i := range m.fields {
+		whole[i] = m.whole(i, d, r.Snapshot.Time)
+		g.v[i] = m.fields[i].convert.of(whole[i])
 	}
 	if len(d.MIG) == 0 {
 		return m.split(d, g, d.Processes, r)
@@ -137,8 +158,8 @@ func (m *dcgmMetrics) deviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeri
 	// What no GPU instance has (the driver's, and what is not assigned), in the family's unit.
 	rest := make([]gpu.Value, len(m.fields))
 	for i, f := range m.fields {
-		if f.instance != nil {
-			rest[i] = m.whole(i, d)
+		if f.instance != nil && !f.gpuKeepsWhole {
+			rest[i] = whole[i]
 		}
 	}
 	var out []dcgmSeries
@@ -155,7 +176,9 @@ func (m *dcgmMetrics) deviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeri
 			}
 			v := f.instance(&mig)
 			e.v[i] = f.convert.of(v)
-			rest[i] = gpu.Value{V: rest[i].V - v.V, Valid: rest[i].Valid && v.Valid}
+			if !f.gpuKeepsWhole {
+				rest[i] = gpu.Value{V: rest[i].V - v.V, Valid: rest[i].Valid && v.Valid}
+			}
 		}
 		var processes []gpu.Process
 		for _, p := range d.Processes {
@@ -166,19 +189,27 @@ func (m *dcgmMetrics) deviceSeries(d *gpu.Device, r *reading.Reading) []dcgmSeri
 		out = append(out, m.split(d, e, processes, r)...)
 	}
 	for i, f := range m.fields {
-		if f.instance != nil {
+		if f.instance != nil && !f.gpuKeepsWhole {
 			g.v[i] = f.convert.of(gpu.Value{V: max(rest[i].V, 0), Valid: rest[i].Valid})
 		}
 	}
 	return append([]dcgmSeries{g}, out...)
 }
 
-// whole is field i's value for the whole GPU, in its family's unit.
-func (m *dcgmMetrics) whole(i int, d *gpu.Device) gpu.Value {
-	if f := m.fields[i]; f.value != nil {
-		return f.value(d)
+// whole is field i's value for the whole GPU at the reading of time at, in its family's unit (per second for a
+// rate).
+func (m *dcgmMetrics) whole(i int, d *gpu.Device, at time.Time) gpu.Value {
+	f := m.fields[i]
+	v := gpu.Value{}
+	if f.value != nil {
+		v = f.value(d)
+	} else {
+		v = m.families[i].value(d)
 	}
-	return m.families[i].value(d)
+	if f.rate {
+		v = m.rates.Rate(rateKey{d.UUID, i}, v, at)
+	}
+	return v
 }
 
 // split splits an entity (a GPU, or a GPU instance) between the pods whose processes run on it. With no pod, it

@@ -108,6 +108,7 @@ var deviceFamilies = []deviceFamily{
 		help: "Framebuffer memory the driver and firmware reserve for themselves; used + free + reserved = total. " +
 			"Absent with drivers before R510.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryReservedBytes },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_FB_RESERVED", typ: gauge, convert: toMiB, help: "Framebuffer memory reserved (in MiB)."}},
 	},
 	{
 		name: "gpu_utilization_ratio", typ: gauge, unit: "ratio", sources: fromAll,
@@ -153,6 +154,12 @@ var deviceFamilies = []deviceFamily{
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_GPU_TEMP", typ: gauge, help: "GPU temperature (in C)."}},
 	},
 	{
+		name: "gpu_memory_temperature_celsius", typ: gauge, unit: "celsius", sources: fromAll,
+		help:  "Temperature of the GPU's memory; GPUs with HBM only.",
+		value: func(d *gpu.Device) gpu.Value { return d.MemoryTemperatureCelsius },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_MEMORY_TEMP", typ: gauge, help: "Memory temperature (in C)."}},
+	},
+	{
 		name: "gpu_power_usage_watts", typ: gauge, unit: "watts", sources: fromAll,
 		help:  "Power drawn by the GPU board.",
 		value: func(d *gpu.Device) gpu.Value { return d.PowerUsageWatts },
@@ -171,8 +178,17 @@ var deviceFamilies = []deviceFamily{
 	},
 	{
 		name: "gpu_power_limit_watts", typ: gauge, unit: "watts", sources: fromAll,
-		help:  "Power limit enforced on the GPU board.",
+		help: "Power limit enforced on the GPU board: the lowest of the limits that apply (gpu_power_management_limit_watts, " +
+			"and others the driver sets).",
 		value: func(d *gpu.Device) gpu.Value { return d.PowerLimitWatts },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", typ: gauge, help: "Effective power limit that the driver enforces (in W)."}},
+	},
+	{
+		name: "gpu_power_management_limit_watts", typ: gauge, unit: "watts", sources: fromAll,
+		help: "Power limit set by the administrator (nvidia-smi -pl) or the default; the enforced gpu_power_limit_watts " +
+			"can be lower.",
+		value: func(d *gpu.Device) gpu.Value { return d.PowerManagementLimitWatts },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_POWER_MGMT_LIMIT", typ: gauge, help: "Power management limit (in W)."}},
 	},
 	{
 		name: "gpu_energy_consumption_joules_total", typ: counter, unit: "joules", sources: fromAll,
@@ -206,6 +222,38 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
+		name: "gpu_clock_event_active", typ: gauge, sources: fromAll,
+		help:   "1 while a reason holds the GPU's clocks down, 0 while it does not; one series per reason the GPU reports.",
+		labels: []string{"reason"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			for _, e := range d.Health.ClockEvents {
+				s.add(boolValue(e.Active), e.Reason)
+			}
+		},
+		dcgm: []dcgmField{{
+			name: "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", typ: gauge, help: "Current clock event reasons (bit mask).",
+			value: clockEventMask,
+		}},
+	},
+	{
+		name: "gpu_clock_violation_seconds_total", typ: counter, unit: "seconds", sources: fromAll,
+		help:   "Time a policy held the GPU's clocks below the requested clocks since the driver loaded, by policy.",
+		labels: []string{"policy"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			for _, v := range d.Health.Violations {
+				s.add(v.Seconds, v.Policy)
+			}
+		},
+		dcgm: []dcgmField{
+			violationField("DCGM_FI_DEV_POWER_VIOLATION", "power", "power constraints"),
+			violationField("DCGM_FI_DEV_THERMAL_VIOLATION", "thermal", "thermal constraints"),
+			violationField("DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "sync_boost", "sync-boost constraints"),
+			violationField("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "board_limit", "board limit constraints"),
+			violationField("DCGM_FI_DEV_LOW_UTIL_VIOLATION", "low_utilization", "low utilization"),
+			violationField("DCGM_FI_DEV_RELIABILITY_VIOLATION", "reliability", "reliability constraints"),
+		},
+	},
+	{
 		name: "gpu_fan_speed_ratio", typ: gauge, unit: "ratio", sources: fromAll,
 		help:  "Fan speed as a fraction of its maximum.",
 		value: func(d *gpu.Device) gpu.Value { return d.FanSpeedRatio },
@@ -227,6 +275,66 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
+		name: "gpu_remapped_rows_total", typ: counter, sources: fromAll,
+		help:   "Memory rows the GPU replaced with spare rows over its lifetime, by the kind of error that caused them.",
+		labels: []string{"cause"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			s.addValue(d.Health.CorrectableRemappedRows, "correctable_error")
+			s.addValue(d.Health.UncorrectableRemappedRows, "uncorrectable_error")
+		},
+		dcgm: []dcgmField{
+			{
+				name: "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", typ: counter, help: "Number of remapped rows for uncorrectable errors",
+				value: func(d *gpu.Device) gpu.Value { return d.Health.UncorrectableRemappedRows },
+			},
+			{
+				name: "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", typ: counter, help: "Number of remapped rows for correctable errors",
+				value: func(d *gpu.Device) gpu.Value { return d.Health.CorrectableRemappedRows },
+			},
+		},
+	},
+	{
+		name: "gpu_row_remap_pending", typ: gauge, sources: fromAll,
+		help:  "1 when a row remap waits for the next GPU reset to take effect, else 0.",
+		value: func(d *gpu.Device) gpu.Value { return d.Health.RemapPending },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_ROW_REMAP_PENDING", typ: gauge, help: "Whether remapping of rows is pending"}},
+	},
+	{
+		name: "gpu_row_remap_failure", typ: gauge, sources: fromAll,
+		help:  "1 when a row could not be remapped (the GPU has no spare row left there and should be replaced), else 0.",
+		value: func(d *gpu.Device) gpu.Value { return d.Health.RemapFailure },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_ROW_REMAP_FAILURE", typ: gauge, help: "Whether remapping of rows has failed"}},
+	},
+	{
+		name: "gpu_retired_pages_total", typ: counter, sources: fromNVML | fromNvidiaSMI,
+		help: "Framebuffer pages the GPU retired over its lifetime (before Ampere), by cause (single_bit_ecc: " +
+			"repeated corrected errors, double_bit_ecc).",
+		labels: []string{"cause"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			s.addValue(d.Health.RetiredPagesSingleBit, "single_bit_ecc")
+			s.addValue(d.Health.RetiredPagesDoubleBit, "double_bit_ecc")
+		},
+		dcgm: []dcgmField{
+			{
+				name: "DCGM_FI_DEV_RETIRED_SBE", typ: counter, help: "Total number of retired pages due to single-bit errors.",
+				value: func(d *gpu.Device) gpu.Value { return d.Health.RetiredPagesSingleBit },
+			},
+			{
+				name: "DCGM_FI_DEV_RETIRED_DBE", typ: counter, help: "Total number of retired pages due to double-bit errors.",
+				value: func(d *gpu.Device) gpu.Value { return d.Health.RetiredPagesDoubleBit },
+			},
+		},
+	},
+	{
+		name: "gpu_retired_pages_pending", typ: gauge, sources: fromNVML | fromNvidiaSMI,
+		help:  "1 when a page retirement waits for the next driver reload or reboot, else 0.",
+		value: func(d *gpu.Device) gpu.Value { return d.Health.RetirementPending },
+		dcgm: []dcgmField{{
+			name: "DCGM_FI_DEV_RETIRED_PENDING", typ: counter,
+			help: "Total number of pages pending retirement (here: 1 when a retirement is pending, as NVML says it).",
+		}},
+	},
+	{
 		name: "gpu_xid_errors_total", typ: counter, sources: fromNVML | fromSimulated,
 		help:   "XID errors reported by the driver since the exporter started, by XID code.",
 		labels: []string{"xid"},
@@ -246,6 +354,187 @@ var deviceFamilies = []deviceFamily{
 				return last
 			},
 		}},
+	},
+	{
+		name: "gpu_recovery_action", typ: gauge, sources: fromAll,
+		help: "What the driver says the GPU needs: 0 nothing, 1 a GPU reset, 2 a node reboot, 3 drain peer-to-peer, " +
+			"4 drain and reset.",
+		value: func(d *gpu.Device) gpu.Value { return d.Health.RecoveryAction },
+		dcgm: []dcgmField{{
+			name: "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", typ: gauge,
+			help: "GPU recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset.",
+		}},
+	},
+	{
+		name: "gpu_pcie_link_generation", typ: gauge, sources: fromAll,
+		help:  "PCIe generation the link runs at now; an idle GPU lowers it to save power.",
+		value: func(d *gpu.Device) gpu.Value { return d.PCIe.Generation },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_LINK_GEN", typ: gauge, help: "PCIe current link generation."}},
+	},
+	{
+		name: "gpu_pcie_link_max_generation", typ: gauge, sources: fromAll,
+		help:  "Highest PCIe generation the GPU and its slot can run together.",
+		value: func(d *gpu.Device) gpu.Value { return d.PCIe.MaxGeneration },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", typ: gauge, help: "PCIe max link generation."}},
+	},
+	{
+		name: "gpu_pcie_link_width", typ: gauge, sources: fromAll,
+		help:  "PCIe lanes the link runs with now.",
+		value: func(d *gpu.Device) gpu.Value { return d.PCIe.Width },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_LINK_WIDTH", typ: gauge, help: "PCIe current link width."}},
+	},
+	{
+		name: "gpu_pcie_link_max_width", typ: gauge, sources: fromAll,
+		help:  "Most PCIe lanes the GPU and its slot can run with together; a link below it is degraded.",
+		value: func(d *gpu.Device) gpu.Value { return d.PCIe.MaxWidth },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", typ: gauge, help: "PCIe max link width."}},
+	},
+	{
+		name: "gpu_pcie_replays_total", typ: counter, sources: fromAll,
+		help:  "Transfers the PCIe link replayed since the driver loaded; a rising count is a bad link, riser or slot.",
+		value: func(d *gpu.Device) gpu.Value { return d.PCIe.Replays },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", typ: counter, help: "Total number of PCIe retries."}},
+	},
+	{
+		name: "gpu_pcie_bytes_total", typ: counter, unit: "bytes", sources: fromNVML | fromSimulated,
+		help: "Bytes sent (transmit) and received (receive) over the PCIe link, protocol headers included, since the " +
+			"driver loaded (NVML: R555 and later).",
+		labels: []string{"direction"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			s.addValue(d.PCIe.TXBytes, "transmit")
+			s.addValue(d.PCIe.RXBytes, "receive")
+		},
+		// DCGM's PCIe fields are the performance monitor's rates, not this counter's: where the GPU has no monitor
+		// (before Hopper) they are absent rather than a rate of the counter under DCGM's name.
+		dcgm: []dcgmField{
+			profilingField("DCGM_FI_PROF_PCIE_TX_BYTES", gauge, "The rate of data transmitted over the PCIe bus - "+
+				"including both protocol headers and data payloads - in bytes per second.", pcieTX, false),
+			profilingField("DCGM_FI_PROF_PCIE_RX_BYTES", gauge, "The rate of data received over the PCIe bus - "+
+				"including both protocol headers and data payloads - in bytes per second.", pcieRX, false),
+		},
+	},
+	{
+		name: "gpu_nvlink_bytes_total", typ: counter, unit: "bytes", sources: fromNVML | fromSimulated,
+		help:   "Data bytes sent (transmit) and received (receive) over all the GPU's NVLinks since the driver loaded.",
+		labels: []string{"direction"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			s.addValue(d.NVLink.TXBytes, "transmit")
+			s.addValue(d.NVLink.RXBytes, "receive")
+		},
+		dcgm: []dcgmField{
+			{
+				// DCGM reads the same two counters, in KiB, and publishes (Δ(rx+tx) / Δt) / 1000 as MB/s although its
+				// counter file types the field a counter.
+				name: "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", typ: counter, convert: toDCGMNVLinkMBps, rate: true,
+				help: "Total number of NVLink bandwidth counters for all lanes. (DCGM's value is a rate: the NVLink " +
+					"data received and sent per second between the last two readings, in KiB/s / 1000; absent on the first.)",
+				value: func(d *gpu.Device) gpu.Value {
+					return gpu.Value{V: d.NVLink.TXBytes.V + d.NVLink.RXBytes.V, Valid: d.NVLink.TXBytes.Valid && d.NVLink.RXBytes.Valid}
+				},
+			},
+			profilingField("DCGM_FI_PROF_NVLINK_TX_BYTES", gauge, "The rate of data transmitted over NVLink, not "+
+				"including protocol headers, in bytes per second.", nvlinkTX, false),
+			profilingField("DCGM_FI_PROF_NVLINK_RX_BYTES", gauge, "The rate of data received over NVLink, not "+
+				"including protocol headers, in bytes per second.", nvlinkRX, false),
+		},
+	},
+	{
+		name: "gpu_nvlink_links", typ: gauge, sources: fromNVML | fromSimulated,
+		help:   "The GPU's NVLinks by state: active (up) and inactive (down).",
+		labels: []string{"state"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			if len(d.NVLink.Links) == 0 {
+				return
+			}
+			var active, inactive float64
+			for _, l := range d.NVLink.Links {
+				switch {
+				case !l.Active.Valid:
+				case l.Active.V == 1:
+					active++
+				default:
+					inactive++
+				}
+			}
+			s.add(active, "active")
+			s.add(inactive, "inactive")
+		},
+	},
+	{
+		name: "gpu_nvlink_errors_total", typ: counter, sources: fromNVML | fromSimulated,
+		help:   "Errors on the GPU's NVLinks since the driver loaded, summed over its links, by type.",
+		labels: []string{"type"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			for i, e := range nvlinkErrors {
+				s.addValue(nvlinkErrorTotal(d, i), e.typ)
+			}
+		},
+		dcgm: []dcgmField{
+			nvlinkErrorField("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "Total number of NVLink flow-control CRC errors.", 0),
+			nvlinkErrorField("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "Total number of NVLink data CRC errors.", 1),
+			nvlinkErrorField("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries.", 2),
+			nvlinkErrorField("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors.", 3),
+		},
+	},
+	{
+		name: "gpu_fabric_state", typ: gauge, sources: fromAll,
+		help:  "The GPU's registration with the NVSwitch fabric: 1 not started, 2 in progress, 3 completed.",
+		value: func(d *gpu.Device) gpu.Value { return d.Health.FabricState },
+	},
+	{
+		name: "gpu_fabric_healthy", typ: gauge, sources: fromAll,
+		help:  "1 when the fabric registration completed without error and no bandwidth is degraded, else 0.",
+		value: func(d *gpu.Device) gpu.Value { return d.Health.FabricHealthy },
+	},
+	{
+		name: "gpu_vgpu_licensed", typ: gauge, sources: fromAll,
+		help:  "1 when the GPU is a vGPU that holds its licence, else 0 (0 on bare metal, as DCGM reports it).",
+		value: func(d *gpu.Device) gpu.Value { return d.VGPULicensed },
+		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_VGPU_LICENSE_STATUS", typ: gauge, help: "vGPU License status"}},
+	},
+	{
+		name: "gpu_graphics_engine_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
+		help:  "Fraction of the time in which a graphics or compute engine was busy" + monitorHelp,
+		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, graphicsEngineActive) },
+		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gauge, "Ratio of time the graphics engine is active.",
+			graphicsEngineActive, true)},
+	},
+	{
+		name: "gpu_sm_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
+		help:  "Fraction of the time in which an SM had at least one warp resident, averaged over the SMs" + monitorHelp,
+		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, smActive) },
+		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_SM_ACTIVE", gauge, "The ratio of cycles an SM has at least 1 warp assigned.",
+			smActive, true)},
+	},
+	{
+		name: "gpu_sm_occupancy_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
+		help:  "Warps resident on the SMs as a fraction of the most they can hold, averaged over the time" + monitorHelp,
+		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, smOccupancy) },
+		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_SM_OCCUPANCY", gauge, "The ratio of number of warps resident on an SM.",
+			smOccupancy, true)},
+	},
+	{
+		name: "gpu_pipe_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
+		help:   "Fraction of the time in which a kind of SM pipe was busy, by pipe" + monitorHelp,
+		labels: []string{"pipe"},
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			for _, p := range pipes {
+				s.addValue(profiled(d.Profiling, p.read), p.name)
+			}
+		},
+		dcgm: []dcgmField{
+			profilingField("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gauge, "Ratio of cycles the tensor (HMMA) pipe is active.", tensorActive, true),
+			profilingField("DCGM_FI_PROF_PIPE_FP64_ACTIVE", gauge, "Ratio of cycles the fp64 pipes are active.", fp64Active, true),
+			profilingField("DCGM_FI_PROF_PIPE_FP32_ACTIVE", gauge, "Ratio of cycles the fp32 pipes are active.", fp32Active, true),
+			profilingField("DCGM_FI_PROF_PIPE_FP16_ACTIVE", gauge, "Ratio of cycles the fp16 pipes are active.", fp16Active, true),
+		},
+	},
+	{
+		name: "gpu_dram_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
+		help:  "Fraction of the time in which the device memory interface was sending or receiving data" + monitorHelp,
+		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, dramActive) },
+		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_DRAM_ACTIVE", gauge,
+			"Ratio of cycles the device memory interface is active sending or receiving data.", dramActive, true)},
 	},
 	{
 		name: "gpu_processes", typ: gauge, sources: fromAll,
@@ -310,6 +599,28 @@ var deviceFamilies = []deviceFamily{
 			}
 		},
 	},
+	migProfilingFamily("gpu_mig_graphics_engine_active_ratio", "Fraction of the time in which a graphics or compute engine "+
+		"of the MIG GPU instance was busy", graphicsEngineActive),
+	migProfilingFamily("gpu_mig_sm_active_ratio", "Fraction of the time in which an SM of the MIG GPU instance had at "+
+		"least one warp resident, averaged over its SMs", smActive),
+	migProfilingFamily("gpu_mig_sm_occupancy_ratio", "Warps resident on the MIG GPU instance's SMs as a fraction of the "+
+		"most they can hold", smOccupancy),
+	{
+		name: "gpu_mig_pipe_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
+		help:   "Fraction of the time in which a kind of SM pipe of the MIG GPU instance was busy, by pipe" + migMonitorHelp,
+		labels: append(slices.Clip(migLabels), "pipe"),
+		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
+			for _, m := range d.MIG {
+				for _, p := range pipes {
+					if v := profiled(m.Profiling, p.read); v.Valid {
+						s.add(v.V, m.UUID, itoa(m.GPUInstance), itoa(m.ComputeInstance), p.name)
+					}
+				}
+			}
+		},
+	},
+	migProfilingFamily("gpu_mig_dram_active_ratio", "Fraction of the time in which the MIG GPU instance's memory "+
+		"interface was sending or receiving data", dramActive),
 }
 
 // migLabels are the labels of a MIG instance's series.
@@ -396,6 +707,13 @@ func (s *deviceSeries) workloads(r *reading.Reading, d *gpu.Device) int {
 		s.distinct[r.Owner(p).Identity.Key()] = struct{}{}
 	}
 	return len(s.distinct)
+}
+
+// addValue writes one series, when v is known.
+func (s *deviceSeries) addValue(v gpu.Value, labels ...string) {
+	if v.Valid {
+		s.add(v.V, labels...)
+	}
 }
 
 // addMIG writes one series of a MIG instance, when v is known.

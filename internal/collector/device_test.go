@@ -138,3 +138,45 @@ func TestDeviceFamilySources(t *testing.T) {
 		}
 	}
 }
+
+// A GPU's NVLinks are counted by state (a link whose state is unknown in neither), and their error counters are
+// summed by type, absent for a type that one link does not report; a GPU without NVLink has neither family.
+func TestNVLinkFamilies(t *testing.T) {
+	link := func(n int, active gpu.Value, replays gpu.Value) gpu.NVLinkLink {
+		return gpu.NVLinkLink{Link: n, Active: active, CRCFlitErrors: gpu.Known(float64(n)), CRCDataErrors: gpu.Known(0),
+			ReplayErrors: replays}
+	}
+	snap := &gpu.Snapshot{Devices: []gpu.Device{
+		{Index: 0, UUID: "GPU-a", NVLink: gpu.NVLink{Links: []gpu.NVLinkLink{
+			link(0, gpu.Known(1), gpu.Known(1)), link(1, gpu.Known(0), gpu.Known(2)), link(2, gpu.Known(1), gpu.Value{}),
+			link(3, gpu.Value{}, gpu.Known(4)),
+		}}},
+		{Index: 1, UUID: "GPU-b"},
+	}}
+	got := gpuFamilies(t, registry(t, fixedSource{snap}, fixedOwners{}, Options{}))
+	for _, want := range []string{
+		`gpu_nvlink_links{gpu="0",state="active",uuid="GPU-a"} 2`,
+		`gpu_nvlink_links{gpu="0",state="inactive",uuid="GPU-a"} 1`,
+		`gpu_nvlink_errors_total{gpu="0",type="crc_flit",uuid="GPU-a"} 6`,
+		`gpu_nvlink_errors_total{gpu="0",type="crc_data",uuid="GPU-a"} 0`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("exposition lacks %s:\n%s", want, got)
+		}
+	}
+	for _, absent := range []string{`type="replay"`, `type="recovery"`, `gpu="1"`} {
+		if strings.Contains(nvlinkLines(got), absent) {
+			t.Errorf("NVLink series with %s, want none:\n%s", absent, nvlinkLines(got))
+		}
+	}
+}
+
+func nvlinkLines(exposition string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(exposition, "\n") {
+		if strings.HasPrefix(l, "gpu_nvlink") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}

@@ -115,9 +115,6 @@ func (f Filter) Match(r Row) bool {
 		(f.Owner == "" || strings.Contains(strings.ToLower(Owner(r)), strings.ToLower(f.Owner)))
 }
 
-// WriteTable writes the rows as an aligned table, with a header line unless headers is false (for scripts). The
-// OWNER column names the workload in the user's words: the Kubernetes namespace/pod/container, a plain container, a
-// Slurm job or a systemd unit.
 // Warnings are what a reading could not read, one line each, naming the GPU where there is one.
 func Warnings(snap *gpu.Snapshot) []string {
 	var w []string
@@ -131,11 +128,17 @@ func Warnings(snap *gpu.Snapshot) []string {
 	return w
 }
 
+// WriteTable writes the rows as an aligned table, with a header unless headers is false (for scripts): a line per
+// GPU with a health problem (HealthLines), then the column names. The OWNER column names the workload in the user's
+// words: the Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit.
 func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if headers {
 		if snap.Simulated {
 			fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
+		}
+		for _, l := range HealthLines(snap) {
+			fmt.Fprintln(tw, "# "+l)
 		}
 		fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
 	}

@@ -93,6 +93,8 @@ type GPU struct {
 	Mode                    string    // MIG, MPS or time-slicing, and by how many
 	AllocatedPods           int       // distinct pods the kubelet allocated this GPU or its MIG devices to
 	Unrequested, IdlePods   int       // pods using it without an allocation; pods holding it and running nothing
+	// Health names what is wrong with the GPU now (ps.Health); empty when nothing is.
+	Health []string
 }
 
 // SignalKind is what a signal says.
@@ -187,7 +189,7 @@ func header(r *reading.Reading, d gpu.Device) GPU {
 	g := GPU{
 		Index: d.Index, Name: strings.TrimPrefix(d.Name, "NVIDIA "), Utilization: d.UtilizationRatio,
 		MemoryUsed: d.MemoryUsedBytes, MemoryTotal: d.MemoryTotalBytes, Temperature: d.TemperatureCelsius,
-		Power: d.PowerUsageWatts,
+		Power: d.PowerUsageWatts, Health: ps.Health(&d),
 	}
 	owners := make(map[string]bool)
 	mps := false

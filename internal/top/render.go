@@ -77,6 +77,9 @@ func Render(f Frame, st Styles) string {
 	for _, g := range s.GPUs {
 		add(gpuLine(g, s, w, f.Interactive, st))
 	}
+	if h := healthLine(s.GPUs); h != "" {
+		add(st.Alert.Render(ansi.Truncate(h, w, "…")))
+	}
 	for i, sig := range s.Signals {
 		if f.Height > 0 && i == maxSignals-1 && len(s.Signals) > maxSignals {
 			add(st.Dim.Render(fmt.Sprintf("  … %d more allocation signals", len(s.Signals)-i)))
@@ -173,7 +176,7 @@ func gpuHeader(s Screen, w int, bars bool) string {
 func gpuLine(g GPU, s Screen, w int, bars bool, st Styles) string {
 	name, bar := gpuWidths(s, w, bars)
 	bars = bar > 0
-	b := []string{fit(fmt.Sprint(g.Index), 3, true), fit(g.Name, name, false)}
+	b := []string{indexCell(g, st), fit(g.Name, name, false)}
 	ratio := gpu.Value{}
 	if g.MemoryUsed.Valid && g.MemoryTotal.Valid && g.MemoryTotal.V > 0 {
 		ratio = gpu.Known(g.MemoryUsed.V / g.MemoryTotal.V)

@@ -43,6 +43,8 @@ func main() {
 	seconds := flag.Float64("seconds", 3, "rough length of each measurement")
 	smiSizes := flag.String("smi-sizes", "4,64", "process counts of the nvidia-smi case")
 	procSizes := flag.String("procfs-sizes", "64,2048", "process counts of the procfs case (real sleep processes)")
+	gpuCount := flag.Int("gpus", 0, "GPUs of the simulated case (0: 4, and 8 from 512 processes)")
+	health := flag.Bool("health", true, "give each simulated GPU an H100's health, NVLink and profiling readings (off: a node file that exporters before them can read)")
 	flag.Parse()
 
 	work, err := os.MkdirTemp("", "gpe-bench-")
@@ -60,12 +62,15 @@ func main() {
 			if n >= 512 {
 				gpus = 8
 			}
-			measureNode(work, *binary, "simulated", gpus, n, "", ints(*concurrency), *seconds)
+			if *gpuCount > 0 {
+				gpus = *gpuCount
+			}
+			measureNode(work, *binary, "simulated", gpus, n, "", *health, ints(*concurrency), *seconds)
 		}
 	}
 	if want["nvidia-smi"] {
 		for _, n := range ints(*smiSizes) {
-			measureNode(work, *binary, "nvidia-smi", 4, n, *fixture, ints(*concurrency), *seconds)
+			measureNode(work, *binary, "nvidia-smi", 4, n, *fixture, false, ints(*concurrency), *seconds)
 		}
 	}
 	if want["procfs"] {
@@ -105,9 +110,9 @@ func measureRealProcesses(work, binary string, count int, concurrency []int, sec
 	measure(n, binary, "procfs", "simulated", concurrency, seconds)
 }
 
-func measureNode(work, binary, source string, gpus, pids int, fixture string, concurrency []int, seconds float64) {
+func measureNode(work, binary, source string, gpus, pids int, fixture string, health bool, concurrency []int, seconds float64) {
 	dir := filepath.Join(work, fmt.Sprintf("%s-%d", source, pids))
-	n, err := newNode(dir, gpus, pids, fixture)
+	n, err := newNode(dir, gpus, pids, fixture, health)
 	if err != nil {
 		fail(err)
 	}

@@ -24,6 +24,9 @@ type node struct {
 	smi        string // fake nvidia-smi
 	gpus, pids int
 	pidOf      func(i int) int // the i-th process's PID
+	// health gives each simulated GPU the health, link and performance monitor readings of an H100 on a recent
+	// driver (18 NVLinks, clock event reasons, violation times, profiling), as the NVML source reads them there.
+	health bool
 }
 
 func fakePID(i int) int { return firstPID + i }
@@ -48,8 +51,8 @@ func cgroupFile(c int) string {
 }
 
 // newNode writes a node of pids processes spread over gpus GPUs under dir.
-func newNode(dir string, gpus, pids int, smiFixture string) (*node, error) {
-	n := &node{dir: dir, procfs: filepath.Join(dir, "proc"), gpus: gpus, pids: pids, pidOf: fakePID}
+func newNode(dir string, gpus, pids int, smiFixture string, health bool) (*node, error) {
+	n := &node{dir: dir, procfs: filepath.Join(dir, "proc"), gpus: gpus, pids: pids, pidOf: fakePID, health: health}
 	for i := range pids {
 		if err := e2eutil.WriteProc(n.procfs, uint32(n.pidOf(i)), "python3", cgroupFile(i%containers(pids))); err != nil {
 			return nil, err
@@ -97,8 +100,11 @@ func (n *node) writeSimulated() error {
     performance_state: 0
     clocks_hertz: {sm: 1980000000, memory: 2619000000}
     ecc_errors: {corrected: 0, uncorrected: 0}
-    processes:
 `, g, 0x10+g)
+		if n.health {
+			b.WriteString(h100Health)
+		}
+		b.WriteString("    processes:\n")
 		for i := range n.pids {
 			if n.gpuOf(i) != g {
 				continue
@@ -110,6 +116,34 @@ func (n *node) writeSimulated() error {
 	n.simulated = filepath.Join(n.dir, "node.yaml")
 	return os.WriteFile(n.simulated, b.Bytes(), 0o644)
 }
+
+// h100Health is one H100's health, link and profiling readings in the simulated node format.
+var h100Health = func() string {
+	var b strings.Builder
+	b.WriteString(`    memory_reserved_bytes: 502267904
+    memory_temperature_celsius: 48
+    power_management_limit_watts: 700
+    vgpu_licensed: false
+    pcie: {generation: 5, max_generation: 5, width: 16, max_width: 16, replays: 0, tx_bytes: 1800000000000000, rx_bytes: 5200000000000000, tx_bytes_per_second: 1800000000, rx_bytes_per_second: 5200000000}
+    nvlink:
+      tx_bytes: 61842563072
+      rx_bytes: 61842563072
+      tx_bytes_per_second: 1000000000
+      rx_bytes_per_second: 1000000000
+      links:
+`)
+	for l := range 18 {
+		fmt.Fprintf(&b, "        - {link: %d, active: true, crc_flit_errors: 0, crc_data_errors: 0, replay_errors: 0, recovery_errors: 0}\n", l)
+	}
+	b.WriteString(`    remapped_rows: {correctable: 0, uncorrectable: 0, pending: false, failure: false}
+    clock_events_active: []
+    violations_seconds: {power: 1240.5, thermal: 0, sync_boost: 0, board_limit: 0, low_utilization: 8210.25, reliability: 0, sw_thermal_slowdown: 0, hw_thermal_slowdown: 0, hw_power_brake_slowdown: 0}
+    recovery_action: none
+    fabric: {state: completed, healthy: true}
+    profiling: {graphics_engine_active: 0.7, sm_active: 0.55, sm_occupancy: 0.32, tensor_active: 0.31, dram_active: 0.36, fp64_active: 0, fp32_active: 0.09, fp16_active: 0.14, pcie_tx_bytes_per_second: 1800000000, pcie_rx_bytes_per_second: 5200000000, nvlink_tx_bytes_per_second: 1000000000, nvlink_rx_bytes_per_second: 1000000000}
+`)
+	return b.String()
+}()
 
 // writeSMI copies an nvidia-smi fixture with each GPU's process list replaced by the node's processes on it, and
 // writes a fake nvidia-smi that cats it.

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/url"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -42,7 +43,7 @@ func TestUnknownCompatNameIsAnError(t *testing.T) {
 }
 
 // The exposition passes promtool, but for what dcgm-exporter's own names bring: camelCase label names (modelName,
-// UUID, Hostname) and an energy counter without _total.
+// UUID, Hostname), counters without _total and a name with its type in it (DCGM_FI_DEV_PCIE_REPLAY_COUNTER).
 func TestCompatExpositionPassesPromtool(t *testing.T) {
 	addr := exporter(t, "--demo", "--compat=nvidiasmi,dcgm")
 	text, _ := e2eutil.Scrape(t, addr)
@@ -57,7 +58,7 @@ func TestCompatExpositionPassesPromtool(t *testing.T) {
 	out, _ := promtool.CombinedOutput()
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		inherent := strings.HasPrefix(line, "DCGM_FI_") && (strings.Contains(line, "snake_case") ||
-			strings.Contains(line, `"_total" suffix`))
+			strings.Contains(line, `"_total" suffix`) || strings.Contains(line, "should not include type"))
 		if line != "" && !inherent {
 			t.Errorf("promtool: %s", line)
 		}
@@ -202,10 +203,11 @@ var dcgmDashboard = []struct{ title, expr string }{
 }
 
 // TestUpstreamDCGMDashboard runs dcgm-exporter's own dashboard on the demo node, whose GPUs are shared by pods,
-// split by MIG and used outside Kubernetes, and checks that 7 of its 8 panels show the node's true values: the
+// split by MIG and used outside Kubernetes, and checks that all 8 of its panels show the node's true values: the
 // per-GPU panels of what does not add up (temperature, clocks) have one series per GPU with its value, those of
 // what adds up (power, utilization, memory) have series that sum to it, and the two single-stat panels are the
-// node's. The eighth, tensor core activity, is a DCGM profiling counter, which no NVML reading has: it is empty.
+// node's. Tensor core activity comes from the performance monitor: one series per GPU that has one (the H100s) and
+// per GPU instance of the MIG GPU, none for the RTX 6000 Ada, which has no monitor.
 func TestUpstreamDCGMDashboard(t *testing.T) {
 	addr := exporter(t, "--demo", "--compat=dcgm")
 	prom := e2eutil.StartPrometheus(t, e2eutil.ScrapeConfig(addr))
@@ -241,9 +243,10 @@ func TestUpstreamDCGMDashboard(t *testing.T) {
 		return e2eutil.Query(t, prom, strings.NewReplacer("$instance", instance, "$gpu", gpus).Replace(expr))
 	}
 
-	// The node's true values, per GPU (index → value), from the demo's own snapshot.
-	temp, power, clock, util, used := map[string]float64{}, map[string]float64{}, map[string]float64{},
-		map[string]float64{}, map[string]float64{}
+	// The node's true values, per GPU (index → value), from the demo's own snapshot; tensor activity per GPU and per
+	// GPU instance ("index/GPU_I_ID").
+	temp, power, clock, util, used, tensor := map[string]float64{}, map[string]float64{}, map[string]float64{},
+		map[string]float64{}, map[string]float64{}, map[string]float64{}
 	var tempSum, powerSum float64
 	for _, d := range snap.Devices {
 		g := strconv.Itoa(d.Index)
@@ -266,6 +269,17 @@ func TestUpstreamDCGMDashboard(t *testing.T) {
 		if d.MemoryUsedBytes.Valid {
 			used[g] = d.MemoryUsedBytes.V / mib
 		}
+		if d.Profiling != nil && d.Profiling.TensorActive.Valid {
+			tensor[g+"/"] = d.Profiling.TensorActive.V
+		}
+		for _, m := range d.MIG {
+			if m.Profiling != nil && m.Profiling.TensorActive.Valid {
+				tensor[g+"/"+strconv.Itoa(m.GPUInstance)] = m.Profiling.TensorActive.V
+			}
+		}
+	}
+	if len(tensor) == 0 {
+		t.Fatal("the demo node has no tensor activity: the Tensor Core panel would check nothing")
 	}
 
 	once := func(title string, res []e2eutil.Sample, want map[string]float64) {
@@ -318,14 +332,88 @@ func TestUpstreamDCGMDashboard(t *testing.T) {
 		case "GPU Framebuffer Mem Used":
 			summed(p.title, res, used)
 		case "Tensor Core Utilization":
-			if len(res) != 0 {
-				t.Errorf("%s: %v, want no series (a DCGM profiling counter)", p.title, res)
+			got := map[string]float64{}
+			for _, s := range res {
+				k := s.Metric["gpu"] + "/" + s.Metric["GPU_I_ID"]
+				if _, dup := got[k]; dup {
+					t.Errorf("%s: GPU %s has more than one series (a ratio, repeated)", p.title, k)
+				}
+				got[k] = s.Value
 			}
+			t.Logf("%s: %d series for %d GPUs and GPU instances with a performance monitor", p.title, len(res), len(tensor))
+			compare(t, p.title, got, tensor)
 		default:
 			t.Fatalf("no check for panel %q", p.title)
 		}
 	}
 	t.Logf("panels' series: %v; node: %.1f W, avg %.2f °C, %.0f MiB used", series, powerSum, tempSum/float64(len(temp)), sum(used))
+}
+
+// defaultCounters are the active lines of dcgm-exporter's default counter file: its field names and their types
+// (gauge, counter, or label for a field dcgm-exporter writes as a label).
+func defaultCounters(t *testing.T) (names, types []string) {
+	t.Helper()
+	b, err := os.ReadFile("testdata/default-counters.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		cells := strings.Split(line, ",")
+		if len(cells) < 3 {
+			t.Fatalf("default-counters.csv: %q is not FIELD, type, help", line)
+		}
+		names, types = append(names, strings.TrimSpace(cells[0])), append(types, strings.TrimSpace(cells[1]))
+	}
+	return names, types
+}
+
+// Every field of dcgm-exporter's default counter file is served on --demo --compat=dcgm, with the file's type; its
+// label field (DCGM_FI_DRIVER_VERSION) is a label of every series. The NVLink bandwidth is a rate between two
+// readings, so the second scrape is the one checked.
+func TestServesEveryDefaultField(t *testing.T) {
+	names, types := defaultCounters(t)
+	if len(names) != 26 {
+		t.Fatalf("testdata/default-counters.csv has %d active lines, want dcgm-exporter's 26", len(names))
+	}
+	addr := exporter(t, "--demo", "--compat=dcgm")
+	e2eutil.Scrape(t, addr)
+	_, families := e2eutil.Scrape(t, addr)
+	served := 0
+	for i, name := range names {
+		if types[i] == "label" {
+			ok := false
+			for fam, mf := range families {
+				if !strings.HasPrefix(fam, "DCGM_FI_") {
+					continue
+				}
+				ok = true
+				for _, m := range mf.GetMetric() {
+					if e2eutil.Label(m, name) == "" {
+						t.Errorf("%s has a series without the %s label", fam, name)
+						ok = false
+						break
+					}
+				}
+			}
+			if ok {
+				served++
+			}
+			continue
+		}
+		mf := families[name]
+		switch {
+		case mf == nil || len(mf.GetMetric()) == 0:
+			t.Errorf("%s (default-counters.csv) is not served", name)
+		case !strings.EqualFold(mf.GetType().String(), types[i]):
+			t.Errorf("%s is a %s, default-counters.csv says %s", name, mf.GetType(), types[i])
+		default:
+			served++
+		}
+	}
+	t.Logf("%d of the %d fields of dcgm-exporter's default counter file served", served, len(names))
 }
 
 func sum(m map[string]float64) float64 {

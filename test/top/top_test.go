@@ -232,9 +232,11 @@ func TestTopOnTheDemoNode(t *testing.T) {
 		0: regexp.MustCompile(`^  0 H100 80GB HBM3 [█░]{7}  71% [█░]{7} +39/80G 52°C  402W shared ×3  3 pods$`),
 		1: regexp.MustCompile(`^  1 H100 80GB HBM3 .* 64% .* 19/80G 49°C  365W MPS ×3     3 pods$`),
 		2: regexp.MustCompile(`^  2 H100 80GB HBM3 +- .* 29/80G 44°C  232W MIG ×3     3 pods$`),
-		3: regexp.MustCompile(`^  3 H100 80GB HBM3 .* 67% .* 31/80G 58°C  455W 1 workload none !$`),
+		// GPUs 3, 4 and 6 have a health problem: marked.
+		3: regexp.MustCompile(`^✗ 3 H100 80GB HBM3 .* 67% .* 31/80G 58°C  455W 1 workload none !$`),
+		4: regexp.MustCompile(`^✗ 4 H100 80GB HBM3 `),
 		5: regexp.MustCompile(`^  5 RTX 6000 Ada … .* 37% .* 14/48G 63°C  188W shared ×3  1 pod$`),
-		6: regexp.MustCompile(`^  6 H100 80GB HBM3 ░{7}   0% .* 1/80G 33°C   72W idle       1 pod ○$`),
+		6: regexp.MustCompile(`^✗ 6 H100 80GB HBM3 ░{7}   0% .* 1/80G 33°C   72W idle       1 pod ○$`),
 		7: regexp.MustCompile(`^  7 H100 80GB HBM3 ░{7}   0% .* 1/80G 31°C   69W idle       1 pod ○$`),
 	}
 	for i, re := range header {
@@ -242,10 +244,14 @@ func TestTopOnTheDemoNode(t *testing.T) {
 			t.Errorf("GPU %d line %q does not match %s", i, lines[2+i], re)
 		}
 	}
-	if lines[10] != "! unrequested use: data-science/jupyter-bob-0/notebook on GPU 3" ||
-		lines[11] != "○ idle allocation: ml-research/hparam-sweep-3/worker holds GPU 6" ||
-		lines[12] != "○ idle allocation: search/rag-index-0/indexer holds GPU 7" {
-		t.Errorf("allocation signals:\n%s", strings.Join(lines[10:13], "\n"))
+	// One line names the GPUs' problems, cut at the terminal's width.
+	if !strings.HasPrefix(lines[10], "✗ GPU 3: PCIe x8 of x16 · GPU 4: at power cap · GPU 6: needs GPU reset") {
+		t.Errorf("health line: %q", lines[10])
+	}
+	if lines[11] != "! unrequested use: data-science/jupyter-bob-0/notebook on GPU 3" ||
+		lines[12] != "○ idle allocation: ml-research/hparam-sweep-3/worker holds GPU 6" ||
+		lines[13] != "○ idle allocation: search/rag-index-0/indexer holds GPU 7" {
+		t.Errorf("allocation signals:\n%s", strings.Join(lines[11:14], "\n"))
 	}
 	// Rows: at 80 columns a long owner is cut in the middle and keeps its container.
 	for _, row := range []string{
@@ -453,7 +459,7 @@ func TestPipedTopPrintsPlainTables(t *testing.T) {
 	}
 	for _, table := range tables {
 		lines := strings.Split(table, "\n")
-		if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || len(lines) != 1+1+8+3+1+14 {
+		if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || len(lines) != 1+1+8+1+3+1+14 { // title, header, GPUs, health, signals, header, processes
 			t.Errorf("table of %d lines:\n%s", len(lines), table)
 		}
 		if !hasRow(lines, "1 2811 nvidia-cuda-mps-server 512 MiB - pod gpu-operator/nvidia-device-plugin-mps-control-daemon-x7k2p/mps-control-daemon") {
