@@ -6,10 +6,17 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal/terminaltest"
 )
 
 func TestEscape(t *testing.T) {
-	for _, c := range []struct{ name, in, want string }{
+	type escape struct{ name, in, want string }
+	var attacks []escape
+	for _, a := range terminaltest.Attacks {
+		attacks = append(attacks, escape{a.Name, a.Text, a.Escaped})
+	}
+	for _, c := range append(attacks, []escape{
 		{"plain text is kept", "python3", "python3"},
 		{"the empty string", "", ""},
 		{"spaces and punctuation", "pod ml/bert-0/trainer (x)", "pod ml/bert-0/trainer (x)"},
@@ -36,7 +43,7 @@ func TestEscape(t *testing.T) {
 		{"invalid UTF-8", "a\xffb\xc3", `a\xffb\xc3`},
 		{"an encoded surrogate", "\xed\xa0\x80", `\xed\xa0\x80`},
 		{"CSI as UTF-8", "\xc2\x9b", `\u009b`},
-	} {
+	}...) {
 		t.Run(c.name, func(t *testing.T) {
 			got := Escape(c.in)
 			if got != c.want {
