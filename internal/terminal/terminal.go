@@ -42,18 +42,19 @@ func Escape(s string) string {
 }
 
 // unsafeAt is the index of the first byte Escape changes, -1 when there is none: most text is plain and is
-// returned as it is, without a copy. An invalid byte decodes as utf8.RuneError, which is graphic, so its width
-// tells it from a real U+FFFD.
+// returned as it is, without a copy. Printable ASCII, most of what it sees, is passed byte by byte; an invalid byte
+// decodes as utf8.RuneError, which is graphic, so its width tells it from a real U+FFFD.
 func unsafeAt(s string) int {
-	for i, r := range s {
-		if !unicode.IsGraphic(r) {
+	for i := 0; i < len(s); {
+		if c := s[i]; c >= ' ' && c < 0x7f {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !unicode.IsGraphic(r) || (r == utf8.RuneError && n == 1) {
 			return i
 		}
-		if r == utf8.RuneError {
-			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
-				return i
-			}
-		}
+		i += n
 	}
 	return -1
 }
