@@ -55,7 +55,7 @@ func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, 
 		return attribution.New(cfg), nil
 	}
 	procfs.WarnIfHidepid(f.procfs, logger)
-	c, err := cri.New(cri.Config{Endpoints: f.runtimeEndpoints, Logger: logger})
+	c, err := cri.New(cri.Config{Endpoints: f.runtimeEndpoints, PodLabels: cfg.PodLabels, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
 const program = "gpu_pod_exporter"
@@ -227,7 +228,8 @@ func cliLogger(c *promslog.Config, stderr io.Writer) *slog.Logger {
 	return slog.New(&humanHandler{w: stderr})
 }
 
-// humanHandler writes warnings and errors as "gpu-pod-exporter: warning: message (key value, ...)".
+// humanHandler writes warnings and errors as "gpu-pod-exporter: warning: message (key value, ...)", escaped for
+// the terminal: a runtime's error text or a cgroup path in a message is the node's, not ours.
 type humanHandler struct {
 	mu    sync.Mutex
 	w     io.Writer
@@ -239,7 +241,7 @@ func (h *humanHandler) Enabled(_ context.Context, l slog.Level) bool { return l 
 func (h *humanHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString("gpu-pod-exporter: warning: ")
-	b.WriteString(r.Message)
+	b.WriteString(terminal.Escape(r.Message))
 	var details []string
 	add := func(a slog.Attr) bool {
 		details = append(details, a.Key+" "+a.Value.String())
@@ -250,7 +252,7 @@ func (h *humanHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	r.Attrs(add)
 	if len(details) > 0 {
-		b.WriteString(" (" + strings.Join(details, ", ") + ")")
+		b.WriteString(" (" + terminal.Escape(strings.Join(details, ", ")) + ")")
 	}
 	b.WriteString("\n")
 	h.mu.Lock()

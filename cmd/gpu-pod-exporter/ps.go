@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
 // psFlags are the flags of `ps`.
@@ -57,7 +58,7 @@ func runPS(ctx context.Context, reader *reading.Reader, f *psFlags) int {
 			fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: writing output: %v\n", writeErr)
 			return 1
 		case readErr != nil:
-			fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: %v\n", readErr)
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: %s\n", terminal.Escape(readErr.Error()))
 			if !f.watch {
 				return 1
 			}
@@ -87,8 +88,6 @@ func printPS(ctx context.Context, reader *reading.Reader, f *psFlags, w io.Write
 	} else {
 		writeErr = ps.WriteTable(w, r.Snapshot, rows, !f.noHeaders)
 	}
-	for _, w := range ps.Warnings(r.Snapshot) {
-		fmt.Fprintf(os.Stderr, "warning: %s\n", w)
-	}
+	ps.WriteWarnings(os.Stderr, r.Snapshot)
 	return nil, writeErr
 }

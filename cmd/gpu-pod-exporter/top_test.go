@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -25,5 +27,17 @@ func TestHeldLog(t *testing.T) {
 	}
 	if strings.Count(out.String(), "during") != 1 {
 		t.Error("the limit was not kept")
+	}
+}
+
+// A one-shot command's warnings carry the node's text (a runtime's error, a cgroup path): escaped, each stays one
+// line that acts on nothing.
+func TestHumanLogIsEscaped(t *testing.T) {
+	var out bytes.Buffer
+	logger := slog.New(&humanHandler{w: &out}).With("runtime", "containerd\x1b[8m")
+	logger.Warn("cannot ask the runtime\u2028forged", "err", errors.New("rpc error: \x1b]0;pwned\x07\nforged"))
+	want := `gpu-pod-exporter: warning: cannot ask the runtime\u2028forged (runtime containerd\x1b[8m, err rpc error: \x1b]0;pwned\a\nforged)` + "\n"
+	if out.String() != want {
+		t.Errorf("got  %q\nwant %q", out.String(), want)
 	}
 }

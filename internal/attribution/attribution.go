@@ -95,6 +95,8 @@ type Attributor struct {
 	self    selfmetrics.Set // metrics, as a prometheus.Collector
 	health  *procfs.Health
 	names   *names
+	// podCaches are the resolvers that keep pods between lookups: told the pods of each complete reading.
+	podCaches []runtime.PodCache
 
 	mu sync.Mutex
 	// procs are the cgroup-derived identities of the processes of the last reading, by PID: a process is read once
@@ -138,16 +140,23 @@ func New(cfg Config) *Attributor {
 	m := newMetrics(cfg.Resolvers)
 	n := newNames(cfg, m)
 	kernel, _ := procfs.IsProcFS(cfg.ProcFS)
+	var podCaches []runtime.PodCache
+	for _, r := range cfg.Resolvers {
+		if c, ok := r.(runtime.PodCache); ok {
+			podCaches = append(podCaches, c)
+		}
+	}
 	return &Attributor{
-		procfs:   cfg.ProcFS,
-		keptComm: kernel,
-		preset:   cfg.Preset,
-		users:    cfg.Users,
-		logger:   cfg.Logger,
-		metrics:  m,
-		self:     m.set(n),
-		health:   procfs.NewHealth(cfg.ProcFS, cfg.Logger),
-		names:    n,
+		procfs:    cfg.ProcFS,
+		keptComm:  kernel,
+		preset:    cfg.Preset,
+		users:     cfg.Users,
+		logger:    cfg.Logger,
+		metrics:   m,
+		self:      m.set(n, cfg.Resolvers),
+		health:    procfs.NewHealth(cfg.ProcFS, cfg.Logger),
+		names:     n,
+		podCaches: podCaches,
 	}
 }
 
@@ -238,7 +247,8 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 			}
 		}
 	}
-	named, unnamed := a.names.lookup(ctx, want, snapshotComplete(snap))
+	complete := snapshotComplete(snap)
+	named, unnamed := a.names.lookup(ctx, want, complete)
 	for _, p := range procs {
 		o := p.owner
 		if c, ok := named[o.Identity.ContainerID]; ok {
@@ -247,6 +257,18 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 		} else if c, ok := named[p.outer]; ok && unnamed[o.Identity.ContainerID] {
 			applyNames(c, &o.Identity, true)
 			owners[p.pid] = o
+		}
+	}
+	if complete && len(a.podCaches) > 0 {
+		// The runtimes forget the pods no GPU process is in any more, as the name cache forgets their containers.
+		pods := make(map[string]bool)
+		for _, o := range owners {
+			if o.Identity.PodUID != "" {
+				pods[o.Identity.PodUID] = true
+			}
+		}
+		for _, c := range a.podCaches {
+			c.KeepPods(pods)
 		}
 	}
 	for pid, o := range owners {

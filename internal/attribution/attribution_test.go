@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -926,5 +928,38 @@ func TestKeptFileIsCommOnProcFS(t *testing.T) {
 	}
 	if files := kept(); len(files) != 1 || !strings.HasSuffix(files[0], "/comm") {
 		t.Errorf("files kept for the process: %v, want its comm", files)
+	}
+}
+
+// podCachingResolver is a resolver that keeps pods between lookups, as the CRI's does: it records what each
+// reading tells it to keep.
+type podCachingResolver struct {
+	*fakeResolver
+	kept []map[string]bool
+}
+
+func (r *podCachingResolver) KeepPods(uids map[string]bool) {
+	r.kept = append(r.kept, maps.Clone(uids))
+}
+
+// A runtime that keeps pods is told, after each complete reading, the pods of its processes, and forgets the
+// others; an incomplete reading tells it nothing, since a pod missing from it may still be there.
+func TestRuntimesKeepThePodsOfCompleteReadings(t *testing.T) {
+	p := newProcFS(t)
+	p.writeProc(1, "a", crioCgroup(puid(1), cid(1)))
+	p.writeProc(2, "b", crioCgroup(puid(2), cid(2)))
+	p.writeProc(3, "host", "0::/system.slice/ollama.service\n")
+	cri := &podCachingResolver{fakeResolver: newResolver("cri")}
+	a := newAttributor(t, Config{ProcFS: p.root, Resolvers: []runtime.Resolver{cri}, LookupBudget: time.Minute})
+
+	a.Attribute(t.Context(), snapshot(1, 2, 3))
+	incomplete := snapshot(1)
+	incomplete.Devices[0].ProcessesListed = false
+	a.Attribute(t.Context(), incomplete)
+	a.Attribute(t.Context(), snapshot(1, 3))
+	a.Attribute(t.Context(), snapshot(3))
+	want := []map[string]bool{{puid(1): true, puid(2): true}, {puid(1): true}, {}}
+	if !reflect.DeepEqual(cri.kept, want) {
+		t.Errorf("pods kept after each reading: %v, want %v", cri.kept, want)
 	}
 }

@@ -135,35 +135,6 @@ func (id Identity) Key() WorkloadKey {
 // but neither a namespace nor a Kubernetes UID.
 func (id Identity) IsKubernetes() bool { return id.PodUID != "" || id.Namespace != "" }
 
-// labelAllowlist is the set of pod label keys kept in Identity.PodLabels (--kubernetes.pod-labels).
-type labelAllowlist map[string]bool
-
-func newLabelAllowlist(keys []string) labelAllowlist {
-	l := make(labelAllowlist, len(keys))
-	for _, k := range keys {
-		l[k] = true
-	}
-	return l
-}
-
-// keep returns the allowlisted labels, nil when there are none. The map is shared by every identity of the
-// container: read-only.
-func (l labelAllowlist) keep(labels map[string]string) map[string]string {
-	if len(l) == 0 || len(labels) == 0 {
-		return nil
-	}
-	out := make(map[string]string)
-	for k, v := range labels {
-		if l[k] {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
 // validUTF8 returns the identity with every value made valid UTF-8, invalid bytes replaced by U+FFFD. A label value
 // must be valid UTF-8, or the whole series fails to export; the cgroup path is the user's to name below a
 // delegated subtree (a "\xff.service" unit), and runtimes and the user database pass names through.

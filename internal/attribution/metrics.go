@@ -57,9 +57,16 @@ func newMetrics(resolvers []runtime.Resolver) *metrics {
 	return m
 }
 
-// set is all the metrics, with the entries of the name cache n.
-func (m *metrics) set(n *names) selfmetrics.Set {
-	return selfmetrics.Set{m.requests, m.duration, m.budgetExceeded, m.procfsErrors, cacheEntries{m.cacheEntries, n}}
+// set is all the metrics, with the entries of the name cache n, and those of the resolvers that have their own
+// (the CRI's pod cache).
+func (m *metrics) set(n *names, resolvers []runtime.Resolver) selfmetrics.Set {
+	s := selfmetrics.Set{m.requests, m.duration, m.budgetExceeded, m.procfsErrors, cacheEntries{m.cacheEntries, n}}
+	for _, r := range resolvers {
+		if c, ok := r.(prometheus.Collector); ok {
+			s = append(s, c)
+		}
+	}
+	return s
 }
 
 // cacheEntries is the gauge of the name cache's entries by state, read when collected.

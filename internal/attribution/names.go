@@ -24,7 +24,7 @@ import (
 type names struct {
 	resolvers   *resolvers
 	metrics     *metrics
-	podLabels   labelAllowlist
+	podLabels   runtime.LabelAllowlist
 	budget      time.Duration
 	negativeTTL time.Duration
 	now         func() time.Time
@@ -87,7 +87,7 @@ func newNames(cfg Config, m *metrics) *names {
 	n := &names{
 		resolvers:   newResolvers(cfg, m),
 		metrics:     m,
-		podLabels:   newLabelAllowlist(cfg.PodLabels),
+		podLabels:   runtime.NewLabelAllowlist(cfg.PodLabels),
 		budget:      cfg.LookupBudget,
 		negativeTTL: cfg.NegativeTTL,
 		now:         cfg.Now,
@@ -250,7 +250,7 @@ func (n *names) resolve(ctx context.Context, id string, e *entry, chain []resolv
 		if err == nil || errors.Is(err, runtime.ErrIncomplete) {
 			// An incomplete answer (names without pod labels) beats none; it is looked up again after the
 			// negative TTL rather than kept for the container's life.
-			c.PodLabels = n.podLabels.keep(c.PodLabels)
+			c.PodLabels = n.podLabels.Keep(c.PodLabels)
 			answer, partial = &c, err != nil
 			return
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
 // Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md: the process's keys, then
@@ -128,9 +129,21 @@ func Warnings(snap *gpu.Snapshot) []string {
 	return w
 }
 
+// WriteWarnings writes the warnings, one "warning: " line each, escaped for a terminal.
+func WriteWarnings(w io.Writer, snap *gpu.Snapshot) error {
+	for _, warning := range Warnings(snap) {
+		if _, err := fmt.Fprintf(w, "warning: %s\n", terminal.Escape(warning)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WriteTable writes the rows as an aligned table, with a header unless headers is false (for scripts): a line per
 // GPU with a health problem (HealthLines), then the column names. The OWNER column names the workload in the user's
-// words: the Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit.
+// words: the Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit. Every cell is
+// escaped for a terminal (internal/terminal): a process name, a cgroup directory or a runtime's name can hold
+// control characters that would otherwise act on the terminal.
 func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if headers {
@@ -138,7 +151,7 @@ func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error
 			fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
 		}
 		for _, l := range HealthLines(snap) {
-			fmt.Fprintln(tw, "# "+l)
+			fmt.Fprintln(tw, "# "+terminal.Escape(l))
 		}
 		fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
 	}
@@ -147,8 +160,9 @@ func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error
 		if r.GPUInstance != nil {
 			gpuCol += fmt.Sprintf(" (GI %d CI %d)", *r.GPUInstance, *r.ComputeInstance)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpuCol, r.PID, r.ProcessType, dash(r.ProcessName),
-			memory(r.UsedMemoryBytes), percent(r.SMUtilization), Owner(r), dash(shortID(r.ContainerID)))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpuCol, r.PID, terminal.Escape(r.ProcessType),
+			dash(terminal.Escape(r.ProcessName)), memory(r.UsedMemoryBytes), percent(r.SMUtilization),
+			terminal.Escape(Owner(r)), dash(terminal.Escape(shortID(r.ContainerID))))
 	}
 	return tw.Flush()
 }

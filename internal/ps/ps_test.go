@@ -3,13 +3,16 @@ package ps
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal/terminaltest"
 )
 
 func result() *reading.Reading {
@@ -159,5 +162,69 @@ func TestJSONKeys(t *testing.T) {
 		"namespace pod container pod_uid container_id runtime slurm_job_id systemd_unit"
 	if got := strings.Join(keys, " "); got != want {
 		t.Errorf("keys:\n  %s\nwant\n  %s", got, want)
+	}
+}
+
+// Names come from whoever runs the workload: a process name (its comm), a cgroup directory (a systemd unit under a
+// user manager), a runtime's container name. Printed, each is one row of one line that acts on nothing; as JSON it
+// is kept exactly.
+func TestTableEscapesNames(t *testing.T) {
+	for _, a := range terminaltest.Attacks {
+		t.Run(a.Name, func(t *testing.T) {
+			r := &reading.Reading{
+				Snapshot: &gpu.Snapshot{
+					Devices: []gpu.Device{{Index: 0, UUID: "GPU-a", Processes: []gpu.Process{
+						{PID: 10, Type: gpu.ProcessCompute}, {PID: 11, Type: gpu.ProcessCompute}, {PID: 12, Type: gpu.ProcessCompute},
+						{PID: 13, Type: gpu.ProcessCompute},
+					}}},
+					Errors: []gpu.DeviceError{{Index: 0, Operation: "power", Err: errors.New("driver said " + a.Text)}},
+				},
+				Owners: map[uint32]attribution.Owner{
+					10: {Name: a.Text},
+					11: {Name: "sleep", Identity: attribution.Identity{SystemdUnit: "run-" + a.Text + ".scope"}},
+					12: {Name: "python3", Identity: attribution.Identity{Namespace: "ml", Pod: "p", Container: a.Text, ContainerID: a.Text}},
+					13: {Name: "after"},
+				},
+			}
+			var buf bytes.Buffer
+			if err := WriteTable(&buf, r.Snapshot, Rows(r), false); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			terminaltest.Shown(t, out, false)
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != 4 || !strings.HasPrefix(lines[3], "0  13 ") {
+				t.Errorf("want 4 rows, the last PID 13:\n%s", out)
+			}
+			for _, want := range []string{" " + a.Escaped + " ", "service run-" + a.Escaped + ".scope", "pod ml/p/" + a.Escaped} {
+				if !strings.Contains(out, want) {
+					t.Errorf("table lacks %q:\n%s", want, out)
+				}
+			}
+
+			buf.Reset()
+			if err := WriteWarnings(&buf, r.Snapshot); err != nil {
+				t.Fatal(err)
+			}
+			terminaltest.Shown(t, buf.String(), false)
+			if want := "warning: GPU 0: power: driver said " + a.Escaped + "\n"; buf.String() != want {
+				t.Errorf("warnings: %q, want %q", buf.String(), want)
+			}
+
+			buf.Reset()
+			if err := WriteJSON(&buf, Rows(r)); err != nil {
+				t.Fatal(err)
+			}
+			var rows []Row
+			if err := json.Unmarshal(buf.Bytes(), &rows); err != nil {
+				t.Fatal(err)
+			}
+			if !utf8.ValidString(a.Text) {
+				return // JSON has no way to carry invalid UTF-8
+			}
+			if rows[0].ProcessName != a.Text {
+				t.Errorf("JSON process_name = %q, want %q", rows[0].ProcessName, a.Text)
+			}
+		})
 	}
 }

@@ -55,7 +55,7 @@ type Reader struct {
 
 	mu       sync.Mutex
 	inflight *flight
-	problem  logstate.State // logged once per change, not once per scrape
+	problem  *logstate.State // logged once per change, not once per scrape, and rate-limited when it flaps
 
 	duration     *prometheus.GaugeVec
 	up           *prometheus.GaugeVec
@@ -83,6 +83,7 @@ func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger
 		timeout:     timeout,
 		readTimeout: sourceTimeout + timeout,
 		logger:      logger,
+		problem:     logstate.Limited(),
 		duration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpu_pod_exporter_collection_duration_seconds",
 			Help: "How long the last reading of the GPU source and attribution took.",
@@ -131,7 +132,7 @@ func (s *Reader) Read(ctx context.Context) (*Reading, error) {
 	case <-ctx.Done():
 		s.timeouts.Inc()
 		s.up.WithLabelValues(s.source.Name()).Set(0)
-		s.logChange(stateTimedOut, fmt.Sprintf("a reading of %s has not finished within the collection timeout (%s); "+
+		s.logChange(stateTooSlow, fmt.Sprintf("a reading of %s has not finished within the collection timeout (%s); "+
 			"scrapes get self-metrics only until one does", s.source.Name(), s.timeout))
 		return nil, fmt.Errorf("%w after %s", ErrTimeout, s.timeout)
 	}
@@ -157,7 +158,7 @@ func (s *Reader) run(f *flight) {
 		s.up.WithLabelValues(name).Set(0)
 		state := stateFailed
 		if errors.Is(err, context.DeadlineExceeded) {
-			state = stateSourceTimedOut
+			state = stateTooSlow
 		}
 		s.logChange(state, fmt.Sprintf("reading GPUs from %s: %v", name, err))
 		f.err = fmt.Errorf("reading GPUs from %s: %w", name, err)
@@ -184,24 +185,31 @@ func (s *Reader) run(f *flight) {
 
 // The states of the source that are logged when they change. They are kinds, not messages: an error whose text
 // differs from one reading to the next (a PID, a duration) is still the same problem and is not logged again.
+// stateTooSlow is one kind whether the scrape gave up first (the collection timeout) or the source did (its own
+// timeout): a hung source does both at every scrape, and is one problem.
 const (
-	stateOK             = ""
-	stateFailed         = "failed"
-	stateSourceTimedOut = "source timed out"
-	stateTimedOut       = "collection timed out"
-	stateDeviceErrors   = "device errors"
+	stateOK           = ""
+	stateFailed       = "failed"
+	stateTooSlow      = "too slow"
+	stateDeviceErrors = "device errors"
 )
 
 // logChange logs a problem when it first appears or changes kind, and once when it is gone, so that a GPU that stays
-// broken does not write a line per scrape.
+// broken does not write a line per scrape; a source that flaps (a slow one that sometimes makes the collection
+// timeout) is rate-limited, its lines counting the changes in between.
 func (s *Reader) logChange(state, message string) {
-	if _, changed := s.problem.Set(state); !changed {
+	c := s.problem.Update(state)
+	if !c.Log {
 		return
 	}
+	var attrs []any
+	if c.Unlogged > 0 {
+		attrs = append(attrs, "changes_not_logged", c.Unlogged)
+	}
 	if state == stateOK {
-		s.logger.Info("GPU source recovered", "source", s.source.Name())
+		s.logger.Info("GPU source recovered", append([]any{"source", s.source.Name()}, attrs...)...)
 	} else {
-		s.logger.Error(message)
+		s.logger.Error(message, attrs...)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
@@ -214,5 +215,45 @@ func TestCollectionTimeoutsAreLoggedOnce(t *testing.T) {
 	}
 	if h.Count(slog.LevelError) != 1 {
 		t.Errorf("logged %d errors over 5 timed-out scrapes, want 1", h.Count(slog.LevelError))
+	}
+}
+
+// A source that flaps between too slow and fine at every scrape logs a burst of its changes, then holds them: the
+// next line, once the limit allows, says how many there were.
+func TestFlappingSourceIsRateLimited(t *testing.T) {
+	const flaps = 20
+	var errs []error
+	for i := range flaps + 1 {
+		var err error
+		if i%2 == 0 && i < flaps {
+			err = fmt.Errorf("nvidia-smi timed out: %w", context.DeadlineExceeded)
+		}
+		errs = append(errs, err)
+	}
+	h := &testkit.Logs{}
+	s := New(&scriptedSource{errs: errs}, noAttribution{}, time.Minute, slog.New(h))
+	now := time.Unix(1000, 0)
+	s.problem.Now = func() time.Time { return now }
+	for range flaps {
+		s.Read(context.Background())
+		now = now.Add(time.Second)
+	}
+	if n := h.CountAtLeast(slog.LevelInfo); n != logstate.LimitBurst {
+		t.Errorf("%d lines over %d changes within a minute, want the burst of %d", n, flaps, logstate.LimitBurst)
+	}
+	now = now.Add(logstate.LimitEvery)
+	s.Read(context.Background())
+	var held int64
+	for _, r := range h.Records() {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "changes_not_logged" {
+				held = a.Value.Int64()
+			}
+			return true
+		})
+	}
+	if n := h.CountAtLeast(slog.LevelInfo); n != logstate.LimitBurst+1 || held != flaps-logstate.LimitBurst {
+		t.Errorf("a minute later: %d lines, the last counting %d changes not logged; want %d and %d",
+			n, held, logstate.LimitBurst+1, flaps-logstate.LimitBurst)
 	}
 }

@@ -29,7 +29,8 @@ type Container struct {
 	PodUID    string
 	// Name is the Kubernetes container name, or a plain Docker/Podman container's name (without the leading "/").
 	Name string
-	// PodLabels are all the pod's labels; attribution keeps only the allowlisted ones.
+	// PodLabels are the pod's labels: the allowlisted ones where the resolver was given the allowlist (the CRI's,
+	// which caches pods), else all of them; attribution keeps only the allowlisted ones.
 	PodLabels map[string]string
 	// Runtime is the runtime that answered (containerd, crio, docker, podman), for cgroup paths that do not say:
 	// the cgroupfs driver writes /kubepods/pod<uid>/<id> with no runtime prefix. Empty when unknown.
@@ -75,4 +76,39 @@ type Resolver interface {
 	// wrapping ErrIncomplete with a usable Container when only part of the lookup succeeded, any other error when
 	// the runtime could not be asked, and it honours ctx's deadline.
 	Resolve(ctx context.Context, containerID string) (Container, error)
+}
+
+// LabelAllowlist is the set of pod label keys kept (--kubernetes.pod-labels): the others are dropped as soon as a
+// runtime has answered, before anything keeps them.
+type LabelAllowlist map[string]bool
+
+// NewLabelAllowlist returns the allowlist of keys.
+func NewLabelAllowlist(keys []string) LabelAllowlist {
+	l := make(LabelAllowlist, len(keys))
+	for _, k := range keys {
+		l[k] = true
+	}
+	return l
+}
+
+// Keep returns a new map of the allowlisted labels, nil when there are none.
+func (l LabelAllowlist) Keep(labels map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range labels {
+		if l[k] {
+			if out == nil {
+				out = make(map[string]string, min(len(l), len(labels)))
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// PodCache is a Resolver that keeps what it learned of pods between lookups (the CRI resolver keeps sandboxes, so
+// that the containers of one pod cost one sandbox lookup). After each reading that lists every GPU process,
+// attribution calls KeepPods with the UIDs of the pods that reading's processes are in; the resolver forgets the
+// others, so that what it keeps follows the node's GPU pods rather than every pod it was ever asked about.
+type PodCache interface {
+	KeepPods(uids map[string]bool)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +93,13 @@ func (l *Logs) Messages(level slog.Level) []string {
 		}
 	}
 	return msgs
+}
+
+// Records returns every record logged, in order.
+func (l *Logs) Records() []slog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.records)
 }
 
 func (l *Logs) count(match func(slog.Level) bool) int {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
 // Config is what the view reads and how it starts.
@@ -42,7 +44,7 @@ func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer)
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			fmt.Fprintf(errOut, "gpu-pod-exporter top: %v\n", err)
+			fmt.Fprintf(errOut, "gpu-pod-exporter top: %s\n", terminal.Escape(err.Error()))
 		default:
 			frame := Frame{Screen: Build(rd, cfg.View), View: cfg.View, Time: time.Now()}
 			if _, err := fmt.Fprintln(out, sep+Render(frame, Styles{})); err != nil {
@@ -189,7 +191,7 @@ func (m *model) View() string {
 	}
 	if m.reading == nil {
 		if m.err != "" {
-			return "gpu-pod-exporter top: " + m.err + "\n(q to quit)"
+			return "gpu-pod-exporter top: " + terminal.Escape(m.err) + "\n(q to quit)"
 		}
 		return "gpu-pod-exporter top: reading the GPUs…"
 	}

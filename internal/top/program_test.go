@@ -132,3 +132,29 @@ func TestRunPlain(t *testing.T) {
 		t.Errorf("an ended context is a normal stop: %v", err)
 	}
 }
+
+// A reading's error text names the node's things (a runtime's answer, a path) and is escaped wherever it is shown.
+func TestReadingErrorsAreEscaped(t *testing.T) {
+	failed := errors.New("runtime said \x1b]0;pwned\x07\nforged")
+	const shown = `runtime said \x1b]0;pwned\a\nforged`
+	m := &model{cfg: Config{Interval: time.Second}, ctx: context.Background()}
+	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	m.Update(readingMsg{err: failed})
+	if v := m.View(); !strings.Contains(v, shown) {
+		t.Errorf("first reading failed:\n%q", v)
+	}
+	m.Update(readingMsg{rd: node()})
+	m.Update(readingMsg{err: failed})
+	if v := m.View(); !strings.Contains(v, "reading failed: "+shown) {
+		t.Errorf("failed reading over a good one:\n%q", v)
+	}
+
+	cfg := Config{Interval: time.Millisecond, Read: func(context.Context) (Reading, error) { return Reading{}, failed }}
+	var out, errOut bytes.Buffer
+	if err := RunPlain(context.Background(), cfg, 1, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if want := "gpu-pod-exporter top: " + shown + "\n"; errOut.String() != want {
+		t.Errorf("plain output's error: %q, want %q", errOut.String(), want)
+	}
+}

@@ -2,6 +2,7 @@ package top
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
 // Frame is everything one drawing shows.
@@ -54,8 +56,10 @@ const (
 )
 
 // Render draws a frame as lines no wider than f.Width and, when f.Height is set, no more than f.Height of them.
-// Without a width (plain output) nothing is cut.
+// Without a width (plain output) nothing is cut. Every text of the frame is escaped for the terminal first, so
+// that widths and cuts count what the terminal shows.
 func Render(f Frame, st Styles) string {
+	f = escaped(f)
 	w := max(f.Width, minWidth)
 	if f.Width <= 0 {
 		w = unlimited
@@ -132,6 +136,36 @@ func Render(f Frame, st Styles) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// escaped returns the frame with every text that comes from the node, or from the person's typing, escaped for
+// the terminal (internal/terminal): process names, owners, GPU names, warnings and errors can hold control
+// characters that would hide rows, forge them or retitle the window. Render's own words are plain.
+func escaped(f Frame) Frame {
+	f.Err = terminal.Escape(f.Err)
+	f.View.Filter = terminal.Escape(f.View.Filter)
+	s := &f.Screen
+	s.GPUs = slices.Clone(s.GPUs)
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		g.Name, g.Mode = terminal.Escape(g.Name), terminal.Escape(g.Mode)
+	}
+	s.Signals = slices.Clone(s.Signals)
+	for i := range s.Signals {
+		sig := &s.Signals[i]
+		sig.GPU, sig.Owner = terminal.Escape(sig.GPU), terminal.Escape(sig.Owner)
+	}
+	s.Rows = slices.Clone(s.Rows)
+	for i := range s.Rows {
+		r := &s.Rows[i]
+		r.GPU, r.PID, r.Process = terminal.Escape(r.GPU), terminal.Escape(r.PID), terminal.Escape(r.Process)
+		r.Owner, r.Namespace = terminal.Escape(r.Owner), terminal.Escape(r.Namespace)
+	}
+	s.Warnings = slices.Clone(s.Warnings)
+	for i, w := range s.Warnings {
+		s.Warnings[i] = terminal.Escape(w)
+	}
+	return f
 }
 
 // gpuWidths shares the width of a GPU line between the name and the two bars; the other columns are fixed.

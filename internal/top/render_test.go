@@ -1,6 +1,7 @@
 package top
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/muesli/termenv"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal/terminaltest"
 )
 
 // crowded is the reading with 40 more processes than fit on a small terminal.
@@ -171,5 +173,68 @@ func BenchmarkBuildAndRender(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Render(Frame{Screen: Build(rd, View{Sort: ByMemory}), Width: 80, Height: 24, Interactive: true}, st)
+	}
+}
+
+// setStrings sets every string in v, however deep in structs and slices, to text.
+func setStrings(v reflect.Value, text string) {
+	switch v.Kind() {
+	case reflect.String:
+		if v.CanSet() {
+			v.SetString(text)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			setStrings(v.Field(i), text)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			setStrings(v.Index(i), text)
+		}
+	}
+}
+
+// Every text of a frame, from the node or typed, reaches the terminal escaped, however the frame is drawn; a field
+// added to the screen later is covered without a change here. An escaped name is measured as the terminal shows it.
+func TestRenderEscapesEveryText(t *testing.T) {
+	st := colored(t)
+	for _, a := range terminaltest.Attacks {
+		t.Run(a.Name, func(t *testing.T) {
+			for _, size := range []Frame{
+				{Width: 0},
+				{Width: 80, Height: 24, Interactive: true},
+				{Width: 80, Height: 24, Interactive: true, Editing: true},
+				{Width: 200, Height: 60, Interactive: true},
+			} {
+				// Every text set, even those the reading leaves empty: a signal of each kind, a warning.
+				frame := func(text string) Frame {
+					f := size
+					f.Screen = Build(crowded(), View{})
+					f.Screen.Signals = append(f.Screen.Signals, Signal{Kind: IdleAllocation}, Signal{Kind: Unrequested})
+					f.Screen.Warnings = append(f.Screen.Warnings, "")
+					setStrings(reflect.ValueOf(&f).Elem(), text)
+					return f
+				}
+				f, benign := frame("x"+a.Text), frame("x")
+
+				styles := Styles{}
+				if f.Interactive {
+					styles = st
+				}
+				out := Render(f, styles)
+				terminaltest.Shown(t, out, f.Interactive)
+				if !strings.Contains(ansi.Strip(out), "x"+a.Escaped) {
+					t.Errorf("%dx%d: no %q in\n%s", f.Width, f.Height, "x"+a.Escaped, out)
+				}
+				if got, want := strings.Count(out, "\n"), strings.Count(Render(benign, styles), "\n"); got != want {
+					t.Errorf("%dx%d: %d lines, %d with plain names:\n%s", f.Width, f.Height, got+1, want+1, out)
+				}
+				for i, l := range strings.Split(out, "\n") {
+					if f.Width > 0 && ansi.StringWidth(l) > f.Width {
+						t.Errorf("%dx%d: line %d is %d columns: %q", f.Width, f.Height, i, ansi.StringWidth(l), l)
+					}
+				}
+			}
+		})
 	}
 }

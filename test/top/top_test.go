@@ -23,7 +23,12 @@ import (
 
 var binary string
 
-func TestMain(m *testing.M) { e2eutil.Main(m, &binary) }
+func TestMain(m *testing.M) {
+	if name, ok := os.LookupEnv(commEnv); ok {
+		nameItself(name)
+	}
+	e2eutil.Main(m, &binary)
+}
 
 // wait is how long a screen may take to show what a test waits for.
 const wait = 15 * time.Second

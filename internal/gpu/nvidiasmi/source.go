@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
 // Defaults for Config fields left zero.
@@ -55,6 +56,12 @@ type Error struct {
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is makes a run that timed out a context.DeadlineExceeded, as an NVML call past its deadline is: a caller tells a
+// source that is too slow from one that fails without knowing which source it is.
+func (e *Error) Is(target error) bool {
+	return target == context.DeadlineExceeded && e.Kind == "timeout"
+}
+
 // Source runs `nvidia-smi -q -x` for each snapshot. Like every gpu.Source it is called one snapshot at a time;
 // reading.Reader makes concurrent scrapes share one run.
 type Source struct {
@@ -72,6 +79,11 @@ type Source struct {
 	closed bool
 
 	last []byte // the last run's output buffer, for the next run (one runs at a time)
+
+	// leftovers ("killed" after a run whose leftover processes were killed) and stderr (what the last run wrote
+	// there) are logged when they change, not at every scrape while a helper keeps lingering or a GPU stays
+	// unreadable.
+	leftovers, stderr *logstate.State
 }
 
 // errRunTimeout is the cause of a run that took longer than Config.Timeout.
@@ -105,6 +117,8 @@ func New(cfg Config) (*Source, error) {
 		logger:    cfg.Logger,
 		base:      base,
 		stop:      stop,
+		leftovers: logstate.Limited(),
+		stderr:    logstate.Limited(),
 	}, nil
 }
 
@@ -177,13 +191,13 @@ func (s *Source) run(ctx context.Context) (*gpu.Snapshot, error) {
 	waitErr := cmd.Wait()
 	elapsed := time.Since(start)
 
+	killed := false
 	if errors.Is(waitErr, exec.ErrWaitDelay) {
 		// nvidia-smi exited, but a process it left behind kept stdout open. If that process is still in the group,
 		// the group still exists (so its id is still ours): kill it rather than leak it once per scrape.
-		if err := syscall.Kill(-pid, syscall.SIGKILL); err == nil {
-			s.logger.Warn("killed processes that nvidia-smi left holding its output", "pgid", pid)
-		}
+		killed = syscall.Kill(-pid, syscall.SIGKILL) == nil
 	}
+	s.logLeftovers(killed, pid)
 
 	if stdout.overflow {
 		return nil, &Error{Kind: "output", Err: fmt.Errorf("nvidia-smi printed more than %d bytes", s.maxOutput)}
@@ -198,13 +212,39 @@ func (s *Source) run(ctx context.Context) (*gpu.Snapshot, error) {
 		return nil, &Error{Kind: "parse", Err: fmt.Errorf("parsing nvidia-smi output: %w", err)}
 	}
 	snap.Time = start
-	if msg := firstLine(stderr.Bytes()); msg != "" {
-		// A GPU nvidia-smi cannot open is left out of the XML (Parse reports the count mismatch) and named only on
-		// stderr; say what it said.
-		s.logger.Warn("nvidia-smi wrote to stderr", "stderr", msg)
+	// A GPU nvidia-smi cannot open is left out of the XML (Parse reports the count mismatch) and named only on
+	// stderr; say what it said.
+	msg := firstLine(stderr.Bytes())
+	if c := s.stderr.Update(msg); c.Log && msg != "" {
+		s.logger.Warn("nvidia-smi wrote to stderr", unlogged(c, "stderr", msg)...)
 	}
 	s.logger.Debug("ran nvidia-smi", "duration", elapsed, "bytes", len(stdout.Bytes()), "devices", len(snap.Devices))
 	return snap, nil
+}
+
+// logLeftovers logs that a run left processes holding its output, killed (with the group id of the run that did),
+// when that starts, and when it stops.
+func (s *Source) logLeftovers(killed bool, pgid int) {
+	state := ""
+	if killed {
+		state = "killed"
+	}
+	switch c := s.leftovers.Update(state); {
+	case !c.Log:
+	case killed:
+		s.logger.Warn("killed processes that nvidia-smi left holding its output; logged again when runs stop leaving them",
+			unlogged(c, "pgid", pgid)...)
+	default:
+		s.logger.Info("nvidia-smi no longer leaves processes holding its output", unlogged(c)...)
+	}
+}
+
+// unlogged adds to a log line's attributes how many changes the rate limit held back before it.
+func unlogged(c logstate.Change, attrs ...any) []any {
+	if c.Unlogged > 0 {
+		attrs = append(attrs, "changes_not_logged", c.Unlogged)
+	}
+	return attrs
 }
 
 // runError says why a run failed.

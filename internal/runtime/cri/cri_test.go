@@ -198,9 +198,12 @@ func serve(t *testing.T, f *fakeRuntime) string {
 	return "unix://" + path
 }
 
+// fixtureLabels is the allowlist of the fixture pod's labels, which the tests' resolvers keep.
+var fixtureLabels = []string{"app", "team"}
+
 func newTestResolver(t *testing.T, endpoints ...string) *Resolver {
 	t.Helper()
-	r, err := New(Config{Endpoints: endpoints})
+	r, err := New(Config{Endpoints: endpoints, PodLabels: fixtureLabels})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +465,7 @@ func TestProbePicksExistingSockets(t *testing.T) {
 		"unix://" + filepath.Join(alias, "containerd.sock"),
 		"tcp://127.0.0.1:1234",
 	}
-	r, err := newResolver(nil, candidates, nil, time.Minute, time.Now)
+	r, err := newResolver(Config{}, candidates, time.Minute, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +480,7 @@ func TestProbePicksExistingSockets(t *testing.T) {
 func TestRuntimeStartsLater(t *testing.T) {
 	path := filepath.Join(testkit.SocketDir(t), "containerd.sock")
 	clock := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	r, err := newResolver(nil, []string{"unix://" + path}, nil, 10*time.Second, clock.now)
+	r, err := newResolver(Config{}, []string{"unix://" + path}, 10*time.Second, clock.now)
 	if err != nil {
 		t.Fatalf("newResolver without sockets: %v", err)
 	}
@@ -635,5 +638,32 @@ func TestResolveAfterRuntimeRestart(t *testing.T) {
 			t.Fatalf("Resolve still failing %v after the runtime came back: %v", 3*reconnectMaxDelay, err)
 		}
 		<-tick.C
+	}
+}
+
+// Only the allowlisted labels of a pod are returned, and none without an allowlist.
+func TestResolveKeepsOnlyAllowlistedLabels(t *testing.T) {
+	for _, c := range []struct {
+		allowlist []string
+		want      map[string]string
+	}{
+		{nil, nil},
+		{[]string{"team", "absent"}, map[string]string{"team": "vision"}},
+		{[]string{"io.kubernetes.pod.name"}, nil}, // kubelet's, never a pod label
+	} {
+		r, err := New(Config{Endpoints: []string{serve(t, fixtureRuntime())}, PodLabels: c.allowlist})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for _, id := range []string{trainerID, sandboxID} {
+			got, err := r.Resolve(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.PodLabels, c.want) {
+				t.Errorf("allowlist %q: Resolve(%s) labels %v, want %v", c.allowlist, id[:8], got.PodLabels, c.want)
+			}
+		}
 	}
 }

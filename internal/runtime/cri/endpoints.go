@@ -25,10 +25,14 @@ const (
 	// reconnectMaxDelay caps gRPC's reconnect backoff (120 s by default), so names come back within seconds
 	// of a restarted runtime instead of minutes.
 	reconnectMaxDelay = 5 * time.Second
-	// podCacheTTL and podCacheSize bound the per-endpoint cache of pod sandboxes: a sandbox's labels never
-	// change, so the TTL only exists to forget pods that are gone.
-	podCacheTTL  = 10 * time.Minute
-	podCacheSize = 4096
+	// podCacheTTL, podCacheSize and podCacheBytes bound the cache of pod sandboxes. Pods are forgotten when a
+	// complete reading has no process in them (KeepPods); a sandbox's labels never change, so the TTL only
+	// forgets pods on a node whose readings are never complete. An entry with the allowlisted labels is a few
+	// hundred bytes: 4 MiB is room for every pod the size allows, and bounds a runtime whose sandboxes carry
+	// megabytes of names.
+	podCacheTTL   = 10 * time.Minute
+	podCacheSize  = 4096
+	podCacheBytes = 4 << 20
 )
 
 // DefaultEndpoints are the sockets New probes, in order, when it is given none: containerd, CRI-O, cri-dockerd
@@ -53,19 +57,28 @@ type Resolver struct {
 	watch      *socket.Watch
 	byPath     map[string]string // candidate endpoint by socket path
 
+	// podLabels are the pod labels kept of a sandbox; pods holds the sandboxes of every endpoint.
+	podLabels runtime.LabelAllowlist
+	pods      *podCache
+
 	mu        sync.Mutex
 	endpoints []*endpoint          // those asked, in order
 	dialed    map[string]*endpoint // every candidate endpoint ever found, by name; closed by Close
 }
 
-var _ runtime.Resolver = (*Resolver)(nil)
+var (
+	_ runtime.Resolver = (*Resolver)(nil)
+	_ runtime.PodCache = (*Resolver)(nil)
+)
 
 // endpoint is one runtime socket and what was learned from it.
 type endpoint struct {
 	name   string // as configured, e.g. unix:///run/containerd/containerd.sock; used in errors
 	conn   *grpc.ClientConn
 	client runtimeapi.RuntimeServiceClient
-	pods   *podCache
+	// podLabels and pods are the resolver's.
+	podLabels runtime.LabelAllowlist
+	pods      *podCache
 
 	mu          sync.Mutex
 	runtime     string // what the runtime calls itself, as docs/reference.md names runtimes; see runtimeName
@@ -79,19 +92,27 @@ type Config struct {
 	// when a lookup comes, so that a runtime which starts after the exporter is found; while there is none, Resolve
 	// answers runtime.ErrUnavailable.
 	Endpoints []string
+	// PodLabels is the allowlist of pod label keys (--kubernetes.pod-labels): the only labels of a pod that the
+	// resolver keeps and returns. Empty: none.
+	PodLabels []string
 	Logger    *slog.Logger
 }
 
 // New returns a Resolver. It does not connect: the first Resolve does.
 func New(cfg Config) (*Resolver, error) {
-	return newResolver(cfg.Endpoints, DefaultEndpoints(), cfg.Logger, socket.RecheckInterval, time.Now)
+	return newResolver(cfg, DefaultEndpoints(), socket.RecheckInterval, time.Now)
 }
 
-func newResolver(endpoints, candidates []string, logger *slog.Logger, every time.Duration, now func() time.Time) (*Resolver, error) {
+func newResolver(cfg Config, candidates []string, every time.Duration, now func() time.Time) (*Resolver, error) {
+	logger, endpoints := cfg.Logger, cfg.Endpoints
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Resolver{logger: logger}
+	r := &Resolver{
+		logger:    logger,
+		podLabels: runtime.NewLabelAllowlist(cfg.PodLabels),
+		pods:      newPodCache(podCacheSize, podCacheBytes, podCacheTTL, now),
+	}
 	if len(endpoints) == 0 {
 		r.candidates = slices.Clone(candidates)
 		r.byPath = make(map[string]string)
@@ -115,7 +136,7 @@ func newResolver(endpoints, candidates []string, logger *slog.Logger, every time
 		return r, nil
 	}
 	for _, e := range endpoints {
-		ep, err := dial(e)
+		ep, err := r.dial(e)
 		if err != nil {
 			r.Close()
 			return nil, err
@@ -126,7 +147,7 @@ func newResolver(endpoints, candidates []string, logger *slog.Logger, every time
 }
 
 // dial creates a client for one endpoint without connecting.
-func dial(name string) (*endpoint, error) {
+func (r *Resolver) dial(name string) (*endpoint, error) {
 	path, err := socket.Path(name)
 	if err != nil {
 		return nil, fmt.Errorf("CRI endpoint %w", err)
@@ -136,10 +157,11 @@ func dial(name string) (*endpoint, error) {
 		return nil, fmt.Errorf("creating CRI client for %s: %w", name, err)
 	}
 	return &endpoint{
-		name:   name,
-		conn:   conn,
-		client: runtimeapi.NewRuntimeServiceClient(conn),
-		pods:   newPodCache(podCacheSize, podCacheTTL, time.Now),
+		name:      name,
+		conn:      conn,
+		client:    runtimeapi.NewRuntimeServiceClient(conn),
+		podLabels: r.podLabels,
+		pods:      r.pods,
 	}, nil
 }
 
@@ -168,7 +190,7 @@ func (r *Resolver) use(paths []string) []*endpoint {
 		ep := r.dialed[name]
 		if ep == nil {
 			var err error
-			if ep, err = dial(name); err != nil {
+			if ep, err = r.dial(name); err != nil {
 				r.logger.Warn("cannot create CRI client", "endpoint", name, "err", err)
 				continue
 			}
@@ -192,6 +214,9 @@ func endpointNames(eps []*endpoint) []string {
 	}
 	return names
 }
+
+// KeepPods implements runtime.PodCache: the sandboxes of other pods are forgotten.
+func (r *Resolver) KeepPods(uids map[string]bool) { r.pods.keep(uids) }
 
 // Close releases the gRPC connections.
 func (r *Resolver) Close() error {

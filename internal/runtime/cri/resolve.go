@@ -95,9 +95,9 @@ func (ep *endpoint) resolveSandbox(ctx context.Context, id string) (runtime.Cont
 	if st == nil {
 		return runtime.Container{}, fmt.Errorf("CRI PodSandboxStatus on %s: empty status for %s", ep.name, id)
 	}
-	p := podFromSandbox(st.GetMetadata(), st.GetLabels())
+	p := ep.podFromSandbox(st.GetMetadata(), st.GetLabels())
 	if p.uid != "" {
-		ep.pods.put(p.uid, p)
+		ep.pods.put(podKey{ep.name, p.uid}, p)
 	}
 	return runtime.Container{Namespace: p.namespace, Pod: p.name, PodUID: p.uid, PodLabels: maps.Clone(p.labels),
 		Runtime: ep.runtimeName(ctx)}, nil
@@ -136,7 +136,7 @@ func (ep *endpoint) runtimeName(ctx context.Context) string {
 // The CRI's ContainerStatus does not say which sandbox a container belongs to, but kubelet labels every sandbox
 // with its pod's UID, so one ListPodSandbox filtered on that label answers in a single call.
 func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
-	if p, ok := ep.pods.get(uid); ok {
+	if p, ok := ep.pods.get(podKey{ep.name, uid}); ok {
 		return p, true, nil
 	}
 	resp, err := ep.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
@@ -158,28 +158,29 @@ func (ep *endpoint) pod(ctx context.Context, uid string) (pod, bool, error) {
 	if newest == nil {
 		return pod{}, false, nil
 	}
-	p := podFromSandbox(newest.GetMetadata(), newest.GetLabels())
+	p := ep.podFromSandbox(newest.GetMetadata(), newest.GetLabels())
 	p.uid = uid
-	ep.pods.put(uid, p)
+	ep.pods.put(podKey{ep.name, uid}, p)
 	return p, true, nil
 }
 
-// podFromSandbox reads a pod's identity from its sandbox. A sandbox's labels are the pod's labels plus
-// kubelet's io.kubernetes.* ones, which are dropped.
-func podFromSandbox(md *runtimeapi.PodSandboxMetadata, labels map[string]string) pod {
+// podFromSandbox reads a pod's identity from its sandbox, with the allowlisted labels only: the rest is not kept.
+// A sandbox's labels are the pod's labels plus kubelet's io.kubernetes.* ones, which are never pod labels. The
+// strings are copied, so that a cached pod holds nothing of the runtime's answer.
+func (ep *endpoint) podFromSandbox(md *runtimeapi.PodSandboxMetadata, labels map[string]string) pod {
 	p := pod{
-		namespace: cmp.Or(md.GetNamespace(), labels[runtime.LabelPodNamespace]),
-		name:      cmp.Or(md.GetName(), labels[runtime.LabelPodName]),
-		uid:       cmp.Or(md.GetUid(), labels[runtime.LabelPodUID]),
+		namespace: strings.Clone(cmp.Or(md.GetNamespace(), labels[runtime.LabelPodNamespace])),
+		name:      strings.Clone(cmp.Or(md.GetName(), labels[runtime.LabelPodName])),
+		uid:       strings.Clone(cmp.Or(md.GetUid(), labels[runtime.LabelPodUID])),
 	}
 	for k, v := range labels {
-		if strings.HasPrefix(k, runtime.KubernetesLabelPrefix) {
+		if !ep.podLabels[k] || strings.HasPrefix(k, runtime.KubernetesLabelPrefix) {
 			continue
 		}
 		if p.labels == nil {
-			p.labels = make(map[string]string, len(labels))
+			p.labels = make(map[string]string, len(ep.podLabels))
 		}
-		p.labels[k] = v
+		p.labels[strings.Clone(k)] = strings.Clone(v)
 	}
 	return p
 }

@@ -2,7 +2,7 @@
 // would. Environment variables choose the behaviour, so a test (or an end-to-end setup) can point the exporter's
 // --nvidia-smi.path at the built binary:
 //
-//	FAKESMI_MODE     file (default): print FAKESMI_FILE and exit 0
+//	FAKESMI_MODE     file (default): print FAKESMI_FILE (and FAKESMI_STDERR, if set, to stderr) and exit 0
 //	                 exit: print FAKESMI_STDERR to stderr and exit with FAKESMI_EXIT (default 9)
 //	                 garbage: print bytes that are not XML and exit 0
 //	                 flood: print garbage without end
@@ -116,6 +116,9 @@ func printFile() error {
 	b, err := os.ReadFile(os.Getenv("FAKESMI_FILE"))
 	if err != nil {
 		return err
+	}
+	if msg := os.Getenv("FAKESMI_STDERR"); msg != "" {
+		fmt.Fprintln(os.Stderr, msg)
 	}
 	_, err = os.Stdout.Write(b)
 	return err
