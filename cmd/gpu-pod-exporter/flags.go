@@ -13,6 +13,26 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
 
+// flagGroup is a set of flags that belong together (the GPU source's, the web server's, ...): it registers them,
+// checks them before anything starts (an error names the flag and makes the exit status 2), and says what they point
+// at that is not there yet, which the exporter warns about once and starts anyway. Each command lists its groups.
+type flagGroup interface {
+	register(flagHost)
+	check() error
+	warnings() []string
+}
+
+// flagHost is a command or the application: what flags are registered on.
+type flagHost interface {
+	Flag(name, help string) *kingpin.FlagClause
+}
+
+// noChecks is embedded by a group whose flags the parser checks in full and which point at nothing.
+type noChecks struct{}
+
+func (noChecks) check() error       { return nil }
+func (noChecks) warnings() []string { return nil }
+
 // usageError is a flag that cannot work, found before anything starts: the exporter exits with status 2 and one
 // line that names the flag.
 type usageError struct {
@@ -49,7 +69,7 @@ func (v durationValue) Set(s string) error {
 func (v durationValue) String() string { return v.dst.String() }
 
 // durationFlag registers a positive duration flag.
-func durationFlag(g flagGroup, name, help string, def time.Duration, dst *time.Duration) {
+func durationFlag(g flagHost, name, help string, def time.Duration, dst *time.Duration) {
 	g.Flag(name, help).Default(def.String()).SetValue(durationValue{flag: name, dst: dst})
 }
 
@@ -71,7 +91,7 @@ func (v enumValue) Set(s string) error {
 func (v enumValue) String() string { return *v.dst }
 
 // enumFlag registers an enum flag.
-func enumFlag(g flagGroup, name, help, def string, dst *string, allowed ...string) *kingpin.FlagClause {
+func enumFlag(g flagHost, name, help, def string, dst *string, allowed ...string) *kingpin.FlagClause {
 	c := g.Flag(name, help).Default(def)
 	c.SetValue(enumValue{flag: name, allowed: allowed, dst: dst})
 	return c

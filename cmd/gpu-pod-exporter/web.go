@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,14 +37,12 @@ const (
 
 // webFlags are the HTTP server's flags.
 type webFlags struct {
-	metricsPath  string
-	healthAddr   string
-	toolkit      *web.FlagConfig
-	collectionTO *time.Duration
+	metricsPath string
+	healthAddr  string
+	toolkit     *web.FlagConfig
 }
 
-func (f *webFlags) register(g *kingpin.CmdClause, collectionTimeout *time.Duration) {
-	f.collectionTO = collectionTimeout
+func (f *webFlags) register(g flagHost) {
 	g.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
 	g.Flag("web.health-listen-address", "Also serve /healthz and /readyz, and nothing else, over plain HTTP on this "+
 		"address, for probes that cannot authenticate when --web.config.file turns on basic auth or client "+
@@ -70,6 +67,8 @@ func (f *webFlags) check() error {
 	}
 	return nil
 }
+
+func (f *webFlags) warnings() []string { return nil }
 
 // startupSummary is what the exporter logs once it has read the node for the first time.
 type startupSummary struct {
@@ -124,7 +123,9 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func healthz(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
 
-func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader, c *collector.Gatherer, f *webFlags, summary startupSummary) int {
+// runServer serves until ctx ends. A scrape waits up to collectionTimeout for a reading.
+func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader, c *collector.Gatherer, f *webFlags,
+	collectionTimeout time.Duration, summary startupSummary) int {
 	self := c.Registerer()
 	self.MustRegister(
 		versioncollector.NewCollector(program),
@@ -156,7 +157,7 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 		}
 		mux.Handle("/", landing)
 	}
-	server := newServer(mux, *f.collectionTO, logger)
+	server := newServer(mux, collectionTimeout, logger)
 
 	logger.Info("starting gpu-pod-exporter", "version", version.Info(), "listen", strings.Join(*f.toolkit.WebListenAddresses, ","),
 		"telemetry_path", f.metricsPath)
@@ -167,7 +168,7 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 		hmux := http.NewServeMux()
 		hmux.HandleFunc("/healthz", healthz)
 		hmux.Handle("/readyz", ready)
-		health = newServer(hmux, *f.collectionTO, logger)
+		health = newServer(hmux, collectionTimeout, logger)
 		health.Addr = f.healthAddr
 		logger.Info("serving probes over plain HTTP", "address", f.healthAddr)
 		go func() { errc <- health.ListenAndServe() }()
