@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	pathpkg "path"
 	"slices"
 	"strings"
 	"time"
@@ -110,13 +111,22 @@ func (v namedValue) Set(s string) error {
 	return nil
 }
 
-// checkTelemetryPath refuses a metrics path that the HTTP mux would panic on or could never match.
-func checkTelemetryPath(path string) error {
-	if !strings.HasPrefix(path, "/") {
+// checkTelemetryPath refuses a metrics path that the HTTP mux would panic on or could never match: one taken by
+// another handler, one with a query or fragment (a request's path never has one), one that a request's path is
+// cleaned of (the mux redirects "/a/../b" to "/b").
+func checkTelemetryPath(path string, taken ...string) error {
+	switch {
+	case !strings.HasPrefix(path, "/"):
 		return flagError("web.telemetry-path", "%q must start with /", path)
-	}
-	if strings.ContainsAny(path, " \t{}") {
+	case strings.ContainsAny(path, " \t{}"):
 		return flagError("web.telemetry-path", "%q is not a plain URL path", path)
+	case strings.ContainsAny(path, "?#"):
+		return flagError("web.telemetry-path", "%q has a query or fragment, which no request's path matches", path)
+	case slices.Contains(taken, path):
+		return flagError("web.telemetry-path", "%s is served by the exporter already", path)
+	}
+	if clean := pathpkg.Clean(path); clean != path && clean+"/" != path {
+		return flagError("web.telemetry-path", "%q is not a clean path (requests for it are redirected to %q)", path, clean)
 	}
 	return nil
 }

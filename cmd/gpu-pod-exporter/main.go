@@ -121,6 +121,12 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The server carries on through a SIGHUP; ps and top end with their terminal, as commands do.
+	hangups := make(chan os.Signal, 1)
+	if cmd == serve {
+		signal.Notify(hangups, syscall.SIGHUP)
+		defer signal.Stop(hangups)
+	}
 
 	source, err := sf.open(ctx, logger)
 	if err != nil {
@@ -160,7 +166,7 @@ func run(args []string) int {
 		self = append(self, c)
 	}
 	summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
-	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, rf.timeout, summary)
+	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, rf.timeout, hangups, summary)
 }
 
 // command is one of the exporter's commands, with the groups of its own flags.

@@ -133,6 +133,9 @@ func New(cfg Config) *Checker {
 // host), the unit of the per-client bounds. The error is ErrBusy when the check was refused, or ctx's error when the
 // client went away first; either way no answer was reached.
 func (c *Checker) Check(ctx context.Context, clientAddr, user, hash, password string) (bool, error) {
+	if err := ctx.Err(); err != nil { // an HTTP/2 stream reset as it was sent, a client that hung up
+		return false, err
+	}
 	known := hash != ""
 	if !known {
 		hash = fakeHash
