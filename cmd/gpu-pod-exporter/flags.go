@@ -6,6 +6,7 @@ import (
 	"os"
 	pathpkg "path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +73,32 @@ func (v durationValue) String() string { return v.dst.String() }
 // durationFlag registers a positive duration flag.
 func durationFlag(g flagHost, name, help string, def time.Duration, dst *time.Duration) {
 	g.Flag(name, help).Default(def.String()).SetValue(durationValue{flag: name, dst: dst})
+}
+
+// intValue is an integer flag with a least value, whose errors name the flag.
+type intValue struct {
+	flag string
+	min  int
+	dst  *int
+}
+
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return flagError(v.flag, "%q is not a whole number", s)
+	}
+	if n < v.min {
+		return flagError(v.flag, "must be at least %d, got %d", v.min, n)
+	}
+	*v.dst = n
+	return nil
+}
+
+func (v intValue) String() string { return strconv.Itoa(*v.dst) }
+
+// intFlag registers an integer flag of at least min.
+func intFlag(g flagHost, name, help string, def, min int, dst *int) {
+	g.Flag(name, help).Default(strconv.Itoa(def)).SetValue(intValue{flag: name, min: min, dst: dst})
 }
 
 // enumValue is a flag with a fixed set of values whose error names the flag and lists them.

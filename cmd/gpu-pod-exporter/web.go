@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -65,10 +64,9 @@ func (f *webFlags) register(g flagHost) {
 		"certificates. Off by default: /healthz and /readyz are always served on the main listener too.").
 		PlaceHolder("ADDRESS").StringVar(&f.healthAddr)
 	f.toolkit = webflag.AddFlags(g, ":9402")
-	g.Flag("web.max-connections", "Connections held open at once, on the listen addresses together (and as many "+
+	intFlag(g, "web.max-connections", "Connections held open at once, on the listen addresses together (and as many "+
 		"more on --web.health-listen-address). At the limit, the connection idle the longest is closed for a new "+
-		"one; a new one is refused only while all are in use.").
-		Default(strconv.Itoa(defaultMaxConnections)).IntVar(&f.maxConnections)
+		"one; a new one is refused only while all are in use.", defaultMaxConnections, 1, &f.maxConnections)
 }
 
 func (f *webFlags) check() error {
@@ -84,9 +82,6 @@ func (f *webFlags) check() error {
 		if _, _, err := net.SplitHostPort(f.healthAddr); err != nil {
 			return flagError("web.health-listen-address", "%v", err)
 		}
-	}
-	if f.maxConnections < 1 {
-		return flagError("web.max-connections", "must be at least 1, got %d", f.maxConnections)
 	}
 	return nil
 }

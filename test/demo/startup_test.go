@@ -44,6 +44,7 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		{[]string{"--web.telemetry-path=/readyz"}, "--web.telemetry-path"},
 		{[]string{"--web.telemetry-path=/metrics?format=text"}, "--web.telemetry-path"},
 		{[]string{"--web.max-connections=0"}, "--web.max-connections"},
+		{[]string{"--web.max-connections=many"}, "--web.max-connections"},
 		{[]string{"--web.config.file=" + cbcHTTP2}, "--web.config.file"},
 		{[]string{"--collection.timeout=0s"}, "--collection.timeout"},
 		{[]string{"--collection.timeout=-1s"}, "--collection.timeout"},
