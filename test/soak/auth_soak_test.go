@@ -113,7 +113,7 @@ func (p *authScraper) scrape() error {
 // whether the server refused HTTP/2.
 func h2Reset(addr string, streams int, seq *atomic.Int64) (refused bool, err error) {
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr,
-		&tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		&tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}})
 	if err != nil {
 		return false, err
 	}

@@ -46,13 +46,16 @@ func TestSoakIdleKeepAliveConnections(t *testing.T) {
 	}
 	e := e2eutil.StartExporter(t, binary, "--demo")
 	pid := e.Pid
+	// Idle is the exporter's steady state under a scrape a second, which its heap takes some garbage collections to
+	// reach.
 	var idle exporterState
-	for range 10 {
+	for range 30 {
 		idle = scrapeState(t, e.Addr)
 		time.Sleep(time.Second)
 	}
 	idleFDs := openFDs(t, pid)
-	t.Logf("idle: %d fds, %v goroutines, RSS %.1f MB", idleFDs, idle.goroutines, idle.rss/1e6)
+	t.Logf("idle: %d fds, %v goroutines, RSS %.1f MB, heap in use %.1f MB", idleFDs, idle.goroutines, idle.rss/1e6,
+		idle.heap/1e6)
 
 	const n = 10000
 	conns := make([]net.Conn, 0, n)
@@ -86,8 +89,8 @@ func TestSoakIdleKeepAliveConnections(t *testing.T) {
 	heldFDs := openFDs(t, pid)
 	peakFDs = max(peakFDs, heldFDs)
 	opened := time.Now()
-	t.Logf("with %d idle connections opened: %d fds (at most %d), %v goroutines, RSS %.1f MB", n, heldFDs, peakFDs,
-		held.goroutines, held.rss/1e6)
+	t.Logf("with %d idle connections opened: %d fds (at most %d), %v goroutines, RSS %.1f MB, heap in use %.1f MB", n,
+		heldFDs, peakFDs, held.goroutines, held.rss/1e6, held.heap/1e6)
 
 	var afterFDs int
 	deadline := idleTimeout + 30*time.Second
@@ -104,19 +107,22 @@ func TestSoakIdleKeepAliveConnections(t *testing.T) {
 	}
 	conns = nil
 	// The memory of the connections (their goroutine stacks and buffers) is free now, and the Go runtime returns it
-	// to the system after a garbage collection, which an idle exporter runs at least every 2 minutes.
+	// to the system after a garbage collection, which an idle exporter runs at least every 2 minutes. Its scavenger
+	// keeps free memory up to about a tenth over the heap's goal, so RSS settles near idle, not at it: measured
+	// +11.6% with the connection limit, +86.6% without (the memory of 10,000 connections).
+	const nearIdle = 1.15
 	var after exporterState
 	settle := time.Now()
 	for {
 		after = scrapeState(t, e.Addr)
-		if after.rss <= 1.1*idle.rss || time.Since(settle) > 4*time.Minute {
+		if after.rss <= nearIdle*idle.rss || time.Since(settle) > 4*time.Minute {
 			break
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("closed by the exporter %v after the last was opened: %d fds; %v later: %v goroutines, RSS %.1f MB (%+.1f%% of idle)",
+	t.Logf("closed by the exporter %v after the last was opened: %d fds; %v later: %v goroutines, RSS %.1f MB (%+.1f%% of idle), heap in use %.1f MB",
 		closedAfter.Round(time.Second), afterFDs, time.Since(settle).Round(time.Second), after.goroutines, after.rss/1e6,
-		100*(after.rss/idle.rss-1))
+		100*(after.rss/idle.rss-1), after.heap/1e6)
 	if peakFDs > idleFDs+maxConnections+5 {
 		t.Errorf("%d fds with %d connections opened (idle %d), want at most the limit of %d more", peakFDs, n, idleFDs,
 			maxConnections)
@@ -124,8 +130,8 @@ func TestSoakIdleKeepAliveConnections(t *testing.T) {
 	if afterFDs > idleFDs+5 {
 		t.Errorf("%d fds %v after the connections went idle, want about %d", afterFDs, deadline, idleFDs)
 	}
-	if after.rss > 1.1*idle.rss {
-		t.Errorf("RSS %.1f MB after, more than 10%% over idle %.1f MB", after.rss/1e6, idle.rss/1e6)
+	if after.rss > nearIdle*idle.rss {
+		t.Errorf("RSS %.1f MB after, more than %.0f%% over idle %.1f MB", after.rss/1e6, 100*(nearIdle-1), idle.rss/1e6)
 	}
 }
 
