@@ -4,6 +4,7 @@ package demo
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -76,8 +77,11 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		if args[0] != "ps" {
 			args = append(args, "--web.listen-address=127.0.0.1:0")
 		}
-		cmd := exec.Command(binary, args...)
+		// A flag wrongly accepted starts a server, which must not hold the test up.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, binary, args...)
 		out, err := cmd.CombinedOutput()
+		cancel()
 		code := cmd.ProcessState.ExitCode()
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		if err == nil || code != 2 || len(lines) != 1 || !strings.Contains(lines[0], c.flag+":") {
