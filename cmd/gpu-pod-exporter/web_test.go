@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,14 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"golang.org/x/crypto/bcrypt"
-
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testcert"
 )
 
 func TestTelemetryPath(t *testing.T) {
@@ -38,7 +35,7 @@ func TestTelemetryPath(t *testing.T) {
 func writeWebConfig(t *testing.T, extra string) string {
 	t.Helper()
 	dir := t.TempDir()
-	cert, key := testcert.WriteSelfSigned(t, dir)
+	cert, key := testkit.WriteSelfSignedCert(t, dir)
 	path := filepath.Join(dir, "web.yml")
 	if err := os.WriteFile(path, []byte("tls_server_config:\n  cert_file: "+cert+"\n  key_file: "+key+"\n"+extra), 0o600); err != nil {
 		t.Fatal(err)
@@ -122,29 +119,13 @@ func TestGuard(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
-}
+func lines(b *testkit.SyncBuffer) []string { return strings.Split(strings.TrimSpace(b.String()), "\n") }
 
 // A flood of failed TLS handshakes is one line when it starts and one a minute after, with the count left out;
 // another kind of line is not held back by it, and after a quiet minute the next handshake error is logged at once.
 func TestServerErrorLogIsRateLimited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out syncBuffer
+		var out testkit.SyncBuffer
 		l := serverErrorLog(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{
 			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 				if a.Key == slog.TimeKey {
@@ -158,18 +139,18 @@ func TestServerErrorLogIsRateLimited(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		l.Printf("http: Accept error: accept tcp [::]:9402: too many open files; retrying in 5ms")
-		if got := out.lines(); len(got) != 2 || !strings.Contains(got[0], "10.0.0.0:40000") || !strings.Contains(got[1], "Accept error") {
+		if got := lines(&out); len(got) != 2 || !strings.Contains(got[0], "10.0.0.0:40000") || !strings.Contains(got[1], "Accept error") {
 			t.Fatalf("after 10 s of handshake errors and an accept error:\n%s", strings.Join(got, "\n"))
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		got := out.lines()
+		got := lines(&out)
 		if len(got) != 3 || !strings.Contains(got[2], "10.0.0.99:40009") || !strings.Contains(got[2], "similar_lines_left_out=98") {
 			t.Fatalf("a minute later:\n%s", strings.Join(got, "\n"))
 		}
 		time.Sleep(2 * time.Minute)
 		l.Printf("http: TLS handshake error from 10.0.0.7:1: remote error: tls: bad certificate")
-		if got := out.lines(); len(got) != 4 || !strings.Contains(got[3], "bad certificate") {
+		if got := lines(&out); len(got) != 4 || !strings.Contains(got[3], "bad certificate") {
 			t.Fatalf("after a quiet interval:\n%s", strings.Join(got, "\n"))
 		}
 	})

@@ -2,42 +2,24 @@ package connlimit
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
-
-// syncBuffer is the log, written by the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // server is an HTTP server on loopback behind a Limiter.
 type server struct {
 	lim  *Limiter
 	addr string
-	log  *syncBuffer
+	log  *testkit.SyncBuffer
 	idle atomic.Int32 // the times a connection went idle
 }
 
@@ -50,7 +32,7 @@ func serve(t *testing.T, max int, started chan<- struct{}, gate <-chan struct{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &testkit.SyncBuffer{}
 	lim := New(max, slog.New(slog.NewTextHandler(log, nil)))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
@@ -94,16 +76,6 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-// waitFor polls cond: the server's side of a connection changes state on its own goroutines.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // closedByServer reports whether the server has closed c: a read ends at once with EOF or a reset.
 func closedByServer(c net.Conn) bool {
 	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
@@ -124,7 +96,7 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 		}
 		old = append(old, c)
 	}
-	waitFor(t, "4 idle connections", func() bool { return s.idle.Load() == 4 })
+	testkit.WaitFor(t, 10*time.Second, "4 idle connections", func() bool { return s.idle.Load() == 4 })
 	for i := range 6 {
 		if err := get(dial(t, addr), "/"); err != nil {
 			t.Fatalf("new connection %d at the bound: %v", i, err)
@@ -172,7 +144,7 @@ func TestBusyConnectionsRefuseNewOnes(t *testing.T) {
 	for _, c := range busy {
 		c.Close()
 	}
-	waitFor(t, "the closed connections to be let go", func() bool { return lim.Open() <= 1 })
+	testkit.WaitFor(t, 10*time.Second, "the closed connections to be let go", func() bool { return lim.Open() <= 1 })
 	out := log.String()
 	if strings.Count(out, "connection limit reached") != 1 || strings.Count(out, "back under the connection limit") != 1 ||
 		!strings.Contains(out, "refused=1") {

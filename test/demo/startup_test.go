@@ -20,7 +20,6 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testcert"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
@@ -212,7 +211,7 @@ func TestPSWarnsOnceAboutAMissingSocket(t *testing.T) {
 func tlsWebConfig(t *testing.T, extra string) string {
 	t.Helper()
 	dir := t.TempDir()
-	cert, key := testcert.WriteSelfSigned(t, dir)
+	cert, key := testkit.WriteSelfSignedCert(t, dir)
 	path := filepath.Join(dir, "web.yml")
 	write(t, path, "tls_server_config:\n  cert_file: "+cert+"\n  key_file: "+key+"\n"+extra)
 	return path
@@ -262,7 +261,7 @@ func TestSIGHUPIsLoggedAndIgnored(t *testing.T) {
 	if err := syscall.Kill(e.Pid, syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	e2eutil.WaitFor(t, 10*time.Second, "a log line about the SIGHUP", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a log line about the SIGHUP", func() bool {
 		if done, err := e.Exited(); done {
 			t.Fatalf("the exporter exited on SIGHUP: %v", err)
 		}
@@ -290,7 +289,7 @@ func TestTLSHandshakeFailuresAreNotALineEach(t *testing.T) {
 	if err := syscall.Kill(e.Pid, syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	e2eutil.WaitFor(t, 10*time.Second, "the SIGHUP line", func() bool { return strings.Contains(e.Output(), "SIGHUP") })
+	testkit.WaitFor(t, 10*time.Second, "the SIGHUP line", func() bool { return strings.Contains(e.Output(), "SIGHUP") })
 	if got := strings.Count(e.Output(), "TLS handshake error"); got != 1 {
 		t.Errorf("%d log lines for 30 failed TLS handshakes, want 1 (the rest summed up later):\n%s", got, e.Output())
 	}

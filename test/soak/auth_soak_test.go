@@ -26,7 +26,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testcert"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -197,7 +197,7 @@ func TestSoakAuthFloods(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	certFile, keyFile := testcert.WriteSelfSigned(t, dir)
+	certFile, keyFile := testkit.WriteSelfSignedCert(t, dir)
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.DefaultCost)
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func TestSoakAuthFloods(t *testing.T) {
 				}
 				e := e2eutil.StartExporter(t, binary, "--demo", "--web.config.file="+webCfg)
 				prom := newAuthScraper(e.Addr)
-				e2eutil.WaitFor(t, 30*time.Second, "an authenticated scrape", func() bool { return prom.scrape() == nil })
+				testkit.WaitFor(t, 30*time.Second, "an authenticated scrape", func() bool { return prom.scrape() == nil })
 
 				ctx, stop := context.WithTimeout(context.Background(), duration)
 				defer stop()

@@ -1,5 +1,4 @@
-// Package testcert makes the TLS certificates that tests of TLS listeners need.
-package testcert
+package testkit
 
 import (
 	"crypto/ecdsa"
@@ -16,9 +15,9 @@ import (
 	"time"
 )
 
-// WriteSelfSigned writes a self-signed ECDSA certificate for 127.0.0.1, valid for a day, and its key into dir,
+// WriteSelfSignedCert writes a self-signed ECDSA certificate for 127.0.0.1, valid for a day, and its key into dir,
 // for a web configuration's tls_server_config.
-func WriteSelfSigned(t testing.TB, dir string) (certFile, keyFile string) {
+func WriteSelfSignedCert(t testing.TB, dir string) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
