@@ -43,6 +43,9 @@ const (
 // 512 idle ones cost about 10 MB, well within the chart's memory limit.
 const defaultMaxConnections = 512
 
+// maxStreams bounds the HTTP/2 streams of one connection, when the web configuration turns HTTP/2 on.
+const maxStreams = 32
+
 // The health listener's paths, which the metrics path must not take.
 const (
 	healthzPath = "/healthz"
@@ -206,6 +209,9 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 	server.Protocols = new(http.Protocols)
 	server.Protocols.SetHTTP1(true)
 	server.Protocols.SetHTTP2(http2On)
+	// A scraper asks for one thing at a time. The HTTP/2 server starts a handler for each stream, even one reset as
+	// it was sent, up to this many at once and queues 4 times as many before it closes the connection.
+	server.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreams}
 
 	logger.Info("starting gpu-pod-exporter", "version", version.Info(), "listen", strings.Join(*f.toolkit.WebListenAddresses, ","),
 		"telemetry_path", f.metricsPath)

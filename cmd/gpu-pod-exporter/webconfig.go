@@ -63,14 +63,18 @@ func checkWebConfig(path string) error {
 }
 
 // webConfigFile is the web configuration as it is now: read again when the file changes (a new password or
-// certificate path is used without a restart, as with the toolkit), and not on every request and handshake.
+// certificate path is used without a restart, as with the toolkit), which is looked at no more than once per
+// recheck, not on every request and handshake as the toolkit does.
 type webConfigFile struct {
-	path   string
-	mu     sync.Mutex
-	stamp  fileStamp
-	config *web.Config
-	err    error
+	path    string
+	mu      sync.Mutex
+	checked time.Time // when the file was last looked at
+	stamp   fileStamp
+	config  *web.Config
+	err     error
 }
+
+const recheck = time.Second
 
 // fileStamp tells whether a file may have changed: a Kubernetes Secret volume replaces it by a new file (inode).
 type fileStamp struct {
@@ -80,16 +84,22 @@ type fileStamp struct {
 }
 
 func (f *webConfigFile) current() (*web.Config, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	if now.Sub(f.checked) < recheck && (f.config != nil || f.err != nil) {
+		return f.config, f.err
+	}
+	f.checked = now
 	fi, err := os.Stat(f.path)
 	if err != nil {
+		f.config, f.err, f.stamp = nil, err, fileStamp{}
 		return nil, err
 	}
 	stamp := fileStamp{mtime: fi.ModTime(), size: fi.Size()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		stamp.dev, stamp.ino = uint64(st.Dev), st.Ino
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if stamp != f.stamp || f.config == nil && f.err == nil {
 		f.config, f.err = loadWebConfig(f.path)
 		f.stamp = stamp
@@ -142,6 +152,9 @@ func newGuard(config *webConfigFile, first *web.Config, next http.Handler, logge
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Context().Err() != nil {
+		return // the client has gone: an HTTP/2 stream reset as it was sent, a client that hung up
+	}
 	c, err := g.config.current()
 	msg := ""
 	if err != nil {
