@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -152,6 +153,50 @@ func TestServerErrorLogIsRateLimited(t *testing.T) {
 		l.Printf("http: TLS handshake error from 10.0.0.7:1: remote error: tls: bad certificate")
 		if got := lines(&out); len(got) != 4 || !strings.Contains(got[3], "bad certificate") {
 			t.Fatalf("after a quiet interval:\n%s", strings.Join(got, "\n"))
+		}
+	})
+}
+
+// A changed web configuration is read again (a new user is let in without a restart) within a second; one that no
+// longer loads is an error, and the file fixed is read again.
+func TestWebConfigIsReadAgainWhenChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "web.yml")
+		writeUsers := func(users string) {
+			if err := os.WriteFile(path, []byte("basic_auth_users:\n"+users), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeUsers("  prometheus: " + string(hash) + "\n")
+		wc := &webConfigFile{path: path}
+		users := func() []string {
+			c, err := wc.current()
+			if err != nil {
+				return []string{"error"}
+			}
+			return slices.Sorted(maps.Keys(c.Users))
+		}
+		if got := users(); !slices.Equal(got, []string{"prometheus"}) {
+			t.Fatalf("users %v", got)
+		}
+		writeUsers("  prometheus: " + string(hash) + "\n  grafana: " + string(hash) + "\n")
+		time.Sleep(recheck)
+		if got := users(); !slices.Equal(got, []string{"grafana", "prometheus"}) {
+			t.Errorf("after a change: users %v", got)
+		}
+		writeUsers("  prometheus: not-a-hash\n")
+		time.Sleep(recheck)
+		if got := users(); !slices.Equal(got, []string{"error"}) {
+			t.Errorf("after a broken change: users %v, want an error", got)
+		}
+		writeUsers("  grafana: " + string(hash) + "\n")
+		time.Sleep(recheck)
+		if got := users(); !slices.Equal(got, []string{"grafana"}) {
+			t.Errorf("after the fix: users %v", got)
 		}
 	})
 }
