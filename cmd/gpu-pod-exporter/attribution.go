@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/alecthomas/kingpin/v2"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
@@ -26,7 +24,7 @@ type attributionFlags struct {
 	users            attribution.UserResolver // nil without --collector.process-user
 }
 
-func (f *attributionFlags) register(app *kingpin.Application) {
+func (f *attributionFlags) register(app flagHost) {
 	app.Flag("path.procfs", "The host's proc filesystem; /host/proc when running in a container without hostPID.").
 		Default("/proc").StringVar(&f.procfs)
 	app.Flag("runtime.endpoint", "CRI socket, e.g. unix:///run/containerd/containerd.sock (repeatable). Default: those of "+

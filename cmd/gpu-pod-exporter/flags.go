@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	pathpkg "path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +14,26 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
+
+// flagGroup is a set of flags that belong together (the GPU source's, the web server's, ...): it registers them,
+// checks them before anything starts (an error names the flag and makes the exit status 2), and says what they point
+// at that is not there yet, which the exporter warns about once and starts anyway. Each command lists its groups.
+type flagGroup interface {
+	register(flagHost)
+	check() error
+	warnings() []string
+}
+
+// flagHost is a command or the application: what flags are registered on.
+type flagHost interface {
+	Flag(name, help string) *kingpin.FlagClause
+}
+
+// noChecks is embedded by a group whose flags the parser checks in full and which point at nothing.
+type noChecks struct{}
+
+func (noChecks) check() error       { return nil }
+func (noChecks) warnings() []string { return nil }
 
 // usageError is a flag that cannot work, found before anything starts: the exporter exits with status 2 and one
 // line that names the flag.
@@ -49,8 +71,34 @@ func (v durationValue) Set(s string) error {
 func (v durationValue) String() string { return v.dst.String() }
 
 // durationFlag registers a positive duration flag.
-func durationFlag(g flagGroup, name, help string, def time.Duration, dst *time.Duration) {
+func durationFlag(g flagHost, name, help string, def time.Duration, dst *time.Duration) {
 	g.Flag(name, help).Default(def.String()).SetValue(durationValue{flag: name, dst: dst})
+}
+
+// intValue is an integer flag with a least value, whose errors name the flag.
+type intValue struct {
+	flag string
+	min  int
+	dst  *int
+}
+
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return flagError(v.flag, "%q is not a whole number", s)
+	}
+	if n < v.min {
+		return flagError(v.flag, "must be at least %d, got %d", v.min, n)
+	}
+	*v.dst = n
+	return nil
+}
+
+func (v intValue) String() string { return strconv.Itoa(*v.dst) }
+
+// intFlag registers an integer flag of at least min.
+func intFlag(g flagHost, name, help string, def, min int, dst *int) {
+	g.Flag(name, help).Default(strconv.Itoa(def)).SetValue(intValue{flag: name, min: min, dst: dst})
 }
 
 // enumValue is a flag with a fixed set of values whose error names the flag and lists them.
@@ -71,7 +119,7 @@ func (v enumValue) Set(s string) error {
 func (v enumValue) String() string { return *v.dst }
 
 // enumFlag registers an enum flag.
-func enumFlag(g flagGroup, name, help, def string, dst *string, allowed ...string) *kingpin.FlagClause {
+func enumFlag(g flagHost, name, help, def string, dst *string, allowed ...string) *kingpin.FlagClause {
 	c := g.Flag(name, help).Default(def)
 	c.SetValue(enumValue{flag: name, allowed: allowed, dst: dst})
 	return c
@@ -90,13 +138,22 @@ func (v namedValue) Set(s string) error {
 	return nil
 }
 
-// checkTelemetryPath refuses a metrics path that the HTTP mux would panic on or could never match.
-func checkTelemetryPath(path string) error {
-	if !strings.HasPrefix(path, "/") {
+// checkTelemetryPath refuses a metrics path that the HTTP mux would panic on or could never match: one taken by
+// another handler, one with a query or fragment (a request's path never has one), one that a request's path is
+// cleaned of (the mux redirects "/a/../b" to "/b").
+func checkTelemetryPath(path string, taken ...string) error {
+	switch {
+	case !strings.HasPrefix(path, "/"):
 		return flagError("web.telemetry-path", "%q must start with /", path)
-	}
-	if strings.ContainsAny(path, " \t{}") {
+	case strings.ContainsAny(path, " \t{}"):
 		return flagError("web.telemetry-path", "%q is not a plain URL path", path)
+	case strings.ContainsAny(path, "?#"):
+		return flagError("web.telemetry-path", "%q has a query or fragment, which no request's path matches", path)
+	case slices.Contains(taken, path):
+		return flagError("web.telemetry-path", "%s is served by the exporter already", path)
+	}
+	if clean := pathpkg.Clean(path); clean != path && clean+"/" != path {
+		return flagError("web.telemetry-path", "%q is not a clean path (requests for it are redirected to %q)", path, clean)
 	}
 	return nil
 }

@@ -24,8 +24,7 @@ type kubeletFlags struct {
 	resources   []string
 }
 
-func registerKubelet(app flagGroup) *kubeletFlags {
-	f := &kubeletFlags{}
+func (f *kubeletFlags) register(app flagHost) {
 	app.Flag("kubelet.pod-resources-endpoint", "kubelet PodResources API socket, for GPU allocations "+
 		"(gpu_allocation_*, gpu_unrequested_use). Empty: off. Default: "+kubelet.DefaultEndpoint+" when it exists; a simulated node file's allocations: key when not set.").
 		Default(kubelet.DefaultEndpoint).IsSetByUser(&f.endpointSet).StringVar(&f.endpoint)
@@ -35,7 +34,6 @@ func registerKubelet(app flagGroup) *kubeletFlags {
 		kubelet.DefaultTimeout, &f.timeout)
 	app.Flag("kubelet.gpu-resources", "Extended resource names of GPUs, or globs (comma-separated, repeatable), for device plugin "+
 		"allocations; DRA claims of "+kubelet.NVIDIADRADriver+" are read regardless. Default: nvidia.com/gpu,nvidia.com/mig-*.").PlaceHolder("NAME,...").StringsVar(&f.resources)
-	return f
 }
 
 // check validates the endpoint's syntax and the resource globs before anything starts.

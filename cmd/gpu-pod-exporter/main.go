@@ -12,20 +12,16 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/promslog"
-	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
 const program = "gpu_pod_exporter"
@@ -62,212 +58,153 @@ func run(args []string) int {
 	app.Version(version.Print(program))
 	app.HelpFlag.Short('h')
 
-	// Flags of both commands: where GPU data comes from and how processes are attributed.
-	var sf sourceFlags
-	sf.register(app)
-	var af attributionFlags
-	af.register(app)
-	var timeout time.Duration
-	durationFlag(app, "collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.",
-		8*time.Second, &timeout)
-	logConfig := registerLog(app)
+	// Flags of every command: where GPU data comes from, how processes are attributed, how long a reading may take,
+	// and the log.
+	var (
+		sf sourceFlags
+		af attributionFlags
+		rf readingFlags
+		lf logFlags
+	)
+	common := []flagGroup{&sf, &af, &rf, &lf}
+	for _, g := range common {
+		g.register(app)
+	}
+	var (
+		wf  webFlags
+		cf  collectorFlags
+		pu  = processUserFlags{demo: &sf.demo}
+		kf  kubeletFlags
+		psf psFlags
+		tf  topFlags
+		tkf kubeletFlags // top's own, for its allocation signals
+	)
+	serve := addCommand(app, "serve", "Serve Prometheus metrics (the default).", false, &wf, &cf, &pu, &kf)
+	serve.clause.Default()
+	psCmd := addCommand(app, "ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once "+
+		"(with --watch, every --interval).", true, &psf)
+	topCmd := addCommand(app, "top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
+		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
+		"When the output is not a terminal, prints a plain table every --interval.", true, &tf, &tkf)
 
-	serve := app.Command("serve", "Serve Prometheus metrics (the default).").Default()
-	var wf webFlags
-	wf.register(serve, &timeout)
-	processes := serve.Flag("collector.processes", "Export per-process series (gpu_process_*).").Default("true").Bool()
-	compat := registerCompat(serve)
-	pu := registerProcessUser(serve)
-	kf := registerKubelet(serve)
-
-	psCmd := app.Command("ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once (with --watch, every --interval).")
-	psf := registerPS(psCmd)
-	topCmd, tf := registerTop(app)
-
-	command, err := app.Parse(args)
+	chosen, err := app.Parse(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v (try --help)\n", err)
 		return 2
 	}
-	// ps and top are for a person at a terminal: the server's flags are not theirs, and each problem is one plain
-	// line, the structured log being for --log.level=debug.
-	once := command == psCmd.FullCommand() || command == topCmd.FullCommand()
-	if err := checkFlags(&sf, &af, kf, &wf, once); err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
-		return 2
-	}
-	if check := map[string]func() error{psCmd.FullCommand(): psf.check, topCmd.FullCommand(): tf.check}[command]; check != nil {
-		if err := check(); err != nil {
-			fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
-			return 2
+	cmd := serve
+	for _, c := range []*command{psCmd, topCmd} {
+		if c.clause.FullCommand() == chosen {
+			cmd = c
 		}
 	}
-	// Users are a server flag: ps shows no user.
-	userLookup := !once && pu.on(sf.demo)
-	if userLookup {
-		if err := pu.check(); err != nil {
+	groups := append(slices.Clip(common), cmd.groups...)
+	for _, g := range groups {
+		if err := g.check(); err != nil {
 			fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
 			return 2
 		}
 	}
 	stderr := io.Writer(os.Stderr)
-	if command == topCmd.FullCommand() {
+	if cmd == topCmd {
 		stderr = tf.logWriter() // held back while the view owns the terminal
 	}
-	logger := promslog.New(logConfig)
-	if once {
-		// A command prints one human line per problem on stderr; its log is for --log.level=debug only.
-		logger = cliLogger(logConfig, stderr)
+	logger := lf.serverLogger()
+	if cmd.forPerson {
+		logger = lf.cliLogger(stderr)
 	}
-	warnings := startupWarnings(&af, kf, once)
-	if userLookup {
-		warnings = append(warnings, pu.warnings(sf.demo)...)
-	}
-	for _, w := range warnings {
-		logger.Warn(w)
+	for _, g := range groups {
+		for _, w := range g.warnings() {
+			logger.Warn(w)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The server carries on through a SIGHUP; ps and top end with their terminal, as commands do.
+	hangups := make(chan os.Signal, 1)
+	if cmd == serve {
+		signal.Notify(hangups, syscall.SIGHUP)
+		defer signal.Stop(hangups)
+	}
 
 	source, err := sf.open(ctx, logger)
 	if err != nil {
-		return fail(once, logger, "cannot read GPUs", err)
+		return fail(cmd.forPerson, logger, "cannot read GPUs", err)
 	}
 	defer source.Close()
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
-	if userLookup {
+	// Users are a server flag: ps shows no user.
+	if cmd == serve && pu.on() {
 		af.users = pu.resolver(af.procfs)
 	}
-	attributor, err := af.open(logger, preset, sf.demo, once)
+	attributor, err := af.open(logger, preset, sf.demo, cmd.forPerson)
 	if err != nil {
-		return fail(once, logger, "cannot attribute GPU processes", err)
+		return fail(cmd.forPerson, logger, "cannot attribute GPU processes", err)
 	}
 	defer attributor.Close()
-	reader := reading.New(source, attributor, timeout, logger)
+	reader := reading.New(source, attributor, rf.timeout, logger)
 
-	switch command {
-	case psCmd.FullCommand():
-		return runPS(ctx, reader, psf)
-	case topCmd.FullCommand():
-		return tf.run(ctx, logger, offer, reader)
-	default:
-		opts := collector.Options{Processes: *processes, PodLabels: splitList(af.podLabels), ProcessUser: af.users != nil}
-		compat.apply(&opts)
-		allocs, err := kf.start(ctx, logger, offer)
-		if err != nil {
-			return fail(once, logger, "cannot read GPU allocations from the kubelet", err)
-		}
-		defer allocs.stop()
-		opts.Allocations = allocs.source
-		self := append([]prometheus.Collector{attributor}, allocs.self...)
-		if c, ok := source.(prometheus.Collector); ok { // sources with self-metrics (NVML's XID watcher)
-			self = append(self, c)
-		}
-		summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
-		return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, summary)
+	switch cmd {
+	case psCmd:
+		return runPS(ctx, reader, &psf)
+	case topCmd:
+		return tf.run(ctx, logger, &tkf, offer, reader)
 	}
+	opts := collector.Options{PodLabels: splitList(af.podLabels), ProcessUser: af.users != nil}
+	cf.apply(&opts)
+	allocs, err := kf.start(ctx, logger, offer)
+	if err != nil {
+		return fail(cmd.forPerson, logger, "cannot read GPU allocations from the kubelet", err)
+	}
+	defer allocs.stop()
+	opts.Allocations = allocs.source
+	self := append([]prometheus.Collector{attributor}, allocs.self...)
+	if c, ok := source.(prometheus.Collector); ok { // sources with self-metrics (NVML's XID watcher)
+		self = append(self, c)
+	}
+	summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
+	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, rf.timeout, hangups, summary)
 }
 
-// checkFlags validates, before anything starts, what the flag parser cannot: values that depend on the
-// filesystem or on each other. Its errors name the flag.
-func checkFlags(sf *sourceFlags, af *attributionFlags, kf *kubeletFlags, wf *webFlags, once bool) error {
-	if err := sf.check(); err != nil {
-		return err
-	}
-	if err := af.check(); err != nil {
-		return err
-	}
-	if once {
-		return nil
-	}
-	if err := kf.check(); err != nil {
-		return err
-	}
-	return wf.check()
+// command is one of the exporter's commands, with the groups of its own flags.
+type command struct {
+	clause *kingpin.CmdClause
+	groups []flagGroup
+	// forPerson: ps and top are for a person at a terminal. The server's flags are not theirs, each problem is one
+	// plain line on stderr (the structured log being for --log.level=debug), and a lookup of names waits as long as
+	// one runtime call may take, there being no next scrape to fill them in.
+	forPerson bool
 }
 
-// startupWarnings are the flags that point at nothing yet: the exporter starts (the runtime or kubelet may come
-// up later, and a test tree may stand in for procfs), and says so once, naming the flag.
-func startupWarnings(af *attributionFlags, kf *kubeletFlags, once bool) []string {
-	ws := af.warnings()
-	if !once {
-		ws = append(ws, kf.warnings()...)
+// addCommand adds a command to app and registers its flag groups on it.
+func addCommand(app *kingpin.Application, name, help string, forPerson bool, groups ...flagGroup) *command {
+	c := &command{clause: app.Command(name, help), groups: groups, forPerson: forPerson}
+	for _, g := range groups {
+		g.register(c.clause)
 	}
-	return ws
+	return c
 }
 
-// fail reports a startup failure: a log line for the server, one human line for a command.
-func fail(once bool, logger *slog.Logger, what string, err error) int {
-	if once {
+// readingFlags bound a reading of the node.
+type readingFlags struct {
+	noChecks
+	timeout time.Duration
+}
+
+func (f *readingFlags) register(app flagHost) {
+	durationFlag(app, "collection.timeout", "How long a scrape waits for a reading of the GPUs and their processes.",
+		8*time.Second, &f.timeout)
+}
+
+// fail reports a startup failure: a log line for the server, one human line for a command for a person.
+func fail(forPerson bool, logger *slog.Logger, what string, err error) int {
+	if forPerson {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %s: %v\n", what, err)
 	} else {
 		logger.Error(what, "err", err)
 	}
 	return 1
-}
-
-// registerLog registers --log.level and --log.format with errors that name the flag.
-func registerLog(app *kingpin.Application) *promslog.Config {
-	c := &promslog.Config{Level: promslog.NewLevel(), Format: promslog.NewFormat()}
-	app.Flag(promslogflag.LevelFlagName, promslogflag.LevelFlagHelp).Default("info").
-		SetValue(namedValue{flag: promslogflag.LevelFlagName, Value: c.Level})
-	app.Flag(promslogflag.FormatFlagName, promslogflag.FormatFlagHelp).Default("logfmt").
-		SetValue(namedValue{flag: promslogflag.FormatFlagName, Value: c.Format})
-	return c
-}
-
-// cliLogger is the log of a one-shot command: warnings and errors as one plain line each on stderr, and the
-// structured log only when --log.level=debug asks for it.
-func cliLogger(c *promslog.Config, stderr io.Writer) *slog.Logger {
-	if c.Level.String() == "debug" {
-		return promslog.New(&promslog.Config{Level: c.Level, Format: c.Format, Writer: stderr})
-	}
-	return slog.New(&humanHandler{w: stderr})
-}
-
-// humanHandler writes warnings and errors as "gpu-pod-exporter: warning: message (key value, ...)", escaped for
-// the terminal: a runtime's error text or a cgroup path in a message is the node's, not ours.
-type humanHandler struct {
-	mu    sync.Mutex
-	w     io.Writer
-	attrs []slog.Attr
-}
-
-func (h *humanHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (h *humanHandler) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString("gpu-pod-exporter: warning: ")
-	b.WriteString(terminal.Escape(r.Message))
-	var details []string
-	add := func(a slog.Attr) bool {
-		details = append(details, a.Key+" "+a.Value.String())
-		return true
-	}
-	for _, a := range h.attrs {
-		add(a)
-	}
-	r.Attrs(add)
-	if len(details) > 0 {
-		b.WriteString(" (" + terminal.Escape(strings.Join(details, ", ")) + ")")
-	}
-	b.WriteString("\n")
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, err := io.WriteString(h.w, b.String())
-	return err
-}
-
-func (h *humanHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &humanHandler{w: h.w, attrs: append(slices.Clip(h.attrs), attrs...)}
-}
-
-func (h *humanHandler) WithGroup(string) slog.Handler { return h }
-
-// flagGroup is a command or the application: where flags are registered.
-type flagGroup interface {
-	Flag(name, help string) *kingpin.FlagClause
 }

@@ -7,8 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
@@ -23,8 +21,7 @@ type psFlags struct {
 	interval  time.Duration
 }
 
-func registerPS(cmd *kingpin.CmdClause) *psFlags {
-	f := &psFlags{}
+func (f *psFlags) register(cmd flagHost) {
 	enumFlag(cmd, "output", "Output format: table or json.", "table", &f.output, "table", "json").Short('o')
 	cmd.Flag("namespace", "Only processes of pods in this Kubernetes namespace.").PlaceHolder("NAMESPACE").StringVar(&f.filter.Namespace)
 	cmd.Flag("owner", "Only processes whose OWNER contains this text (case-insensitive), e.g. a pod, container, "+
@@ -32,7 +29,6 @@ func registerPS(cmd *kingpin.CmdClause) *psFlags {
 	cmd.Flag("no-headers", "Print the table without its header lines.").BoolVar(&f.noHeaders)
 	cmd.Flag("watch", "Print a new reading every --interval until interrupted, instead of once.").Short('w').BoolVar(&f.watch)
 	durationFlag(cmd, "interval", "Time between readings with --watch.", 2*time.Second, &f.interval)
-	return f
 }
 
 // minInterval keeps a refresh from reading the GPUs in a busy loop.
@@ -44,6 +40,8 @@ func (f *psFlags) check() error {
 	}
 	return nil
 }
+
+func (f *psFlags) warnings() []string { return nil }
 
 // runPS prints one reading, or with --watch one every interval until ctx ends (Ctrl-C), which is a normal exit.
 // Under --watch a failed reading is reported and the next one tried, as a watched command is re-run; output that

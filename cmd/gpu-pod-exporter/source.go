@@ -10,7 +10,6 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
@@ -36,7 +35,7 @@ type sourceFlags struct {
 	smiTimeout      time.Duration
 }
 
-func (f *sourceFlags) register(app *kingpin.Application) {
+func (f *sourceFlags) register(app flagHost) {
 	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi; with NVML, nvidia-smi where installed lists the processes NVML cannot), nvml, nvidia-smi or simulated.",
 		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated")
 	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").StringVar(&f.simulatedConfig)
@@ -45,6 +44,8 @@ func (f *sourceFlags) register(app *kingpin.Application) {
 		IsSetByUser(&f.smiPathSet).StringVar(&f.smiPath)
 	durationFlag(app, "nvidia-smi.timeout", "Deadline of one nvidia-smi run.", nvidiasmi.DefaultTimeout, &f.smiTimeout)
 }
+
+func (f *sourceFlags) warnings() []string { return nil }
 
 // check validates the source flags that name files: a simulated node file must exist, and an nvidia-smi given as
 // a path must be an executable file, so that "not executable" is not reported as "not found" at the first reading.

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/charmbracelet/x/term"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
@@ -24,16 +23,12 @@ type topFlags struct {
 	group    bool
 	filter   string
 	count    int
-	kubelet  *kubeletFlags
 	// logs holds back what is logged while the view owns the terminal, and prints it once the terminal is restored.
 	logs *heldLog
 }
 
-func registerTop(app *kingpin.Application) (*kingpin.CmdClause, *topFlags) {
-	f := &topFlags{logs: &heldLog{out: os.Stderr, limit: 64 << 10}}
-	cmd := app.Command("top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
-		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
-		"When the output is not a terminal, prints a plain table every --interval.")
+func (f *topFlags) register(cmd flagHost) {
+	f.logs = &heldLog{out: os.Stderr, limit: 64 << 10}
 	durationFlag(cmd, "interval", "Time between readings.", 2*time.Second, &f.interval)
 	enumFlag(cmd, "sort", "Initial order of the processes: gpu, memory or sm.", "gpu", &f.sort, "gpu", "memory", "sm")
 	cmd.Flag("group", "Start with one row per workload (pod, container, Slurm job, service).").BoolVar(&f.group)
@@ -41,8 +36,6 @@ func registerTop(app *kingpin.Application) (*kingpin.CmdClause, *topFlags) {
 		PlaceHolder("TEXT").StringVar(&f.filter)
 	cmd.Flag("count", "When the output is not a terminal, stop after this many readings (0: until interrupted).").
 		Short('n').Default("0").IntVar(&f.count)
-	f.kubelet = registerKubelet(cmd)
-	return cmd, f
 }
 
 // interactive reports whether top draws on a terminal, rather than printing plain tables.
@@ -60,19 +53,19 @@ func (f *topFlags) check() error {
 	if f.count < 0 {
 		return flagError("count", "must not be negative, got %d", f.count)
 	}
-	return f.kubelet.check()
+	return nil
 }
 
-func (f *topFlags) run(ctx context.Context, logger *slog.Logger, offer allocationOffer, reader *reading.Reader) int {
-	for _, w := range f.kubelet.warnings() {
-		logger.Warn(w)
-	}
+func (f *topFlags) warnings() []string { return nil }
+
+// run shows the view until ctx ends; kf are the kubelet flags of top, for its allocation signals.
+func (f *topFlags) run(ctx context.Context, logger *slog.Logger, kf *kubeletFlags, offer allocationOffer, reader *reading.Reader) int {
 	sort, err := top.ParseSort(f.sort)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: %v\n", err)
 		return 2
 	}
-	allocs, err := f.kubelet.start(ctx, logger, offer)
+	allocs, err := kf.start(ctx, logger, offer)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: cannot read GPU allocations from the kubelet: %v\n", err)
 		return 1

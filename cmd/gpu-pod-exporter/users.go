@@ -12,25 +12,27 @@ import (
 type processUserFlags struct {
 	enabled, set bool
 	rootfs       string
+	demo         *bool // --demo, on which users are looked up unless asked not to
 }
 
-func registerProcessUser(serve flagGroup) *processUserFlags {
-	f := &processUserFlags{}
+func (f *processUserFlags) register(serve flagHost) {
 	serve.Flag("collector.process-user", "Add user, the process owner's name (or uid), to process and workload series. "+
 		"User names can be personal data; off by default, on with --demo (whose users are made up).").
 		IsSetByUser(&f.set).BoolVar(&f.enabled)
 	serve.Flag("path.rootfs", "The node's root filesystem, whose etc/passwd names process owners for "+
 		"--collector.process-user; /host when running in a container.").Default("/").StringVar(&f.rootfs)
-	return f
 }
 
 // on reports whether users are looked up: when asked, and on the demo node unless asked not to.
-func (f *processUserFlags) on(demo bool) bool { return f.enabled || demo && !f.set }
+func (f *processUserFlags) on() bool { return f.enabled || *f.demo && !f.set }
 
 func (f *processUserFlags) passwd() string { return filepath.Join(f.rootfs, "etc", "passwd") }
 
-// check fails when --path.rootfs is not a directory; called only when users are looked up.
+// check fails when --path.rootfs is not a directory and users are looked up.
 func (f *processUserFlags) check() error {
+	if !f.on() {
+		return nil
+	}
 	fi, err := os.Stat(f.rootfs)
 	if err != nil {
 		return flagError("path.rootfs", "%v", err)
@@ -42,8 +44,8 @@ func (f *processUserFlags) check() error {
 }
 
 // warnings: a user database that cannot be read leaves every user a uid. The demo's users are preset.
-func (f *processUserFlags) warnings(demo bool) []string {
-	if demo {
+func (f *processUserFlags) warnings() []string {
+	if !f.on() || *f.demo {
 		return nil
 	}
 	if _, err := os.Stat(f.passwd()); err != nil {

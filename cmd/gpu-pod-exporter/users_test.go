@@ -22,11 +22,12 @@ func TestProcessUserFlag(t *testing.T) {
 		{[]string{"--collector.process-user"}, false, true},
 	} {
 		app := kingpin.New("test", "")
-		pu := registerProcessUser(app)
+		pu := &processUserFlags{demo: &tc.demo}
+		pu.register(app)
 		if _, err := app.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		if got := pu.on(tc.demo); got != tc.want {
+		if got := pu.on(); got != tc.want {
 			t.Errorf("%v, demo %v: on = %v, want %v", tc.args, tc.demo, got, tc.want)
 		}
 	}
@@ -39,29 +40,36 @@ func TestProcessUserRootFS(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	demo := false
 	for _, bad := range []string{filepath.Join(root, "missing"), file} {
-		pu := &processUserFlags{enabled: true, rootfs: bad}
+		pu := &processUserFlags{enabled: true, rootfs: bad, demo: &demo}
 		if err := pu.check(); err == nil || !strings.HasPrefix(err.Error(), "--path.rootfs: ") {
 			t.Errorf("rootfs %s: %v, want an error naming --path.rootfs", bad, err)
 		}
 	}
-	pu := &processUserFlags{enabled: true, rootfs: root}
+	off := &processUserFlags{rootfs: filepath.Join(root, "missing"), demo: &demo}
+	if err := off.check(); err != nil {
+		t.Errorf("rootfs checked while users are not looked up: %v", err)
+	}
+	pu := &processUserFlags{enabled: true, rootfs: root, demo: &demo}
 	if err := pu.check(); err != nil {
 		t.Error(err)
 	}
-	if ws := pu.warnings(false); len(ws) != 1 || !strings.Contains(ws[0], "numeric uids") {
+	if ws := pu.warnings(); len(ws) != 1 || !strings.Contains(ws[0], "numeric uids") {
 		t.Errorf("warnings without etc/passwd: %v", ws)
 	}
-	if ws := pu.warnings(true); len(ws) != 0 {
+	demo = true
+	if ws := pu.warnings(); len(ws) != 0 {
 		t.Errorf("warnings on the demo: %v", ws)
 	}
+	demo = false
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if ws := pu.warnings(false); len(ws) != 0 {
+	if ws := pu.warnings(); len(ws) != 0 {
 		t.Errorf("warnings with etc/passwd: %v", ws)
 	}
 }

@@ -7,11 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +21,7 @@ import (
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/connlimit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
@@ -27,39 +29,55 @@ import (
 
 // Server timeouts. A scrape may wait up to --collection.timeout for a reading before its body is written, so the
 // write deadline is that plus the time a slow but live client needs for a large body; a client that stops reading
-// is cut off then instead of holding a connection (and its memory) for ever. Idle keep-alive connections, which
-// Prometheus reuses between scrapes, are closed after a few scrape intervals.
+// is cut off then instead of holding a connection (and its memory) for ever. An idle keep-alive connection, which
+// Prometheus reuses between scrapes, is closed after Prometheus's default scrape interval (1m) and some slack: a
+// longer interval costs a new connection per scrape, and an abandoned connection is held no longer than that.
 const (
 	readTimeout       = 30 * time.Second
 	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
+	idleTimeout       = 75 * time.Second
 	writeSlack        = 30 * time.Second
+)
+
+// defaultMaxConnections bounds the connections held open: a few Prometheus servers and probes use a handful, and
+// 512 idle ones cost about 10 MB, well within the chart's memory limit.
+const defaultMaxConnections = 512
+
+// maxStreams bounds the HTTP/2 streams of one connection, when the web configuration turns HTTP/2 on.
+const maxStreams = 32
+
+// The health listener's paths, which the metrics path must not take.
+const (
+	healthzPath = "/healthz"
+	readyzPath  = "/readyz"
 )
 
 // webFlags are the HTTP server's flags.
 type webFlags struct {
-	metricsPath  string
-	healthAddr   string
-	toolkit      *web.FlagConfig
-	collectionTO *time.Duration
+	metricsPath    string
+	healthAddr     string
+	toolkit        *web.FlagConfig
+	maxConnections int
 }
 
-func (f *webFlags) register(g *kingpin.CmdClause, collectionTimeout *time.Duration) {
-	f.collectionTO = collectionTimeout
+func (f *webFlags) register(g flagHost) {
 	g.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
 	g.Flag("web.health-listen-address", "Also serve /healthz and /readyz, and nothing else, over plain HTTP on this "+
 		"address, for probes that cannot authenticate when --web.config.file turns on basic auth or client "+
 		"certificates. Off by default: /healthz and /readyz are always served on the main listener too.").
 		PlaceHolder("ADDRESS").StringVar(&f.healthAddr)
 	f.toolkit = webflag.AddFlags(g, ":9402")
+	intFlag(g, "web.max-connections", "Connections held open at once, on the listen addresses together (and as many "+
+		"more on --web.health-listen-address). At the limit, the connection idle the longest is closed for a new "+
+		"one; a new one is refused only while all are in use.", defaultMaxConnections, 1, &f.maxConnections)
 }
 
 func (f *webFlags) check() error {
-	if err := checkTelemetryPath(f.metricsPath); err != nil {
+	if err := checkTelemetryPath(f.metricsPath, healthzPath, readyzPath); err != nil {
 		return err
 	}
 	if p := *f.toolkit.WebConfigFile; p != "" {
-		if err := web.Validate(p); err != nil {
+		if err := checkWebConfig(p); err != nil {
 			return flagError("web.config.file", "%v", err)
 		}
 	}
@@ -67,6 +85,21 @@ func (f *webFlags) check() error {
 		if _, _, err := net.SplitHostPort(f.healthAddr); err != nil {
 			return flagError("web.health-listen-address", "%v", err)
 		}
+	}
+	return nil
+}
+
+// warnings: a connection limit the process's file descriptor limit cannot hold.
+func (f *webFlags) warnings() []string {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return nil
+	}
+	// The exporter's own files (sockets to runtimes and the kubelet, procfs reads) need some too.
+	const reserve = 64
+	if lim.Cur < reserve || uint64(f.maxConnections) > lim.Cur-reserve {
+		return []string{fmt.Sprintf("--web.max-connections: %d is more than the %d file descriptors this process may "+
+			"open leave for connections; connections past that fail to be accepted", f.maxConnections, lim.Cur)}
 	}
 	return nil
 }
@@ -124,7 +157,9 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func healthz(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
 
-func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader, c *collector.Gatherer, f *webFlags, summary startupSummary) int {
+// runServer serves until ctx ends. A scrape waits up to collectionTimeout for a reading.
+func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader, c *collector.Gatherer, f *webFlags,
+	collectionTimeout time.Duration, hangups <-chan os.Signal, summary startupSummary) int {
 	self := c.Registerer()
 	self.MustRegister(
 		versioncollector.NewCollector(program),
@@ -135,8 +170,8 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 	ready := &readiness{reader: reader}
 	mux := http.NewServeMux()
 	mux.Handle(f.metricsPath, promhttp.InstrumentMetricHandler(self, exposition.New(c, logger)))
-	mux.HandleFunc("/healthz", healthz)
-	mux.Handle("/readyz", ready)
+	mux.HandleFunc(healthzPath, healthz)
+	mux.Handle(readyzPath, ready)
 	if f.metricsPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "GPU Pod Exporter",
@@ -144,8 +179,8 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 			Version:     version.Info(),
 			Links: []web.LandingLinks{
 				{Address: f.metricsPath, Text: "Metrics"},
-				{Address: "/healthz", Text: "Health"},
-				{Address: "/readyz", Text: "Readiness"},
+				{Address: healthzPath, Text: "Health"},
+				{Address: readyzPath, Text: "Readiness"},
 			},
 			// No pprof is served, so the page must not link it.
 			Profiling: "false",
@@ -156,21 +191,65 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 		}
 		mux.Handle("/", landing)
 	}
-	server := newServer(mux, *f.collectionTO, logger)
+	server := newServer(mux, collectionTimeout, f.maxConnections, logger)
+	var tlsOn, http2On bool
+	if path := *f.toolkit.WebConfigFile; path != "" {
+		wc := &webConfigFile{path: path}
+		cfg, err := wc.current()
+		if err != nil {
+			logger.Error("reading the web configuration", "file", path, "err", err)
+			return 1
+		}
+		server.Handler = newGuard(wc, cfg, mux, logger)
+		if tlsOn = cfg.TLSConfig.IsEnabled(); tlsOn {
+			http2On = cfg.HTTPConfig.HTTP2
+			server.TLSConfig = wc.tlsConfig(http2On)
+		}
+	}
+	server.Protocols = new(http.Protocols)
+	server.Protocols.SetHTTP1(true)
+	server.Protocols.SetHTTP2(http2On)
+	// A scraper asks for one thing at a time. The HTTP/2 server starts a handler for each stream, even one reset as
+	// it was sent, up to this many at once and queues 4 times as many before it closes the connection.
+	server.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreams}
 
 	logger.Info("starting gpu-pod-exporter", "version", version.Info(), "listen", strings.Join(*f.toolkit.WebListenAddresses, ","),
 		"telemetry_path", f.metricsPath)
-	errc := make(chan error, 2)
-	go func() { errc <- web.ListenAndServe(server, f.toolkit, logger) }()
-	var health *http.Server
+	listeners, err := listen(f.toolkit)
+	if err != nil {
+		logger.Error("serving metrics", "err", err)
+		return 1
+	}
+	errc := make(chan error, len(listeners)+1)
+	for _, l := range listeners {
+		logger.Info("Listening on", "address", l.Addr().String())
+		if tlsOn {
+			logger.Info("TLS is enabled.", "http2", http2On, "address", l.Addr().String())
+		} else {
+			logger.Info("TLS is disabled.", "http2", false, "address", l.Addr().String())
+		}
+		l = server.limit.Listen(l)
+		go func() {
+			if tlsOn {
+				errc <- server.ServeTLS(l, "", "")
+			} else {
+				errc <- server.Serve(l)
+			}
+		}()
+	}
+	var health *limitedServer
 	if f.healthAddr != "" {
 		hmux := http.NewServeMux()
-		hmux.HandleFunc("/healthz", healthz)
-		hmux.Handle("/readyz", ready)
-		health = newServer(hmux, *f.collectionTO, logger)
-		health.Addr = f.healthAddr
+		hmux.HandleFunc(healthzPath, healthz)
+		hmux.Handle(readyzPath, ready)
+		health = newServer(hmux, collectionTimeout, f.maxConnections, logger)
+		l, err := net.Listen("tcp", f.healthAddr)
+		if err != nil {
+			logger.Error("serving probes", "err", err)
+			return 1
+		}
 		logger.Info("serving probes over plain HTTP", "address", f.healthAddr)
-		go func() { errc <- health.ListenAndServe() }()
+		go func() { errc <- health.Serve(health.limit.Listen(l)) }()
 	}
 	go func() {
 		r, err := reader.Read(ctx)
@@ -180,33 +259,47 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 		summary.log(logger, r, err)
 	}()
 
-	select {
-	case err := <-errc:
-		logger.Error("serving metrics", "err", err)
-		return 1
-	case <-ctx.Done():
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for _, s := range []*http.Server{server, health} {
-			if s == nil {
-				continue
+	for {
+		select {
+		case err := <-errc:
+			logger.Error("serving metrics", "err", err)
+			return 1
+		case <-hangups:
+			// What a reload would read again is read again anyway: the web configuration when it changes, the GPUs
+			// and processes at each scrape. A SIGHUP (a closed terminal, a reload by habit) must not stop the exporter.
+			logger.Info("SIGHUP received; nothing to reload, carrying on")
+		case <-ctx.Done():
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for _, s := range []*limitedServer{server, health} {
+				if s == nil {
+					continue
+				}
+				if err := s.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					logger.Warn("shutting down", "err", err)
+				}
 			}
-			if err := s.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Warn("shutting down", "err", err)
-			}
+			return 0
 		}
-		return 0
 	}
 }
 
-func newServer(h http.Handler, collectionTimeout time.Duration, logger *slog.Logger) *http.Server {
-	return &http.Server{
+// limitedServer is an HTTP server whose listeners are wrapped by its connection limit.
+type limitedServer struct {
+	*http.Server
+	limit *connlimit.Limiter
+}
+
+func newServer(h http.Handler, collectionTimeout time.Duration, maxConnections int, logger *slog.Logger) *limitedServer {
+	limit := connlimit.New(maxConnections, logger)
+	return &limitedServer{limit: limit, Server: &http.Server{
 		Handler:           h,
 		ReadTimeout:       readTimeout,
 		ReadHeaderTimeout: readHeaderTimeout,
 		WriteTimeout:      collectionTimeout + writeSlack,
 		IdleTimeout:       idleTimeout,
-		// TLS handshake failures and the like go through the exporter's own log and its format.
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+		ConnState:         limit.ConnState,
+		// TLS handshake failures and the like go through the exporter's own log and its format, rate-limited.
+		ErrorLog: serverErrorLog(logger, serverLogInterval),
+	}}
 }

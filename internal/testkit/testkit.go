@@ -1,5 +1,6 @@
 // Package testkit is what the tests share: waiting for a condition, recording logs, a buffer that one goroutine
-// writes while another reads, short directories for unix sockets, and a gRPC server on one. Only tests import it.
+// writes while another reads, short directories for unix sockets, a gRPC server on one, and a self-signed TLS
+// certificate. Only tests import it.
 package testkit
 
 import (

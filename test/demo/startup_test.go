@@ -3,11 +3,18 @@
 package demo
 
 import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,12 +32,20 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 	write(t, notExec, "#!/bin/true\n")
 	badWeb := filepath.Join(dir, "web.yml")
 	write(t, badWeb, "tls_server_config:\n  cert_file: /nonexistent.crt\n")
+	// HTTP/2 requires an AES-128-GCM suite, which this configuration leaves out.
+	cbcHTTP2 := tlsWebConfig(t, "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA]\nhttp_server_config:\n  http2: true\n")
 	cases := []struct {
 		args []string
 		flag string
 	}{
 		{[]string{"--web.telemetry-path=metrics"}, "--web.telemetry-path"},
 		{[]string{"--web.telemetry-path="}, "--web.telemetry-path"},
+		{[]string{"--web.telemetry-path=/healthz"}, "--web.telemetry-path"},
+		{[]string{"--web.telemetry-path=/readyz"}, "--web.telemetry-path"},
+		{[]string{"--web.telemetry-path=/metrics?format=text"}, "--web.telemetry-path"},
+		{[]string{"--web.max-connections=0"}, "--web.max-connections"},
+		{[]string{"--web.max-connections=many"}, "--web.max-connections"},
+		{[]string{"--web.config.file=" + cbcHTTP2}, "--web.config.file"},
 		{[]string{"--collection.timeout=0s"}, "--collection.timeout"},
 		{[]string{"--collection.timeout=-1s"}, "--collection.timeout"},
 		{[]string{"--collection.timeout=10"}, "--collection.timeout"},
@@ -61,8 +76,11 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		if args[0] != "ps" {
 			args = append(args, "--web.listen-address=127.0.0.1:0")
 		}
-		cmd := exec.Command(binary, args...)
+		// A flag wrongly accepted starts a server, which must not hold the test up.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, binary, args...)
 		out, err := cmd.CombinedOutput()
+		cancel()
 		code := cmd.ProcessState.ExitCode()
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		if err == nil || code != 2 || len(lines) != 1 || !strings.Contains(lines[0], c.flag+":") {
@@ -186,5 +204,134 @@ func TestPSWarnsOnceAboutAMissingSocket(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], "--docker.host: no socket at "+missing) {
 		t.Errorf("ps stderr:\n%s\nwant one line naming --docker.host", stderr.String())
+	}
+}
+
+// tlsWebConfig writes a web configuration with a self-signed certificate for 127.0.0.1 and the extra lines.
+func tlsWebConfig(t *testing.T, extra string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key := testkit.WriteSelfSignedCert(t, dir)
+	path := filepath.Join(dir, "web.yml")
+	write(t, path, "tls_server_config:\n  cert_file: "+cert+"\n  key_file: "+key+"\n"+extra)
+	return path
+}
+
+// negotiate makes a TLS connection offering HTTP/2 and HTTP/1.1, and returns what the server chose.
+func negotiate(t *testing.T, addr string, suites ...uint16) (tls.ConnectionState, error) {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"},
+		CipherSuites: suites, MaxVersion: map[bool]uint16{true: tls.VersionTLS12, false: tls.VersionTLS13}[len(suites) > 0]})
+	if err != nil {
+		return tls.ConnectionState{}, err
+	}
+	defer c.Close()
+	return c.ConnectionState(), nil
+}
+
+// HTTP/2 is off unless the web configuration turns it on; a configuration with CBC suites only, which HTTP/2 would
+// refuse, is served over HTTP/1.1.
+func TestTLSHTTP2OnlyWhenConfigured(t *testing.T) {
+	for _, c := range []struct {
+		name, extra string
+		suites      []uint16
+		want        string
+	}{
+		{"default", "", nil, "http/1.1"},
+		{"http2 on", "http_server_config:\n  http2: true\n", nil, "h2"},
+		{"CBC suites only", "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA]\n",
+			[]uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}, "http/1.1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := e2eutil.StartExporter(t, binary, "--demo", "--web.config.file="+tlsWebConfig(t, c.extra))
+			state, err := negotiate(t, e.Addr, c.suites...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if state.NegotiatedProtocol != c.want {
+				t.Errorf("negotiated %q, want %q", state.NegotiatedProtocol, c.want)
+			}
+		})
+	}
+}
+
+// A SIGHUP is logged, and the exporter carries on serving.
+func TestSIGHUPIsLoggedAndIgnored(t *testing.T) {
+	e := e2eutil.StartExporter(t, binary, "--demo")
+	if err := syscall.Kill(e.Pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "a log line about the SIGHUP", func() bool {
+		if done, err := e.Exited(); done {
+			t.Fatalf("the exporter exited on SIGHUP: %v", err)
+		}
+		return strings.Contains(e.Output(), "SIGHUP")
+	})
+	if _, err := e2eutil.Get("http://" + e.Addr + "/healthz"); err != nil {
+		t.Errorf("after SIGHUP: %v", err)
+	}
+}
+
+// Failed TLS handshakes, which any client can cause, are not a log line each.
+func TestTLSHandshakeFailuresAreNotALineEach(t *testing.T) {
+	e := e2eutil.StartExporter(t, binary, "--demo", "--web.config.file="+tlsWebConfig(t, ""))
+	for range 30 {
+		c, err := net.Dial("tcp", e.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("\x16\x03\x01\x00\x05hello")) // a TLS record that is no ClientHello
+		io.Copy(io.Discard, c)
+		c.Close()
+	}
+	// The server logs a failed handshake before it closes the connection, which the copy above waited for; a SIGHUP
+	// then logs a line after all of them.
+	if err := syscall.Kill(e.Pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the SIGHUP line", func() bool { return strings.Contains(e.Output(), "SIGHUP") })
+	if got := strings.Count(e.Output(), "TLS handshake error"); got != 1 {
+		t.Errorf("%d log lines for 30 failed TLS handshakes, want 1 (the rest summed up later):\n%s", got, e.Output())
+	}
+}
+
+// With --web.max-connections, idle connections make room for new ones: the exporter holds no more than the limit,
+// and a scrape on a new connection is answered.
+func TestConnectionLimit(t *testing.T) {
+	e := e2eutil.StartExporter(t, binary, "--demo", "--web.max-connections=8")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 20 {
+		c, err := net.Dial("tcp", e.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if _, err := e2eutil.Get("http://" + e.Addr + "/metrics"); err != nil {
+		t.Errorf("a scrape with 20 idle connections open: %v", err)
+	}
+	// The first connections were closed by the exporter: a read ends at once.
+	for i, c := range conns[:8] {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("idle connection %d still open past the limit of 8: %v", i, err)
+		}
+	}
+	if !strings.Contains(e.Output(), "connection limit reached") {
+		t.Errorf("no log line about the connection limit:\n%s", e.Output())
 	}
 }

@@ -29,9 +29,16 @@ func openFDs(t *testing.T, pid int) int {
 	return len(entries)
 }
 
-// TestSoakIdleKeepAliveConnections opens 5,000 keep-alive connections that each make one scrape and then sit idle,
-// as abandoned clients or a scan would. The server must close them after its idle timeout (2 minutes), giving back
-// their file descriptors and memory.
+// The exporter's defaults that bound idle connections (docs/reference.md, --web.max-connections).
+const (
+	maxConnections = 512
+	idleTimeout    = 75 * time.Second
+)
+
+// TestSoakIdleKeepAliveConnections opens 10,000 keep-alive connections that each make one request and then sit idle,
+// as abandoned clients or a scan would, and keeps them open. The exporter must hold no more than its connection limit
+// of them, still answer a scrape on a new connection, close the ones it holds after its idle timeout, and give their
+// file descriptors and memory back.
 func TestSoakIdleKeepAliveConnections(t *testing.T) {
 	binary, err := e2eutil.BuildBinary(t.TempDir())
 	if err != nil {
@@ -39,25 +46,29 @@ func TestSoakIdleKeepAliveConnections(t *testing.T) {
 	}
 	e := e2eutil.StartExporter(t, binary, "--demo")
 	pid := e.Pid
+	// Idle is the exporter's steady state under a scrape a second, which its heap takes some garbage collections to
+	// reach.
 	var idle exporterState
-	for range 5 {
+	for range 30 {
 		idle = scrapeState(t, e.Addr)
 		time.Sleep(time.Second)
 	}
 	idleFDs := openFDs(t, pid)
-	t.Logf("idle: %d fds, %v goroutines, RSS %.1f MB", idleFDs, idle.goroutines, idle.rss/1e6)
+	t.Logf("idle: %d fds, %v goroutines, RSS %.1f MB, heap in use %.1f MB", idleFDs, idle.goroutines, idle.rss/1e6,
+		idle.heap/1e6)
 
-	const n = 5000
+	const n = 10000
 	conns := make([]net.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	for range n {
+	peakFDs := 0
+	for i := range n {
 		c, err := net.Dial("tcp", e.Addr)
 		if err != nil {
-			t.Fatalf("connection %d: %v", len(conns), err)
+			t.Fatalf("connection %d: %v", i, err)
 		}
 		conns = append(conns, c)
 		// One request per connection, fully read: the connection is then an idle keep-alive one.
@@ -66,50 +77,61 @@ func TestSoakIdleKeepAliveConnections(t *testing.T) {
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
-			t.Fatalf("connection %d: %v", len(conns), err)
+			t.Fatalf("connection %d: %v", i, err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if i%500 == 0 {
+			peakFDs = max(peakFDs, openFDs(t, pid))
+		}
 	}
-	held := scrapeState(t, e.Addr)
+	held := scrapeState(t, e.Addr) // on a new connection, as Prometheus's next scrape would be
 	heldFDs := openFDs(t, pid)
-	t.Logf("with %d idle connections: %d fds, %v goroutines, RSS %.1f MB", n, heldFDs, held.goroutines, held.rss/1e6)
+	peakFDs = max(peakFDs, heldFDs)
+	opened := time.Now()
+	t.Logf("with %d idle connections opened: %d fds (at most %d), %v goroutines, RSS %.1f MB, heap in use %.1f MB", n,
+		heldFDs, peakFDs, held.goroutines, held.rss/1e6, held.heap/1e6)
 
-	start := time.Now()
-	var after exporterState
 	var afterFDs int
-	deadline := 2*time.Minute + 30*time.Second
+	deadline := idleTimeout + 30*time.Second
 	for {
 		afterFDs = openFDs(t, pid)
-		if afterFDs <= idleFDs+5 || time.Since(start) > deadline {
+		if afterFDs <= idleFDs+5 || time.Since(opened) > deadline {
 			break
 		}
 		time.Sleep(time.Second)
 	}
-	// The memory of 5,000 connections (their goroutine stacks and buffers) is free now, and the Go runtime returns
-	// it to the system after a garbage collection, which an idle exporter runs at least every 2 minutes.
+	closedAfter := time.Since(opened)
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	// The memory of the connections (their goroutine stacks and buffers) is free now, and the Go runtime returns it
+	// to the system after a garbage collection, which an idle exporter runs at least every 2 minutes. Its scavenger
+	// keeps free memory up to about a tenth over the heap's goal, so RSS settles near idle, not at it: measured
+	// +11.6% with the connection limit, +86.6% without (the memory of 10,000 connections).
+	const nearIdle = 1.15
+	var after exporterState
 	settle := time.Now()
 	for {
 		after = scrapeState(t, e.Addr)
-		if after.rss <= 1.1*idle.rss || time.Since(settle) > 4*time.Minute {
+		if after.rss <= nearIdle*idle.rss || time.Since(settle) > 4*time.Minute {
 			break
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("closed after %v: %d fds, %v goroutines, RSS %.1f MB (%+.1f%% of idle)", time.Since(start).Round(time.Second),
-		afterFDs, after.goroutines, after.rss/1e6, 100*(after.rss/idle.rss-1))
-	if heldFDs < idleFDs+n/2 {
-		t.Errorf("only %d fds with %d connections open (idle %d): the connections were not held", heldFDs, n, idleFDs)
+	t.Logf("closed by the exporter %v after the last was opened: %d fds; %v later: %v goroutines, RSS %.1f MB (%+.1f%% of idle), heap in use %.1f MB",
+		closedAfter.Round(time.Second), afterFDs, time.Since(settle).Round(time.Second), after.goroutines, after.rss/1e6,
+		100*(after.rss/idle.rss-1), after.heap/1e6)
+	if peakFDs > idleFDs+maxConnections+5 {
+		t.Errorf("%d fds with %d connections opened (idle %d), want at most the limit of %d more", peakFDs, n, idleFDs,
+			maxConnections)
 	}
 	if afterFDs > idleFDs+5 {
 		t.Errorf("%d fds %v after the connections went idle, want about %d", afterFDs, deadline, idleFDs)
 	}
-	// Measured: 26.7 MB idle, 121 MB held, 40.6 MB six minutes after: the Go runtime keeps part of what 5,000
-	// goroutine stacks and buffers took, so the "within 10% of idle" is not met here. What must hold is
-	// that most of it comes back.
-	if after.rss > idle.rss+0.25*(held.rss-idle.rss) {
-		t.Errorf("RSS %.1f MB after, want most of the %.1f MB the connections took back (idle %.1f MB)",
-			after.rss/1e6, (held.rss-idle.rss)/1e6, idle.rss/1e6)
+	if after.rss > nearIdle*idle.rss {
+		t.Errorf("RSS %.1f MB after, more than %.0f%% over idle %.1f MB", after.rss/1e6, 100*(nearIdle-1), idle.rss/1e6)
 	}
 }
 

@@ -1,0 +1,293 @@
+//go:build soak
+
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+)
+
+// cpuSeconds is the CPU time the process has used, user and system.
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses: utime and stime are the 12th and 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// scrapeResults are the authenticated scrapes of one phase.
+type scrapeResults struct {
+	mu        sync.Mutex
+	latencies []time.Duration
+	failed    int
+	firstErr  string
+}
+
+func (r *scrapeResults) add(d time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latencies = append(r.latencies, d)
+	if err != nil {
+		r.failed++
+		if r.firstErr == "" {
+			r.firstErr = err.Error()
+		}
+	}
+}
+
+func (r *scrapeResults) summary() (n, failed int, p99 time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := slices.Clone(r.latencies)
+	slices.Sort(l)
+	if len(l) > 0 {
+		p99 = l[min(len(l)-1, len(l)*99/100)]
+	}
+	return len(l), r.failed, p99
+}
+
+// authScraper scrapes like Prometheus: one keep-alive HTTP/1.1 connection, basic auth, a 10 s timeout.
+type authScraper struct {
+	client *http.Client
+	url    string
+}
+
+func newAuthScraper(addr string) *authScraper {
+	return &authScraper{url: "https://" + addr + "/metrics", client: &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+			ForceAttemptHTTP2: false,
+			TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{},
+		},
+	}}
+}
+
+func (p *authScraper) scrape() error {
+	req, _ := http.NewRequest("GET", p.url, nil)
+	req.SetBasicAuth("prometheus", "s3cret")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
+// h2Reset opens an HTTP/2 connection and sends streams requests with wrong passwords, each reset at once. It reports
+// whether the server refused HTTP/2.
+func h2Reset(addr string, streams int, seq *atomic.Int64) (refused bool, err error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr,
+		&tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if conn.ConnectionState().NegotiatedProtocol != "h2" {
+		return true, nil
+	}
+	w := bufio.NewWriterSize(conn, 64<<10)
+	fr := http2.NewFramer(w, conn)
+	go func() { // the server's frames, read until it closes the connection
+		for {
+			if _, err := fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	if _, err := io.WriteString(w, http2.ClientPreface); err != nil {
+		return false, err
+	}
+	if err := fr.WriteSettings(); err != nil {
+		return false, err
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for i := range streams {
+		block.Reset()
+		auth := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "prometheus:guess-%d", seq.Add(1)))
+		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", addr}, {":path", "/metrics"},
+			{"authorization", "Basic " + auth}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+			return false, err
+		}
+		if err := fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			return false, err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return false, err
+	}
+	// Leave the connection open a moment, as an attacker would, for the server to take the streams in.
+	time.Sleep(2 * time.Second)
+	return false, nil
+}
+
+// h1Guess is one client that asks for /metrics with a new wrong password as fast as the server answers, over one
+// keep-alive HTTP/1.1 connection from its own loopback address.
+func h1Guess(ctx context.Context, addr, source string, seq *atomic.Int64, answers *atomic.Int64) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext:     (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}).DialContext,
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}}
+	defer client.CloseIdleConnections()
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+addr+"/metrics", nil)
+		req.SetBasicAuth("prometheus", fmt.Sprintf("guess-%d", seq.Add(1)))
+		resp, err := client.Do(req)
+		if err != nil {
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		answers.Add(1)
+	}
+}
+
+// TestSoakAuthFloods: an exporter with TLS and bcrypt basic auth (cost 10) is flooded with wrong passwords while
+// Prometheus, already authenticated, scrapes it every half second with a 10 s timeout. Two floods, each against a
+// fresh exporter, with HTTP/2 as the web configuration leaves it and with HTTP/2 turned on:
+//   - HTTP/2 rapid reset: 20 connections each send 2,000 streams with wrong passwords and reset them at once, a
+//     burst every 5 seconds;
+//   - HTTP/1.1: 200 clients, each from its own loopback address, ask with a new wrong password as fast as answered.
+//
+// At least 99% of Prometheus's scrapes must succeed, with a p99 latency of at most 2 s.
+func TestSoakAuthFloods(t *testing.T) {
+	duration := soakDuration(t)
+	binary, err := e2eutil.BuildBinary(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := testkit.WriteSelfSignedCert(t, dir)
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.DefaultCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  prometheus: %s\n",
+		certFile, keyFile, hash)
+	floods := []struct {
+		name  string
+		flood func(ctx context.Context, t *testing.T, addr string) string
+	}{
+		{"http2-rapid-reset", func(ctx context.Context, t *testing.T, addr string) string {
+			var seq atomic.Int64
+			var refused, failed, bursts atomic.Int64
+			for ctx.Err() == nil {
+				var wg sync.WaitGroup
+				for range 20 {
+					wg.Go(func() {
+						r, err := h2Reset(addr, 2000, &seq)
+						if r {
+							refused.Add(1)
+						}
+						if err != nil {
+							failed.Add(1)
+						}
+					})
+				}
+				wg.Wait()
+				bursts.Add(1)
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+			}
+			return fmt.Sprintf("%d bursts: %d streams sent and reset, %d connections refused HTTP/2, %d failed",
+				bursts.Load(), seq.Load(), refused.Load(), failed.Load())
+		}},
+		{"http1-wrong-passwords", func(ctx context.Context, t *testing.T, addr string) string {
+			var seq, answers atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 200 {
+				wg.Go(func() { h1Guess(ctx, addr, fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250), &seq, &answers) })
+			}
+			wg.Wait()
+			return fmt.Sprintf("200 clients: %d wrong passwords sent, %d answered", seq.Load(), answers.Load())
+		}},
+	}
+	for _, http2On := range []bool{false, true} {
+		for _, f := range floods {
+			t.Run(fmt.Sprintf("%s/http2=%v", f.name, http2On), func(t *testing.T) {
+				cfg := base
+				if http2On {
+					cfg += "http_server_config:\n  http2: true\n"
+				}
+				webCfg := filepath.Join(t.TempDir(), "web.yml")
+				if err := os.WriteFile(webCfg, []byte(cfg), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				e := e2eutil.StartExporter(t, binary, "--demo", "--web.config.file="+webCfg)
+				prom := newAuthScraper(e.Addr)
+				testkit.WaitFor(t, 30*time.Second, "an authenticated scrape", func() bool { return prom.scrape() == nil })
+
+				ctx, stop := context.WithTimeout(context.Background(), duration)
+				defer stop()
+				cpu := cpuSeconds(t, e.Pid)
+				summary := make(chan string, 1)
+				go func() { summary <- f.flood(ctx, t, e.Addr) }()
+				var res scrapeResults
+				tick := time.NewTicker(500 * time.Millisecond)
+				for ctx.Err() == nil {
+					start := time.Now()
+					err := prom.scrape()
+					res.add(time.Since(start), err)
+					select {
+					case <-ctx.Done():
+					case <-tick.C:
+					}
+				}
+				tick.Stop()
+				flood := <-summary
+				n, failed, p99 := res.summary()
+				t.Logf("%s over %v; exporter CPU %.1f s; Prometheus: %d of %d scrapes failed (%.1f%%), p99 %v; first failure: %s",
+					flood, duration, cpuSeconds(t, e.Pid)-cpu, failed, n, 100*float64(failed)/float64(max(n, 1)),
+					p99.Round(time.Millisecond), res.firstErr)
+				if n == 0 || float64(failed) > 0.01*float64(n) {
+					t.Errorf("%d of %d authenticated scrapes failed, want at most 1%%", failed, n)
+				}
+				if p99 > 2*time.Second {
+					t.Errorf("p99 of authenticated scrapes %v, want at most 2 s", p99)
+				}
+			})
+		}
+	}
+}
