@@ -17,6 +17,8 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
@@ -60,7 +62,12 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kc.Close()
-	attr := attribution.New(attribution.Config{})
+	// A CRI resolver, which is never asked here, so that the resolvers' own self-metrics are described too.
+	resolver, err := cri.New(cri.Config{Endpoints: []string{"unix:///nonexistent/containerd.sock"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := attribution.New(attribution.Config{Resolvers: []runtime.Resolver{resolver}})
 	reader := reading.New(simulated.Demo(), attr, time.Minute, slog.New(slog.DiscardHandler))
 	c := collector.New(reader,
 		collector.Options{Processes: true, Compat: []string{collector.CompatNvidiasmi, collector.CompatDCGM}, Allocations: kc},
