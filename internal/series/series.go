@@ -131,7 +131,6 @@ func (e *Engine) Descs() []*Desc { return e.descs }
 // carried is what a gathering leaves the next: its label sets and their ranks, and how many series each family
 // had, to size the next one's at once.
 type carried struct {
-	sets     labelSets
 	rankings []*ranking // by layout
 	sizes    []int      // by desc
 }
@@ -142,8 +141,13 @@ func (e *Engine) Batch() *Batch {
 	last, spare := e.last, e.spare
 	e.spare = nil
 	e.mu.Unlock()
-	b := &Batch{e: e, families: make([]family, len(e.descs)), rankings: make([]*ranking, len(e.layouts)),
-		prev: last.sets, prevRankings: last.rankings, sets: make(labelSets, len(last.sets))}
+	b := &Batch{e: e, families: make([]family, len(e.descs)), layouts: make([]layoutSets, len(e.layouts))}
+	for i := range b.layouts {
+		b.layouts[i].ranking = &ranking{}
+		if i < len(last.rankings) {
+			b.layouts[i].prev = last.rankings[i]
+		}
+	}
 	for i := range b.families {
 		if i < len(spare) && spare[i] != nil {
 			b.families[i].samples = spare[i][:0]
@@ -162,10 +166,7 @@ type Batch struct {
 	errs     []error
 	foreign  map[*Desc]bool // descs of another engine that were written, reported once
 
-	prev, sets labelSets // the last gathering's label sets (read only), and this one's
-	rankings   []*ranking
-	// The last gathering's rankings, whose ranks a ranking of the same sets takes.
-	prevRankings []*ranking
+	layouts []layoutSets // by layout
 	// The label set of the last series: the next series with the same layout and values (the next family of the
 	// same process) takes it without a lookup.
 	last    setRef
@@ -244,6 +245,10 @@ func (b *Batch) add(d *Desc, typ dto.MetricType, v float64, labels []string) {
 
 // setOf finds the label set of values in this gathering, or takes it from the last one, or builds it.
 func (b *Batch) setOf(d *Desc, values []string) (setRef, bool) {
+	ls := &b.layouts[d.layout.index]
+	if ref, ok := ls.expected(values); ok {
+		return ref, true
+	}
 	var h maphash.Hash
 	h.SetSeed(b.e.seed)
 	for _, v := range values {
@@ -251,30 +256,16 @@ func (b *Batch) setOf(d *Desc, values []string) (setRef, bool) {
 		h.WriteByte(0xff) // never in UTF-8
 	}
 	sum := h.Sum64()
-	if ref, ok := b.sets.find(sum, d.layout, values); ok {
+	if ref, ok := ls.find(sum, values); ok {
 		return ref, true
 	}
-	var set *labelSet
-	if ref, ok := b.prev.find(sum, d.layout, values); ok {
-		set = ref.set
-	} else {
-		for _, v := range values {
-			if !utf8.ValidString(v) {
-				b.fail(fmt.Errorf("%s: label value %q is not valid UTF-8", d.name, v))
-				return setRef{}, false
-			}
+	for _, v := range values {
+		if !utf8.ValidString(v) {
+			b.fail(fmt.Errorf("%s: label value %q is not valid UTF-8", d.name, v))
+			return setRef{}, false
 		}
-		set = newLabelSet(d.layout, values)
 	}
-	r := b.rankings[d.layout.index]
-	if r == nil {
-		r = &ranking{}
-		b.rankings[d.layout.index] = r
-	}
-	ref := setRef{set: set, index: int32(len(r.sets))}
-	r.sets = append(r.sets, set)
-	b.sets.add(sum, ref)
-	return ref, true
+	return ls.add(newLabelSet(d.layout, values, sum)), true
 }
 
 // Each calls f with every series written so far, in the order written, family by family: for views that read
@@ -283,7 +274,7 @@ func (b *Batch) Each(f func(d *Desc, values []string, v float64)) {
 	for _, i := range b.written {
 		d := b.e.descs[i]
 		for _, s := range b.families[i].samples {
-			f(d, b.rankings[d.layout.index].sets[s.set].values, s.value)
+			f(d, b.layouts[d.layout.index].sets[s.set].values, s.value)
 		}
 	}
 }
@@ -319,12 +310,9 @@ func (b *Batch) Gather(self []*dto.MetricFamily) (*Gathering, error) {
 			continue
 		}
 		d := b.e.descs[i]
-		r := b.rankings[d.layout.index]
-		var prev *ranking
-		if d.layout.index < len(b.prevRankings) {
-			prev = b.prevRankings[d.layout.index]
-		}
-		r.rank(d.layout, prev)
+		ls := &b.layouts[d.layout.index]
+		r := ls.ranking
+		r.rank(d.layout, ls.prev)
 		b.sortByRank(f.samples, r.ranks)
 		kept := f.samples[:1]
 		for _, s := range f.samples[1:] {
@@ -341,8 +329,12 @@ func (b *Batch) Gather(self []*dto.MetricFamily) (*Gathering, error) {
 	for i, f := range b.families {
 		sizes[i] = len(f.samples)
 	}
+	rankings := make([]*ranking, len(b.layouts))
+	for i, ls := range b.layouts {
+		rankings[i] = ls.ranking
+	}
 	b.e.mu.Lock()
-	b.e.last = carried{b.sets, b.rankings, sizes}
+	b.e.last = carried{rankings, sizes}
 	b.e.mu.Unlock()
 	return g, errors.Join(b.errs...)
 }

@@ -2,6 +2,7 @@ package series
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -174,23 +175,19 @@ func TestFamiliesFromElsewhereAreMerged(t *testing.T) {
 	}
 }
 
-// Label sets whose hashes collide are told apart by their layout and values.
+// Label sets whose hashes collide are told apart by their values.
 func TestLabelSetsCollide(t *testing.T) {
-	a, b := NewDesc("a", "a", []string{"x"}), NewDesc("b", "b", []string{"y"})
+	l := NewDesc("a", "a", []string{"x"}).layout
 	sets := labelSets{}
-	one, two, three := newLabelSet(a.layout, []string{"1"}), newLabelSet(a.layout, []string{"2"}), newLabelSet(b.layout, []string{"1"})
-	for i, s := range []*labelSet{one, two, three} {
-		sets.add(42, setRef{set: s, index: int32(i)})
+	for i, v := range []string{"1", "2", "3"} {
+		sets.add(42, indexed{newLabelSet(l, []string{v}, 42), int32(i)})
 	}
-	for i, want := range []struct {
-		l      *layout
-		values []string
-	}{{a.layout, []string{"1"}}, {a.layout, []string{"2"}}, {b.layout, []string{"1"}}} {
-		if got, ok := sets.find(42, want.l, want.values); !ok || got.index != int32(i) {
-			t.Errorf("set %d: found %v, %v", i, got.index, ok)
+	for i, v := range []string{"1", "2", "3"} {
+		if got, ok := sets.find(42, []string{v}); !ok || got.from != int32(i) {
+			t.Errorf("set %d: found %v, %v", i, got.from, ok)
 		}
 	}
-	if _, ok := sets.find(42, a.layout, []string{"3"}); ok {
+	if _, ok := sets.find(42, []string{"4"}); ok {
 		t.Error("found a set that is not there")
 	}
 }
@@ -281,6 +278,50 @@ func TestReleasedSeriesAreReused(t *testing.T) {
 		}
 		if &f.samples[0] == &kept.own[i].samples[0] {
 			t.Errorf("%s: the series of a gathering not released were reused", f.desc.name)
+		}
+	}
+}
+
+// Gathering after gathering of series that come, go, come back, change order and are written again by another
+// family further on, each gathering writes what a fresh engine writes, and holds each label set once.
+func TestLabelSetsAcrossRandomGatherings(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	descs := nodeDescs()
+	e := NewEngine(descs[:]...)
+	for round := range 200 {
+		var pids []int
+		for range rng.IntN(40) {
+			pids = append(pids, rng.IntN(30))
+		}
+		write := func(descs [3]*Desc, b *Batch) {
+			for i, pid := range pids {
+				values := []string{fmt.Sprint(pid % 4), fmt.Sprint(pid), fmt.Sprint("pod-", pid/3)}
+				if i%3 == 0 {
+					b.Gauge(descs[0], float64(i), values...)
+				}
+				b.Counter(descs[1], float64(round), values...)
+			}
+		}
+		b := e.Batch()
+		write(descs, b)
+		got, gotErr := b.Gather(nil)
+		freshDescs := nodeDescs()
+		fresh := NewEngine(freshDescs[:]...).Batch()
+		write(freshDescs, fresh)
+		want, wantErr := fresh.Gather(nil)
+		if text(t, got) != text(t, want) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("round %d, pids %v:\n%s\nwant:\n%s", round, pids, text(t, got), text(t, want))
+		}
+		seen := map[string]bool{}
+		for _, s := range b.layouts[descs[0].layout.index].sets {
+			if key := strings.Join(s.values, ","); seen[key] {
+				t.Fatalf("round %d: label set %s held twice", round, key)
+			} else {
+				seen[key] = true
+			}
+		}
+		if rng.IntN(2) == 0 {
+			got.Release()
 		}
 	}
 }
