@@ -143,9 +143,11 @@ func (e *Engine) Batch() *Batch {
 	e.mu.Unlock()
 	b := &Batch{e: e, families: make([]family, len(e.descs)), layouts: make([]layoutSets, len(e.layouts))}
 	for i := range b.layouts {
-		b.layouts[i].ranking = &ranking{}
+		ls := &b.layouts[i]
+		ls.ranking = &ranking{}
 		if i < len(last.rankings) {
-			b.layouts[i].prev = last.rankings[i]
+			ls.prev = last.rankings[i]
+			ls.sets = make([]*labelSet, 0, len(ls.prev.sets))
 		}
 	}
 	for i := range b.families {
@@ -303,7 +305,7 @@ func (b *Batch) failOnce(f *family, err error) {
 // written twice with the same labels is kept the first time, as the registry keeps it, and named in the error; so
 // is a family of self with the name of one of the batch's, which is left out. The batch is not used again.
 func (b *Batch) Gather(self []*dto.MetricFamily) (*Gathering, error) {
-	g := &Gathering{e: b.e}
+	g := &Gathering{e: b.e, own: make([]gathered, 0, len(b.written))}
 	for _, i := range b.e.byName {
 		f := &b.families[i]
 		if len(f.samples) == 0 {
