@@ -1,11 +1,14 @@
 package collector
 
 import (
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -281,3 +284,66 @@ func TestConcurrentScrapesWithReleases(t *testing.T) {
 
 // The exposition borrows gatherings from the collector, and hands them back.
 var _ exposition.Lender = (*Gatherer)(nil)
+
+// Every body the exposition serves is the collector's gathering: the text written from its own series, gzipped or
+// not, the protocol buffer format and a filtered scrape written from client_model's families.
+func TestEveryFormatServesTheGathering(t *testing.T) {
+	snap, owners := benchNode()
+	c := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	// The GPU families among mfs, sorted by name (the text decoder gives them in no order), with the names asked.
+	gpu := func(mfs []*dto.MetricFamily, names ...string) string {
+		var kept []*dto.MetricFamily
+		for _, mf := range mfs {
+			if !strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") && (len(names) == 0 || slices.Contains(names, mf.GetName())) {
+				kept = append(kept, mf)
+			}
+		}
+		slices.SortFunc(kept, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+		return textOf(t, kept)
+	}
+	mfs, err := c.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := exposition.New(c, slog.New(slog.DiscardHandler))
+	for _, scrape := range []struct {
+		accept, encoding string
+		names            []string
+	}{
+		{"", "", nil},
+		{"", "gzip", nil},
+		{"application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", "", nil},
+		{"", "", []string{"gpu_process_memory_used_bytes", "gpu_info"}},
+	} {
+		query := url.Values{"name[]": scrape.names}
+		r := httptest.NewRequest(http.MethodGet, "/metrics?"+query.Encode(), nil)
+		r.Header.Set("Accept", scrape.accept)
+		r.Header.Set("Accept-Encoding", scrape.encoding)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var body io.Reader = w.Body
+		if w.Header().Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(w.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = zr
+		}
+		dec := expfmt.NewDecoder(body, expfmt.Format(w.Header().Get("Content-Type")))
+		var got []*dto.MetricFamily
+		for {
+			mf := &dto.MetricFamily{}
+			if err := dec.Decode(mf); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("%+v: %v", scrape, err)
+			}
+			got = append(got, mf)
+		}
+		if g, want := gpu(got), gpu(mfs, scrape.names...); g != want {
+			t.Errorf("%+v: the body is not the gathering:\n%.2000s\nwant:\n%.2000s", scrape, g, want)
+		} else if !strings.Contains(g, "gpu_process_memory_used_bytes{") {
+			t.Errorf("%+v: no process series in the body", scrape)
+		}
+	}
+}
