@@ -4,6 +4,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/accounting"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // accountingMetrics say who pays for each GPU: its power split among its workloads, and per-workload counters of
@@ -12,13 +13,13 @@ import (
 type accountingMetrics struct {
 	labels                                  podLabels
 	ledger                                  *accounting.Ledger
-	power, energy, smSeconds, memorySeconds *desc
-	unattributedPower, unattributedEnergy   *desc
+	power, energy, smSeconds, memorySeconds *series.Desc
+	unattributedPower, unattributedEnergy   *series.Desc
 }
 
 func newAccountingMetrics(labels podLabels) *accountingMetrics {
 	names := labels.labelNames(attribution.OnWorkloads, "gpu", "uuid")
-	family := func(name, help string) *desc { return newDesc(name, help, names) }
+	family := func(name, help string) *series.Desc { return series.NewDesc(name, help, names) }
 	return &accountingMetrics{
 		labels: labels,
 		ledger: accounting.New(),
@@ -37,30 +38,30 @@ func newAccountingMetrics(labels podLabels) *accountingMetrics {
 	}
 }
 
-func (m *accountingMetrics) descs() []*desc {
-	return []*desc{m.power, m.energy, m.smSeconds, m.memorySeconds, m.unattributedPower, m.unattributedEnergy}
+func (m *accountingMetrics) descs() []*series.Desc {
+	return []*series.Desc{m.power, m.energy, m.smSeconds, m.memorySeconds, m.unattributedPower, m.unattributedEnergy}
 }
 
-func (m *accountingMetrics) update(b *batch, r *reading.Reading) {
+func (m *accountingMetrics) update(b *series.Batch, r *reading.Reading) {
 	m.ledger.Observe(r)
 	values := make([]string, 0, 16)
 	m.ledger.Each(func(g *accounting.GPU) {
 		idx := itoa(g.Index)
 		if g.UnattributedPowerWatts.Valid {
-			b.gauge(m.unattributedPower, g.UnattributedPowerWatts.V, idx, g.UUID)
+			b.Gauge(m.unattributedPower, g.UnattributedPowerWatts.V, idx, g.UUID)
 		}
-		b.counter(m.unattributedEnergy, g.UnattributedEnergyJoules, idx, g.UUID)
+		b.Counter(m.unattributedEnergy, g.UnattributedEnergyJoules, idx, g.UUID)
 		for _, w := range g.Workloads {
 			values = m.labels.appendIdentity(append(values[:0], idx, g.UUID), attribution.OnWorkloads, &w.Identity)
 			if w.PowerWatts.Valid {
-				b.gauge(m.power, w.PowerWatts.V, values...)
+				b.Gauge(m.power, w.PowerWatts.V, values...)
 			}
-			b.counter(m.energy, w.EnergyJoules, values...)
+			b.Counter(m.energy, w.EnergyJoules, values...)
 			if w.SMSeconds.Valid {
-				b.counter(m.smSeconds, w.SMSeconds.V, values...)
+				b.Counter(m.smSeconds, w.SMSeconds.V, values...)
 			}
 			if w.MemoryByteSeconds.Valid {
-				b.counter(m.memorySeconds, w.MemoryByteSeconds.V, values...)
+				b.Counter(m.memorySeconds, w.MemoryByteSeconds.V, values...)
 			}
 		}
 	})

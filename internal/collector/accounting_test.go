@@ -2,7 +2,6 @@ package collector
 
 import (
 	"context"
-	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // ticking is a GPU that draws 100 W, read every 10 s (of its own clock): each reading is a new one.
@@ -101,7 +101,8 @@ func TestAccountingOncePerReading(t *testing.T) {
 	}
 }
 
-func discard() *batch { return newBatch(carried{}, maphash.MakeSeed()) }
+// discard is a batch that refuses every series written to it: no part's family is one of its engine's.
+func discard() *series.Batch { return series.NewEngine().Batch() }
 
 // advancing serves the same node at a later time on each reading, so that every scrape is a new reading to account.
 type advancing struct {

@@ -3,14 +3,15 @@ package collector
 import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // allocationMetrics show what the kubelet's allocations say about each reading (internal/allocation): who holds a
 // GPU, who holds one and leaves it idle, and who uses one that was never allocated to them.
 type allocationMetrics struct {
 	source                       allocation.Source
-	info, processes, unrequested *desc
-	unmapped                     *desc
+	info, processes, unrequested *series.Desc
+	unmapped                     *series.Desc
 }
 
 // The dra_* labels are dcgm-exporter's, so that queries over its DRA series carry over; they are empty for device
@@ -21,21 +22,21 @@ var allocationLabels = []string{"gpu", "uuid", "gpu_instance", "compute_instance
 func newAllocationMetrics(source allocation.Source) *allocationMetrics {
 	return &allocationMetrics{
 		source: source,
-		info: newDesc("gpu_allocation_info",
+		info: series.NewDesc("gpu_allocation_info",
 			"GPU or MIG device that the kubelet allocated to the container (PodResources API), through a device plugin "+
 				"or a DRA ResourceClaim; always 1. gpu_instance and compute_instance are empty unless the device is a MIG "+
 				"instance; resource is the device plugin resource or the DRA driver; the dra_* labels are empty for "+
 				"device plugin allocations.",
 			allocationLabels),
-		processes: newDesc("gpu_allocation_processes",
+		processes: series.NewDesc("gpu_allocation_processes",
 			"Processes of the allocated pod on the allocated GPU or MIG device; 0 means allocated and idle. "+
 				"Processes of pods whose names are not known yet count for every allocation of their GPU.",
 			allocationLabels),
-		unrequested: newDesc("gpu_unrequested_use",
+		unrequested: series.NewDesc("gpu_unrequested_use",
 			"1 for a Kubernetes container with processes on a GPU or MIG device that no kubelet allocation gives its pod "+
 				"(NVIDIA_VISIBLE_DEVICES=all, privileged pods). Only while the kubelet's allocations are known.",
 			[]string{"gpu", "uuid", "gpu_instance", "compute_instance", "namespace", "pod", "container"}),
-		unmapped: newDesc("gpu_pod_exporter_kubelet_unmapped_devices",
+		unmapped: series.NewDesc("gpu_pod_exporter_kubelet_unmapped_devices",
 			"Allocated GPU device IDs and DRA device names that match no GPU or MIG device of the current reading (unknown "+
 				"ID format, a GPU that could not be read, a MIG device whose placement is unknown). Their pods get no "+
 				"gpu_unrequested_use series.",
@@ -43,11 +44,11 @@ func newAllocationMetrics(source allocation.Source) *allocationMetrics {
 	}
 }
 
-func (m *allocationMetrics) descs() []*desc {
-	return []*desc{m.info, m.processes, m.unrequested, m.unmapped}
+func (m *allocationMetrics) descs() []*series.Desc {
+	return []*series.Desc{m.info, m.processes, m.unrequested, m.unmapped}
 }
 
-func (m *allocationMetrics) update(b *batch, r *reading.Reading) {
+func (m *allocationMetrics) update(b *series.Batch, r *reading.Reading) {
 	allocs, ok := m.source.Allocations()
 	if !ok {
 		return
@@ -61,15 +62,15 @@ func (m *allocationMetrics) update(b *batch, r *reading.Reading) {
 		}
 		values := []string{itoa(a.GPU), a.UUID, gi, ci, a.Namespace, a.Pod, a.Container, a.Resource,
 			claimName, claimNamespace, driver, pool, device}
-		b.gauge(m.info, 1, values...)
+		b.Gauge(m.info, 1, values...)
 		if a.Processes >= 0 {
-			b.gauge(m.processes, float64(a.Processes), values...)
+			b.Gauge(m.processes, float64(a.Processes), values...)
 		}
 	}
-	b.gauge(m.unmapped, float64(s.Unmapped))
+	b.Gauge(m.unmapped, float64(s.Unmapped))
 	for _, u := range s.Unrequested {
 		gi, ci := instanceLabels(u.Device)
-		b.gauge(m.unrequested, 1, itoa(u.GPU), u.UUID, gi, ci, u.Namespace, u.Pod, u.Container)
+		b.Gauge(m.unrequested, 1, itoa(u.GPU), u.UUID, gi, ci, u.Namespace, u.Pod, u.Container)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/rate"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // Compatibility outputs (--compat).
@@ -102,7 +103,7 @@ type dcgmMetrics struct {
 	hostname string
 	fields   []dcgmField
 	families []*deviceFamily // of each field
-	byField  []*desc
+	byField  []*series.Desc
 	rates    *rate.Tracker[rateKey] // of the fields that are rates
 }
 
@@ -124,13 +125,13 @@ func newDCGMMetrics(hostname string) *dcgmMetrics {
 			}
 			m.fields = append(m.fields, f)
 			m.families = append(m.families, &deviceFamilies[i])
-			m.byField = append(m.byField, newDesc(f.name, help, labels))
+			m.byField = append(m.byField, series.NewDesc(f.name, help, labels))
 		}
 	}
 	return m
 }
 
-func (m *dcgmMetrics) descs() []*desc { return m.byField }
+func (m *dcgmMetrics) descs() []*series.Desc { return m.byField }
 
 // dcgmSeries is one label set of the output and its values: the whole GPU, a GPU instance (GPU_I_ID) in MIG mode,
 // or a pod's share of either.
@@ -282,7 +283,7 @@ func (m *dcgmMetrics) split(d *gpu.Device, e dcgmSeries, processes []gpu.Process
 	return append(out, e)
 }
 
-func (m *dcgmMetrics) update(b *batch, r *reading.Reading) {
+func (m *dcgmMetrics) update(b *series.Batch, r *reading.Reading) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]

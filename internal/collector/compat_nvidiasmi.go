@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // nvidiasmiMetrics is --compat=nvidiasmi: the per-process series of the nvidia-smi exporter
@@ -12,18 +13,18 @@ import (
 // add, so that a panel such as sum(nvidiasmi_process_used_memory_bytes{uuid=~"GPU-$gpu"}) by (pod_name) keeps
 // working. See docs/compat.md.
 type nvidiasmiMetrics struct {
-	memory *desc
+	memory *series.Desc
 }
 
 func newNvidiasmiMetrics() *nvidiasmiMetrics {
 	return &nvidiasmiMetrics{
-		memory: newDesc("nvidiasmi_process_used_memory_bytes",
+		memory: series.NewDesc("nvidiasmi_process_used_memory_bytes",
 			"GPU memory used by the process on this GPU, as the nvidia-smi exporter writes it (--compat=nvidiasmi); pod_name is the owning pod.",
 			[]string{"id", "uuid", "name", "process_pid", "process_name", "process_type", "pod_name"}),
 	}
 }
 
-func (m *nvidiasmiMetrics) descs() []*desc { return []*desc{m.memory} }
+func (m *nvidiasmiMetrics) descs() []*series.Desc { return []*series.Desc{m.memory} }
 
 // smiProcess is one process on one GPU. On a GPU in MIG mode the same PID can be listed once per MIG instance it
 // uses; the original has no instance label, so those entries are summed into one series instead of colliding.
@@ -33,7 +34,7 @@ type smiProcess struct {
 	memory gpu.Value
 }
 
-func (m *nvidiasmiMetrics) update(b *batch, r *reading.Reading) {
+func (m *nvidiasmiMetrics) update(b *series.Batch, r *reading.Reading) {
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
 		var order []uint32
@@ -57,7 +58,7 @@ func (m *nvidiasmiMetrics) update(b *batch, r *reading.Reading) {
 			if name == "" {
 				name = r.Owner(sp.p).Name
 			}
-			b.gauge(m.memory, sp.memory.V, d.PCIBusID, d.UUID, d.Name, strconv.FormatUint(uint64(pid), 10), processName(name),
+			b.Gauge(m.memory, sp.memory.V, d.PCIBusID, d.UUID, d.Name, strconv.FormatUint(uint64(pid), 10), processName(name),
 				smiProcessType(sp.p.Type), sp.pod)
 		}
 	}

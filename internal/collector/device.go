@@ -7,6 +7,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // deviceFamily is one family of per-GPU series (per MIG instance for some), and all that the exporter says about
@@ -47,11 +48,11 @@ func (t metricType) String() string {
 }
 
 // write adds one series of type t to the batch.
-func (t metricType) write(b *batch, d *desc, v float64, labels []string) {
+func (t metricType) write(b *series.Batch, d *series.Desc, v float64, labels []string) {
 	if t == counter {
-		b.counter(d, v, labels...)
+		b.Counter(d, v, labels...)
 	} else {
-		b.gauge(d, v, labels...)
+		b.Gauge(d, v, labels...)
 	}
 }
 
@@ -642,13 +643,13 @@ func clock(d *gpu.Device, name string) gpu.Value {
 
 var gpuLabels = []string{"gpu", "uuid"}
 
-func gpuDesc(name, help string, extra ...string) *desc {
-	return newDesc(name, help, append(append([]string{}, gpuLabels...), extra...))
+func gpuDesc(name, help string, extra ...string) *series.Desc {
+	return series.NewDesc(name, help, append(append([]string{}, gpuLabels...), extra...))
 }
 
 // deviceMetrics write deviceFamilies.
 type deviceMetrics struct {
-	byRow []*desc // the desc of each row of deviceFamilies
+	byRow []*series.Desc // the desc of each row of deviceFamilies
 }
 
 func newDeviceMetrics() *deviceMetrics {
@@ -659,9 +660,9 @@ func newDeviceMetrics() *deviceMetrics {
 	return m
 }
 
-func (m *deviceMetrics) descs() []*desc { return m.byRow }
+func (m *deviceMetrics) descs() []*series.Desc { return m.byRow }
 
-func (m *deviceMetrics) update(b *batch, r *reading.Reading) {
+func (m *deviceMetrics) update(b *series.Batch, r *reading.Reading) {
 	s := &deviceSeries{b: b, values: make([]string, 2, 16)}
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
@@ -682,8 +683,8 @@ func (m *deviceMetrics) update(b *batch, r *reading.Reading) {
 
 // deviceSeries writes the series of one device family on one GPU.
 type deviceSeries struct {
-	b      *batch
-	desc   *desc
+	b      *series.Batch
+	desc   *series.Desc
 	typ    metricType
 	values []string // gpu, uuid, then the family's labels
 	// distinct is the set that workloads counts in, kept from one GPU to the next: a set made per GPU doubled the

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"hash/maphash"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 )
 
@@ -69,15 +69,13 @@ func TestDeviceFamilyRows(t *testing.T) {
 // familiesOf returns the device families that a snapshot gives series.
 func familiesOf(t *testing.T, snap *gpu.Snapshot) map[string]bool {
 	t.Helper()
-	b := newBatch(carried{}, maphash.MakeSeed())
-	newDeviceMetrics().update(b, &reading.Reading{Snapshot: snap})
-	mfs, err := b.gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newDeviceMetrics()
+	b := series.NewEngine(m.descs()...).Batch()
+	m.update(b, &reading.Reading{Snapshot: snap})
 	written := make(map[string]bool)
-	for _, mf := range mfs {
-		written[mf.GetName()] = true
+	b.Each(func(d *series.Desc, _ []string, _ float64) { written[d.Name()] = true })
+	if _, err := b.Gather(nil); err != nil {
+		t.Fatal(err)
 	}
 	return written
 }

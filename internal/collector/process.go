@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // podLabels maps the --kubernetes.pod-labels allowlist to label names: characters a label name may not hold become
@@ -77,12 +78,12 @@ func (pl podLabels) has(l attribution.IdentityLabel, use attribution.Use) bool {
 // processMetrics are the per-PID series: one per process per GPU.
 type processMetrics struct {
 	labels                        podLabels
-	memory, sm, memUtil, enc, dec *desc
+	memory, sm, memUtil, enc, dec *series.Desc
 }
 
 func newProcessMetrics(labels podLabels) *processMetrics {
 	names := labels.labelNames(attribution.OnProcesses, "gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
-	family := func(name, help string) *desc { return newDesc(name, help, names) }
+	family := func(name, help string) *series.Desc { return series.NewDesc(name, help, names) }
 	return &processMetrics{
 		labels: labels,
 		memory: family("gpu_process_memory_used_bytes", "GPU memory used by the process on this GPU."),
@@ -95,9 +96,11 @@ func newProcessMetrics(labels podLabels) *processMetrics {
 	}
 }
 
-func (m *processMetrics) descs() []*desc { return []*desc{m.memory, m.sm, m.memUtil, m.enc, m.dec} }
+func (m *processMetrics) descs() []*series.Desc {
+	return []*series.Desc{m.memory, m.sm, m.memUtil, m.enc, m.dec}
+}
 
-func (m *processMetrics) update(b *batch, r *reading.Reading) {
+func (m *processMetrics) update(b *series.Batch, r *reading.Reading) {
 	values := make([]string, 0, 16)
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
@@ -111,12 +114,12 @@ func (m *processMetrics) update(b *batch, r *reading.Reading) {
 			values = append(values[:0], idx, d.UUID, strconv.FormatUint(uint64(p.PID), 10), processName(owner.Name), p.Type, gi, ci)
 			values = m.labels.appendIdentity(values, attribution.OnProcesses, &owner.Identity)
 			for _, s := range []struct {
-				desc *desc
+				desc *series.Desc
 				v    gpu.Value
 			}{{m.memory, p.UsedMemoryBytes}, {m.sm, p.SMUtilizationRatio}, {m.memUtil, p.MemoryUtilizationRatio},
 				{m.enc, p.EncoderUtilizationRatio}, {m.dec, p.DecoderUtilizationRatio}} {
 				if s.v.Valid {
-					b.gauge(s.desc, s.v.V, values...)
+					b.Gauge(s.desc, s.v.V, values...)
 				}
 			}
 		}
@@ -138,12 +141,12 @@ func processName(name string) string {
 // a series per container ID would be a new series at every restart.
 type workloadMetrics struct {
 	labels                podLabels
-	memory, sm, processes *desc
+	memory, sm, processes *series.Desc
 }
 
 func newWorkloadMetrics(labels podLabels) *workloadMetrics {
 	names := labels.labelNames(attribution.OnWorkloads, "gpu", "uuid")
-	family := func(name, help string) *desc { return newDesc(name, help, names) }
+	family := func(name, help string) *series.Desc { return series.NewDesc(name, help, names) }
 	return &workloadMetrics{
 		labels:    labels,
 		memory:    family("gpu_workload_memory_used_bytes", "GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service)."),
@@ -152,7 +155,7 @@ func newWorkloadMetrics(labels podLabels) *workloadMetrics {
 	}
 }
 
-func (m *workloadMetrics) descs() []*desc { return []*desc{m.memory, m.sm, m.processes} }
+func (m *workloadMetrics) descs() []*series.Desc { return []*series.Desc{m.memory, m.sm, m.processes} }
 
 type workload struct {
 	id         attribution.Identity
@@ -160,7 +163,7 @@ type workload struct {
 	processes  int
 }
 
-func (m *workloadMetrics) update(b *batch, r *reading.Reading) {
+func (m *workloadMetrics) update(b *series.Batch, r *reading.Reading) {
 	values := make([]string, 0, 16)
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
@@ -183,12 +186,12 @@ func (m *workloadMetrics) update(b *batch, r *reading.Reading) {
 		for _, key := range order {
 			w := workloads[key]
 			values = m.labels.appendIdentity(append(values[:0], idx, d.UUID), attribution.OnWorkloads, &w.id)
-			b.gauge(m.processes, float64(w.processes), values...)
+			b.Gauge(m.processes, float64(w.processes), values...)
 			if w.memory.Valid {
-				b.gauge(m.memory, w.memory.V, values...)
+				b.Gauge(m.memory, w.memory.V, values...)
 			}
 			if w.sm.Valid {
-				b.gauge(m.sm, w.sm.V, values...)
+				b.Gauge(m.sm, w.sm.V, values...)
 			}
 		}
 	}

@@ -1,12 +1,14 @@
 package collector
 
 import (
+	"compress/gzip"
 	"context"
 	"fmt"
-	"hash/maphash"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -24,25 +26,6 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
-// constCollector writes series through client_golang's own NewConstMetric, to compare a batch with.
-type constCollector struct {
-	desc   *prometheus.Desc
-	series []constSeries
-}
-
-type constSeries struct {
-	t      prometheus.ValueType
-	v      float64
-	labels []string
-}
-
-func (c constCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-func (c constCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.series {
-		ch <- prometheus.MustNewConstMetric(c.desc, s.t, s.v, s.labels...)
-	}
-}
-
 func textOf(t *testing.T, mfs []*dto.MetricFamily) string {
 	t.Helper()
 	var b strings.Builder
@@ -52,78 +35,6 @@ func textOf(t *testing.T, mfs []*dto.MetricFamily) string {
 		}
 	}
 	return b.String()
-}
-
-// A batch writes what a registry of NewConstMetric series writes: label order, series order, type and values.
-func TestBatchIsARegistry(t *testing.T) {
-	labels := []string{"uuid", "gpu", "b_label", "pid"}
-	for _, typ := range []prometheus.ValueType{prometheus.GaugeValue, prometheus.CounterValue} {
-		var want []constSeries
-		b := newBatch(carried{}, maphash.MakeSeed())
-		d := newDesc("gpu_x", "x", labels)
-		// Written out of order, the same label values in runs (as the families of one process share them) and
-		// apart, and values that sort differently as strings and as numbers.
-		for i, pid := range []string{"10", "9", "100", "9", "10"} {
-			for _, g := range []string{"1", "0"} {
-				if i >= 3 && g == "0" {
-					continue // 9 and 10 on GPU 1 come again below, with other values
-				}
-				values := []string{"GPU-" + g, g, "", pid}
-				if i >= 3 {
-					values[2] = "again"
-				}
-				want = append(want, constSeries{typ, float64(i), values})
-				if typ == prometheus.GaugeValue {
-					b.gauge(d, float64(i), values...)
-				} else {
-					b.counter(d, float64(i), values...)
-				}
-			}
-		}
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(constCollector{prometheus.NewDesc("gpu_x", "x", labels, nil), want})
-		wantMFs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := b.gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g, w := textOf(t, got), textOf(t, wantMFs); g != w {
-			t.Errorf("batch:\n%s\nregistry:\n%s", g, w)
-		}
-	}
-}
-
-// What a registry refuses, a batch refuses: the series alone is left out and named in the error.
-func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
-	b := newBatch(carried{}, maphash.MakeSeed())
-	d := newDesc("gpu_x", "x", []string{"a", "b"})
-	b.gauge(d, 1, "ok", "\xff")
-	b.gauge(d, 2, "one")
-	b.gauge(d, 3, "1", "2", "3")
-	b.gauge(d, 4, "kept", "x")
-	b.gauge(d, 5, "kept", "x") // twice: the first is kept
-	b.counter(d, 6, "counter", "x")
-	b.gauge(newDesc("gpu_y", "y", []string{"a", "a"}), 1, "1", "2")
-	bad := newDesc("9gpu", "y", nil)
-	for range maxErrors { // reported once, not once per series: the errors of other families still fit
-		b.gauge(bad, 1)
-	}
-	b.gauge(newDesc("gpu_z", "z", []string{"__reserved"}), 1, "1")
-	b.gauge(newDesc("gpu_x", "again", []string{"a", "b"}), 7, "other", "x") // a second desc of the same name
-	mfs, err := b.gather()
-	if got := textOf(t, mfs); got != "# HELP gpu_x x\n# TYPE gpu_x gauge\ngpu_x{a=\"kept\",b=\"x\"} 4\n" {
-		t.Errorf("exposition:\n%s", got)
-	}
-	for _, want := range []string{"not valid UTF-8", "1 label values for 2 labels", "3 label values for 2 labels",
-		"collected before", "both as a gauge and as a counter", `label name "a"`, `"9gpu" is not a valid metric name`,
-		`label name "__reserved"`, "gpu_x is written by two parts"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error %v does not say %q", err, want)
-		}
-	}
 }
 
 // Gatherings at the same time give what one alone gives: the shared label pairs are never mixed up.
@@ -160,7 +71,8 @@ func TestConcurrentGatheringsAgree(t *testing.T) {
 }
 
 // The collector's own order is the registry's: Gatherers, which sorts families and series itself and checks every
-// series, changes nothing on a large node.
+// series, changes nothing on a large node; and the text written from the collector's own series is expfmt's text of
+// what it gathers.
 func TestGatherIsNormalized(t *testing.T) {
 	snap, owners := benchNode()
 	c := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
@@ -172,11 +84,30 @@ func TestGatherIsNormalized(t *testing.T) {
 		return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool { return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") })
 	}
 	got := textOf(t, strip(c.Gather()))
-	if want := textOf(t, strip(prometheus.Gatherers{c}.Gather())); got != want {
+	want := textOf(t, strip(prometheus.Gatherers{c}.Gather()))
+	if got != want {
 		t.Error("the collector's exposition is not in the registry's order")
 	}
 	if n := strings.Count(got, "\ngpu_process_memory_used_bytes{"); n != 2048 {
 		t.Errorf("%d process series, want 2048", n)
+	}
+	g, err := c.Lend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	var text strings.Builder
+	if err := g.WriteText(&text, expfmt.NewFormat(expfmt.TypeTextPlain)); err != nil {
+		t.Fatal(err)
+	}
+	var gpu []string
+	for family := range strings.SplitSeq(text.String(), "# HELP ") {
+		if family != "" && !strings.HasPrefix(family, "gpu_pod_exporter_") {
+			gpu = append(gpu, "# HELP "+family)
+		}
+	}
+	if strings.Join(gpu, "") != want {
+		t.Error("the text written from the collector's series is not expfmt's text of its families")
 	}
 }
 
@@ -255,27 +186,6 @@ func TestLabelSetsCarryOver(t *testing.T) {
 	}
 }
 
-// Label sets whose hashes collide are told apart by their layout and values.
-func TestLabelSetsCollide(t *testing.T) {
-	a, b := newDesc("a", "a", []string{"x"}), newDesc("b", "b", []string{"x"})
-	sets := labelSets{}
-	one, two, three := newLabelSet(a.layout, []string{"1"}), newLabelSet(a.layout, []string{"2"}), newLabelSet(b.layout, []string{"1"})
-	for i, s := range []*labelSet{one, two, three} {
-		sets.add(42, setRef{set: s, index: i})
-	}
-	for i, want := range []struct {
-		l      *layout
-		values []string
-	}{{a.layout, []string{"1"}}, {a.layout, []string{"2"}}, {b.layout, []string{"1"}}} {
-		if got, ok := sets.find(42, want.l, want.values); !ok || got.index != i {
-			t.Errorf("set %d: found %v, %v", i, got.index, ok)
-		}
-	}
-	if _, ok := sets.find(42, a.layout, []string{"3"}); ok {
-		t.Error("found a set that is not there")
-	}
-}
-
 // A self-metric with a GPU family's name is left out, and the gathering says so.
 func TestSelfMetricWithAGPUFamilysName(t *testing.T) {
 	snap, owners := benchNode()
@@ -312,67 +222,6 @@ func TestFamilyNamesAreUnique(t *testing.T) {
 			t.Errorf("%s is written by two parts", name)
 		}
 		seen[name] = true
-	}
-}
-
-// A released gathering's series are written over by the next gathering, which writes what a fresh collector
-// writes; an unreleased one's are not touched.
-func TestReleasedSeriesAreReused(t *testing.T) {
-	snap, owners := benchNode()
-	logger := slog.New(slog.DiscardHandler)
-	c := New(reading.New(fixedSource{snap}, owners, time.Minute, logger), Options{Processes: true})
-	gpuText := func(mfs []*dto.MetricFamily) string {
-		return textOf(t, slices.DeleteFunc(slices.Clone(mfs), func(mf *dto.MetricFamily) bool {
-			return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_")
-		}))
-	}
-	metrics := func(mfs []*dto.MetricFamily) map[*dto.Metric]bool {
-		seen := map[*dto.Metric]bool{}
-		for _, mf := range mfs {
-			for _, m := range mf.Metric {
-				seen[m] = true
-			}
-		}
-		return seen
-	}
-	first, err := c.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := gpuText(first)
-	kept, err := c.Gather() // not released: the third gathering must leave it alone
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Release(first)
-	third, err := c.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := gpuText(third); got != want {
-		t.Error("a gathering on released series differs from the first")
-	}
-	if got := gpuText(kept); got != want {
-		t.Error("an unreleased gathering changed")
-	}
-	reused, old, untouched := 0, metrics(first), metrics(kept)
-	for m := range metrics(third) {
-		if old[m] {
-			reused++
-		}
-		if untouched[m] {
-			t.Fatal("a series of an unreleased gathering was reused")
-		}
-	}
-	gpuSeries := 0
-	for _, mf := range first {
-		if !strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") {
-			gpuSeries += len(mf.Metric)
-		}
-	}
-	// All of its slabs are reused; the one it had not filled is filled, so up to a slab's series are new ones.
-	if reused < gpuSeries-slab {
-		t.Errorf("%d series reused of a released gathering's %d", reused, gpuSeries)
 	}
 }
 
@@ -433,5 +282,68 @@ func TestConcurrentScrapesWithReleases(t *testing.T) {
 	wg.Wait()
 }
 
-// The exposition hands gatherings back to the collector.
-var _ exposition.Releaser = (*Gatherer)(nil)
+// The exposition borrows gatherings from the collector, and hands them back.
+var _ exposition.Lender = (*Gatherer)(nil)
+
+// Every body the exposition serves is the collector's gathering: the text written from its own series, gzipped or
+// not, the protocol buffer format and a filtered scrape written from client_model's families.
+func TestEveryFormatServesTheGathering(t *testing.T) {
+	snap, owners := benchNode()
+	c := New(reading.New(fixedSource{snap}, owners, time.Minute, slog.New(slog.DiscardHandler)), Options{Processes: true})
+	// The GPU families among mfs, sorted by name (the text decoder gives them in no order), with the names asked.
+	gpu := func(mfs []*dto.MetricFamily, names ...string) string {
+		var kept []*dto.MetricFamily
+		for _, mf := range mfs {
+			if !strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") && (len(names) == 0 || slices.Contains(names, mf.GetName())) {
+				kept = append(kept, mf)
+			}
+		}
+		slices.SortFunc(kept, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+		return textOf(t, kept)
+	}
+	mfs, err := c.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := exposition.New(c, slog.New(slog.DiscardHandler))
+	for _, scrape := range []struct {
+		accept, encoding string
+		names            []string
+	}{
+		{"", "", nil},
+		{"", "gzip", nil},
+		{"application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", "", nil},
+		{"", "", []string{"gpu_process_memory_used_bytes", "gpu_info"}},
+	} {
+		query := url.Values{"name[]": scrape.names}
+		r := httptest.NewRequest(http.MethodGet, "/metrics?"+query.Encode(), nil)
+		r.Header.Set("Accept", scrape.accept)
+		r.Header.Set("Accept-Encoding", scrape.encoding)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var body io.Reader = w.Body
+		if w.Header().Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(w.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = zr
+		}
+		dec := expfmt.NewDecoder(body, expfmt.Format(w.Header().Get("Content-Type")))
+		var got []*dto.MetricFamily
+		for {
+			mf := &dto.MetricFamily{}
+			if err := dec.Decode(mf); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("%+v: %v", scrape, err)
+			}
+			got = append(got, mf)
+		}
+		if g, want := gpu(got), gpu(mfs, scrape.names...); g != want {
+			t.Errorf("%+v: the body is not the gathering:\n%.2000s\nwant:\n%.2000s", scrape, g, want)
+		} else if !strings.Contains(g, "gpu_process_memory_used_bytes{") {
+			t.Errorf("%+v: no process series in the body", scrape)
+		}
+	}
+}

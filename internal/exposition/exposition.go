@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
 // Handler serves the metrics of one Gatherer.
@@ -31,10 +31,8 @@ type Handler struct {
 	gathering *flight         // the gathering that a new scrape joins; nil when none is running
 	problem   logstate.State  // the last gathering error logged, so that a lasting one is logged once
 	sizeHint  map[bodyKey]int // the last body's size, to allocate the next one at once
-	// Kept from one body to the next: the text encoder of whole bodies, with the text of the last body's label sets
-	// (nil while a body is being written), and gzip compressors, each holding about 1 MiB of tables. A sync.Pool
-	// would lose them at every GC, which a large node runs every few scrapes.
-	text  *textEncoder
+	// gzip compressors kept from one body to the next, each holding about 1 MiB of tables. A sync.Pool would lose
+	// them at every GC, which a large node runs every few scrapes.
 	gzips []*gzip.Writer
 
 	// Tests' hooks: a scrape joined a gathering; a body is being encoded.
@@ -47,21 +45,21 @@ func New(g prometheus.Gatherer, logger *slog.Logger) *Handler {
 	return &Handler{gatherer: g, logger: logger, sizeHint: make(map[bodyKey]int)}
 }
 
-// Releaser is a Gatherer that can reuse the memory of the families it gathered once they are served: the Handler
-// hands each gathering's families back to Release when no scrape is using them any more, and never touches them
-// afterwards.
-type Releaser interface {
+// Lender is a Gatherer that lends its gatherings, to write them as text from its own series and reuse their memory
+// once served: the Handler releases each gathering when no scrape is using it any more, and never touches it
+// afterwards (see internal/series).
+type Lender interface {
 	prometheus.Gatherer
-	Release(mfs []*dto.MetricFamily)
+	Lend() (*series.Gathering, error)
 }
 
 // flight is one gathering and the bodies encoded from it.
 type flight struct {
-	done chan struct{} // closed when mfs and err are set
-	mfs  []*dto.MetricFamily
+	done chan struct{} // closed when g and err are set
+	g    *series.Gathering
 	err  error
-	// Guarded by Handler.mu: the scrapes that joined the gathering and have not returned, and whether mfs have been
-	// handed back to a Releaser. They are, once the gathering is over and its last scrape has returned.
+	// Guarded by Handler.mu: the scrapes that joined the gathering and have not returned, and whether g has been
+	// released. It is, once the gathering is over and its last scrape has returned.
 	users    int
 	released bool
 
@@ -94,7 +92,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-ctx.Done():
 		return
 	}
-	if f.err != nil && len(f.mfs) == 0 {
+	if f.err != nil && f.g.Empty() {
 		http.Error(w, "An error has occurred while gathering metrics:\n\n"+f.err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -103,10 +101,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if names := r.URL.Query()["name[]"]; len(names) > 0 {
 		// A filtered scrape (promhttp's name[] parameter) is rare and gets a body of its own.
 		b = &body{}
-		b.b, b.err = h.encode(filter(f.mfs, names), key, false)
+		b.b, b.err = h.encode(key, func(w io.Writer) error { return writeFamilies(w, filter(f.g.Families(), names), key.format) })
 	} else if b2, first := f.body(key); first {
 		b = b2
-		b.b, b.err = h.encode(f.mfs, key, true)
+		b.b, b.err = h.encode(key, func(w io.Writer) error { return writeGathering(w, f.g, key.format) })
 		close(b.done)
 	} else {
 		b = b2
@@ -168,14 +166,20 @@ func (h *Handler) releasable(f *flight) bool {
 }
 
 func (h *Handler) release(f *flight) {
-	if r, ok := h.gatherer.(Releaser); ok && len(f.mfs) > 0 {
-		r.Release(f.mfs)
-	}
+	f.g.Release()
 }
 
 // gather runs in its own goroutine, so that no scrape's going away cancels what the others wait for.
 func (h *Handler) gather(f *flight) {
-	mfs, err := h.gatherer.Gather()
+	var g *series.Gathering
+	var err error
+	if l, ok := h.gatherer.(Lender); ok {
+		g, err = l.Lend()
+	} else {
+		var mfs []*dto.MetricFamily
+		mfs, err = h.gatherer.Gather()
+		g = series.FromFamilies(mfs)
+	}
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -184,7 +188,7 @@ func (h *Handler) gather(f *flight) {
 		h.logger.Error("gathering metrics: some series are left out", "err", err)
 	}
 	h.mu.Lock()
-	f.mfs, f.err = mfs, err
+	f.g, f.err = g, err
 	h.gathering = nil          // scrapes from now on want a newer reading
 	release := h.releasable(f) // every scrape that joined has gone away already
 	h.mu.Unlock()
@@ -211,9 +215,8 @@ func (f *flight) body(key bodyKey) (b *body, first bool) {
 // together only when a gathering's bodies overlap the next one's.
 const maxGzips = 2
 
-// encode writes the body of mfs in key's format. whole is set for a body of every family, which takes the label
-// texts of the last such body and leaves its own; a filtered body would leave only its few.
-func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey, whole bool) ([]byte, error) {
+// encode returns a body that write writes, compressed as key says.
+func (h *Handler) encode(key bodyKey, write func(io.Writer) error) ([]byte, error) {
 	if h.onEncode != nil {
 		h.onEncode()
 	}
@@ -245,48 +248,8 @@ func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey, whole bool) ([]by
 		}()
 		w = gz
 	}
-	format := key.format
-	if format.ToEscapingScheme() != model.NoEscaping && legacyNames(mfs) {
-		// Escaping changes nothing in names that are valid without it, but checks every label of every series to
-		// know that: a fifth of the encoding of a large node.
-		format = format.WithEscapingScheme(model.NoEscaping)
-	}
-	var enc expfmt.Encoder
-	if format.FormatType() == expfmt.TypeTextPlain {
-		// The encoder of the last whole body, taken for this one with its label texts: another body written
-		// meanwhile starts without.
-		var text *textEncoder
-		if whole {
-			h.mu.Lock()
-			text, h.text = h.text, nil
-			h.mu.Unlock()
-		}
-		if text == nil {
-			text = newTextEncoder()
-		}
-		text.reset(w, format)
-		if whole {
-			defer func() {
-				text.labels.sweep()
-				text.reset(nil, format) // holds no body
-				h.mu.Lock()
-				h.text = text
-				h.mu.Unlock()
-			}()
-		}
-		enc = text
-	} else {
-		enc = expfmt.NewEncoder(w, format)
-	}
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			return nil, fmt.Errorf("encoding %s: %w", mf.GetName(), err)
-		}
-	}
-	if c, ok := enc.(expfmt.Closer); ok {
-		if err := c.Close(); err != nil {
-			return nil, err
-		}
+	if err := write(w); err != nil {
+		return nil, err
 	}
 	if gz != nil {
 		if err := gz.Close(); err != nil {
@@ -297,6 +260,28 @@ func (h *Handler) encode(mfs []*dto.MetricFamily, key bodyKey, whole bool) ([]by
 	h.sizeHint[key] = buf.Len()
 	h.mu.Unlock()
 	return buf.Bytes(), nil
+}
+
+// writeGathering writes a gathering in format: the text format from its own series, any other through expfmt.
+func writeGathering(w io.Writer, g *series.Gathering, format expfmt.Format) error {
+	if format.FormatType() == expfmt.TypeTextPlain {
+		return g.WriteText(w, format)
+	}
+	return writeFamilies(w, g.Families(), format)
+}
+
+// writeFamilies writes families with expfmt.
+func writeFamilies(w io.Writer, mfs []*dto.MetricFamily, format expfmt.Format) error {
+	enc := expfmt.NewEncoder(w, series.Unescaped(format, mfs))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("encoding %s: %w", mf.GetName(), err)
+		}
+	}
+	if c, ok := enc.(expfmt.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // acceptsGzip reports whether an Accept-Encoding header (RFC 9110, 12.5.3) accepts gzip: named with a q above 0, or
@@ -321,27 +306,6 @@ func acceptsGzip(header string) bool {
 		}
 	}
 	return star
-}
-
-// legacyNames reports whether every family's name and label names are valid without escaping, and none is reserved
-// (escaping also escapes __name__'s value). A registry of described collectors (and internal/collector) gives
-// every series of a family the same label names, so the first series stands for all: checking each would cost
-// what escaping costs.
-func legacyNames(mfs []*dto.MetricFamily) bool {
-	for _, mf := range mfs {
-		if !model.LegacyValidation.IsValidMetricName(mf.GetName()) {
-			return false
-		}
-		if len(mf.Metric) == 0 {
-			continue
-		}
-		for _, l := range mf.Metric[0].GetLabel() {
-			if !model.LegacyValidation.IsValidLabelName(l.GetName()) || strings.HasPrefix(l.GetName(), model.ReservedLabelPrefix) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func filter(mfs []*dto.MetricFamily, names []string) []*dto.MetricFamily {
