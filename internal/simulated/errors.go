@@ -17,7 +17,7 @@ var configTypes = map[string]reflect.Type{}
 
 func init() {
 	registerSections(nodeConfig{}, allocationConfig{}, claimConfig{}, gpuConfig{}, migConfig{}, placementConfig{},
-		processConfig{}, identityConfig{})
+		processConfig{})
 }
 
 func registerSections(sections ...any) {

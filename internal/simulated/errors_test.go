@@ -18,6 +18,9 @@ func TestDecodingErrorsNameKeysNotGoTypes(t *testing.T) {
 		{"gpus: 5\n", "line 1: want a list, got the number 5"},
 		{gpu + "    processes:\n      - pid: 1\n        used_memory_bytes: 5\n        identity: {pod: [1]}\n",
 			"line 7: want a text value, got a list"},
+		// An identity takes the identity labels the outputs write, by their names.
+		{gpu + "    processes:\n      - pid: 1\n        used_memory_bytes: 5\n        identity: {podd: p}\n",
+			`line 7: unknown key "podd" (valid keys here: container, container_id, namespace, pod, pod_labels, pod_uid, qos, runtime, slurm_job_id, systemd_unit, user)`},
 		{"driver: 1\n", `unknown key "driver" (valid keys here: allocations, cuda_version, driver_version, gpus)`},
 	}
 	for _, c := range cases {

@@ -1,8 +1,6 @@
 package simulated
 
 import (
-	"strings"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
@@ -49,10 +47,4 @@ func (cfg *nodeConfig) owners() map[uint32]attribution.Identity {
 	return out
 }
 
-func (c *identityConfig) identity() attribution.Identity {
-	return attribution.Identity{
-		Namespace: c.Namespace, Pod: c.Pod, Container: c.Container, PodUID: c.PodUID,
-		ContainerID: c.ContainerID, Runtime: c.Runtime, QoS: strings.ToLower(c.QoS),
-		SlurmJobID: c.SlurmJobID, SystemdUnit: c.SystemdUnit, User: c.User, PodLabels: c.PodLabels,
-	}
-}
+func (c *identityConfig) identity() attribution.Identity { return c.Identity }

@@ -3,9 +3,12 @@ package simulated
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
 
@@ -96,19 +99,50 @@ type processConfig struct {
 }
 
 // identityConfig presets who owns a process, for demo nodes whose PIDs are not real. Processes without it are
-// attributed through procfs and the container runtimes like real ones.
+// attributed through procfs and the container runtimes like real ones. Its keys are the identity labels
+// (attribution.IdentityLabels, by name) and pod_labels.
 type identityConfig struct {
-	Namespace   string            `yaml:"namespace"`
-	Pod         string            `yaml:"pod"`
-	Container   string            `yaml:"container"`
-	PodUID      string            `yaml:"pod_uid"`
-	ContainerID string            `yaml:"container_id"`
-	Runtime     string            `yaml:"runtime"`
-	QoS         string            `yaml:"qos"`
-	SlurmJobID  string            `yaml:"slurm_job_id"`
-	SystemdUnit string            `yaml:"systemd_unit"`
-	User        string            `yaml:"user"` // the process owner, shown with --collector.process-user
-	PodLabels   map[string]string `yaml:"pod_labels"`
+	attribution.Identity
+}
+
+// podLabelsKey is the identity's allowlisted pod labels, a mapping of their own.
+const podLabelsKey = "pod_labels"
+
+// identityKeys are the keys an identity takes, for the error that names an unknown one.
+func identityKeys() []string {
+	keys := []string{podLabelsKey}
+	for _, l := range attribution.IdentityLabels {
+		keys = append(keys, l.Name)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// UnmarshalYAML reads an identity's keys through attribution.IdentityLabels, so that the file takes every label
+// the outputs write, and only those.
+func (c *identityConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: identity must be %s", n.Line, kindOfTag("map"))
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, value := n.Content[i], n.Content[i+1]
+		if key.Value == podLabelsKey {
+			if err := value.Decode(&c.PodLabels); err != nil {
+				return err
+			}
+			continue
+		}
+		j := slices.IndexFunc(attribution.IdentityLabels, func(l attribution.IdentityLabel) bool { return l.Name == key.Value })
+		if j < 0 {
+			return fmt.Errorf("line %d: unknown key %q (valid keys here: %s)", key.Line, key.Value, strings.Join(identityKeys(), ", "))
+		}
+		// yaml's own type error, which explain words for the user.
+		if err := value.Decode(attribution.IdentityLabels[j].Get(&c.Identity)); err != nil {
+			return err
+		}
+	}
+	c.QoS = strings.ToLower(c.QoS)
+	return nil
 }
 
 // Validated scalar types: each checks its own value so that the error names the line.
