@@ -19,8 +19,10 @@ import (
 )
 
 // Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md: the process's keys, then
-// its owner's identity labels that are InPS (attribution.IdentityLabels). Unknown numbers are null.
+// its owner's identity labels that are InPS (attribution.IdentityLabels). Unknown numbers are null. A row read
+// from Prometheus has its node first; a node's own rows have none.
 type Row struct {
+	Node            string   `json:"node,omitempty"`
 	GPU             int      `json:"gpu"`
 	UUID            string   `json:"uuid"`
 	PID             uint32   `json:"pid"`
@@ -146,6 +148,8 @@ func WriteWarnings(w io.Writer, snap *gpu.Snapshot) error {
 // control characters that would otherwise act on the terminal.
 func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	// Rows read from Prometheus have a node, and the table a NODE column.
+	nodes := slices.ContainsFunc(rows, func(r Row) bool { return r.Node != "" })
 	if headers {
 		if snap.Simulated {
 			fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
@@ -153,12 +157,18 @@ func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error
 		for _, l := range HealthLines(snap) {
 			fmt.Fprintln(tw, "# "+terminal.Escape(l))
 		}
+		if nodes {
+			fmt.Fprint(tw, "NODE\t")
+		}
 		fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
 	}
 	for _, r := range rows {
 		gpuCol := strconv.Itoa(r.GPU)
 		if r.GPUInstance != nil {
 			gpuCol += fmt.Sprintf(" (GI %d CI %d)", *r.GPUInstance, *r.ComputeInstance)
+		}
+		if nodes {
+			fmt.Fprintf(tw, "%s\t", terminal.Escape(r.Node))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpuCol, r.PID, terminal.Escape(r.ProcessType),
 			dash(terminal.Escape(r.ProcessName)), memory(r.UsedMemoryBytes), percent(r.SMUtilization),
