@@ -114,14 +114,20 @@ func Age(d time.Duration) string {
 func buildCluster(c *Cluster, v View) Screen {
 	s := Screen{Cluster: true, Time: c.Time, Warnings: c.Warnings}
 	s.Processes = len(c.Rows)
-	keep := make(map[string]bool)
+	keep := make(map[string]bool) // nodes that run a matching process
 	for _, r := range c.Rows {
 		if matches(r, v.Filter) {
 			keep[r.Node] = true
 		}
 	}
-	nodeMatch := func(name string) bool {
-		return v.Filter == "" || keep[name] || strings.Contains(strings.ToLower(name), strings.ToLower(v.Filter))
+	filter := strings.ToLower(v.Filter)
+	named := func(name string) bool { return strings.Contains(strings.ToLower(name), filter) }
+	nodeMatch := func(name string) bool { return v.Filter == "" || keep[name] || named(name) }
+	// A signal is kept for its node's name, or for its pod's namespace or owner; a node's problem with its node.
+	signalMatch := func(sig Signal) bool {
+		ns, _, _ := strings.Cut(sig.Owner, "/")
+		return v.Filter == "" || named(sig.Node) || sig.Kind == NodeProblem && keep[sig.Node] ||
+			sig.Kind != NodeProblem && (strings.EqualFold(ns, v.Filter) || strings.Contains(strings.ToLower(sig.Owner), filter))
 	}
 	byName := make(map[string]*Node)
 	for _, n := range c.Nodes {
@@ -171,14 +177,14 @@ func buildCluster(c *Cluster, v View) Screen {
 		case IdleAllocation:
 			n.IdleAllocations++
 		}
-		if v.Filter == "" || keep[sig.Node] || strings.Contains(strings.ToLower(sig.Node+" "+sig.Owner), strings.ToLower(v.Filter)) {
+		if signalMatch(sig) {
 			s.Signals = append(s.Signals, sig)
 		}
 	}
 	s.AllocationsKnown = false
 	for _, n := range s.Nodes {
-		if n.State != NodeUp {
-			s.Signals = append(s.Signals, Signal{Kind: NodeProblem, Node: n.Name, Owner: n.Problem()})
+		if sig := (Signal{Kind: NodeProblem, Node: n.Name, Owner: n.Problem()}); n.State != NodeUp && signalMatch(sig) {
+			s.Signals = append(s.Signals, sig)
 		}
 		s.AllocationsKnown = s.AllocationsKnown || n.AllocationsKnown
 	}
