@@ -392,4 +392,3 @@ func socketDir(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
-
