@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -42,7 +43,7 @@ type fleet struct {
 }
 
 func startFleet(t *testing.T) *fleet {
-	dir := socketDir(t)
+	dir := testkit.SocketDir(t)
 	f := &fleet{exporters: map[string]*e2eutil.Exporter{}, files: map[string]string{}}
 	for node, body := range map[string]string{"gpu-a": gpuA, "gpu-b": gpuB, "gpu-c": gpuC} {
 		f.files[node] = filepath.Join(dir, node+".yaml")
@@ -102,7 +103,7 @@ func TestClusterThroughPrometheus(t *testing.T) {
 	f := startFleet(t)
 	// Every node scraped, and its allocations read: a cluster ps without a warning.
 	var last string
-	e2eutil.WaitFor(t, 30*time.Second, "the three nodes in Prometheus", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the three nodes in Prometheus", func() bool {
 		out, errOut, code := f.ps(t, f.auth, "-o", "json")
 		last = errOut
 		return code == 0 && errOut == "" && strings.Count(out, `"node": "gpu-`) == 7
@@ -313,7 +314,7 @@ func testStale(t *testing.T, f *fleet, term *terminal) {
 	stopped := time.Now()
 	var seen time.Duration
 	var errOut string
-	e2eutil.WaitFor(t, 10*interval, "gpu-c to be stale", func() bool {
+	testkit.WaitFor(t, 10*interval, "gpu-c to be stale", func() bool {
 		_, errOut, _ = f.ps(t, f.auth, "--prometheus.scrape-interval="+interval.String())
 		seen = time.Since(stopped)
 		return strings.Contains(errOut, "warning: node gpu-c: stale: exporter down, last reading ")
@@ -380,15 +381,4 @@ func write(t *testing.T, path, body string) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// socketDir is a short directory: unix socket paths are limited to 108 bytes.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "gpe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }

@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
 
@@ -65,7 +66,7 @@ basic_auth_users:
 		"--web.listen-address="+addr))
 	client := ca.client(t, dir)
 	url = "https://" + addr
-	e2eutil.WaitFor(t, 60*time.Second, "prometheus to be ready", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "prometheus to be ready", func() bool {
 		if done, err := p.Exited(); done {
 			t.Fatalf("prometheus exited before it was ready: %v (its output follows)", err)
 		}
@@ -198,7 +199,7 @@ func (term *terminal) tmux(args ...string) string {
 func (term *terminal) waitForText(texts ...string) []string {
 	term.t.Helper()
 	var lines []string
-	e2eutil.WaitFor(term.t, 15*time.Second, fmt.Sprintf("the screen to show %q", texts), func() bool {
+	testkit.WaitFor(term.t, 15*time.Second, fmt.Sprintf("the screen to show %q", texts), func() bool {
 		lines = strings.Split(strings.TrimSuffix(term.tmux("capture-pane", "-p", "-t", "top"), "\n"), "\n")
 		for i := range lines {
 			lines[i] = strings.TrimRight(lines[i], " ")
