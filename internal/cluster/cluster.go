@@ -155,7 +155,7 @@ type results struct {
 	nodeLabel string
 	intern    [nQueries]map[string]string
 
-	evaluated   float64 // the server's evaluation time, from the last-reading query
+	evaluated   [nQueries]float64 // the server's evaluation time, as each query's samples say it
 	lastReading map[string]float64
 	up          map[string]float64
 	samples     map[string]float64 // of up, in the interval window
@@ -223,9 +223,18 @@ func (r *results) node(m map[string]string) string {
 	return m["instance"]
 }
 
-// handler is what query i does with each sample. Label values are interned per query, so that the thousands of
-// rows that share a namespace or a process name share its string.
+// handler is what query i does with each sample, and notes the server's evaluation time.
 func (r *results) handler(i int) func(promapi.Sample) error {
+	each := r.sampleHandler(i)
+	return func(s promapi.Sample) error {
+		r.evaluated[i] = s.Time
+		return each(s)
+	}
+}
+
+// sampleHandler is what query i does with each sample. Label values are interned per query, so that the thousands
+// of rows that share a namespace or a process name share its string.
+func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 	in := r.intern[i]
 	str := func(s string) string {
 		if v, ok := in[s]; ok {
@@ -239,7 +248,6 @@ func (r *results) handler(i int) func(promapi.Sample) error {
 	switch i {
 	case qLastReading:
 		return func(s promapi.Sample) error {
-			r.evaluated = s.Time
 			n := node(s.Metric)
 			r.lastReading[n] = max(r.lastReading[n], s.Value)
 			return nil
@@ -416,7 +424,7 @@ func (r *results) problems() []string {
 // cluster joins the answers: a node per name seen, its state from up, its last reading and its scrape interval;
 // each process's row with its SM utilization; each GPU's line with its readings and signals.
 func (r *results) cluster(interval time.Duration) *top.Cluster {
-	now := r.evaluated
+	now := slices.Max(r.evaluated[:])
 	c := &top.Cluster{Time: time.UnixMilli(int64(math.Round(now * 1000)))}
 	names := make(map[string]bool)
 	for n := range r.lastReading {
