@@ -63,9 +63,10 @@ func New(q Querier, cfg Config) *Reader {
 	if by != "instance" {
 		by += ", instance"
 	}
-	// The subquery that finds when a vanished node was last seen steps at the scrape interval, at most 720 steps.
+	// The subquery that finds when a vanished node was last seen steps at the scrape interval (a node seen for less
+	// than a step may be missed, and an age is as precise as a step), and at least a second.
 	resolution := cmp.Or(cfg.ScrapeInterval, 15*time.Second)
-	resolution = max(resolution, Window/720).Truncate(time.Second)
+	resolution = max(resolution, Window/3600).Truncate(time.Second)
 	return &Reader{q: q, cfg: cfg, exprs: exprs{sel: cfg.Selector, by: by, resolution: resolution}}
 }
 

@@ -349,8 +349,11 @@ func TestQueriesCarryTheSelectorAndTheNodeLabel(t *testing.T) {
 	if got := r.Expr(qLastReading); !strings.Contains(got, "[1h:30s]") {
 		t.Errorf("the subquery steps at the scrape interval: %s", got)
 	}
-	if got := New(nil, Config{ScrapeInterval: time.Second}).Expr(qLastReading); !strings.Contains(got, "[1h:5s]") {
-		t.Errorf("the subquery takes at most 720 steps: %s", got)
+	if got := New(nil, Config{ScrapeInterval: 200 * time.Millisecond}).Expr(qLastReading); !strings.Contains(got, "[1h:1s]") {
+		t.Errorf("the subquery steps a second at least: %s", got)
+	}
+	if got := New(nil, Config{}).Expr(qLastReading); !strings.Contains(got, "[1h:15s]") {
+		t.Errorf("the subquery steps 15s without an interval: %s", got)
 	}
 }
 

@@ -115,7 +115,7 @@ func TestClusterThroughPrometheus(t *testing.T) {
 	t.Run("ps is the nodes' ps with their node", func(t *testing.T) { testPS(t, f) })
 	t.Run("credentials", func(t *testing.T) { testCredentials(t, f) })
 	term := startTerminal(t, 120, 40, "sh", "-c", `"$0" "$@"; echo "top exited $?"; read -r done`, binary, "top",
-		"--prometheus="+f.prom, "--http.config.file="+f.auth, "--interval=300ms")
+		"--prometheus="+f.prom, "--http.config.file="+f.auth, "--interval=300ms", "--prometheus.scrape-interval="+interval.String())
 	t.Run("top", func(t *testing.T) { testTop(t, term) })
 	t.Run("a stopped exporter's node is stale", func(t *testing.T) { testStale(t, f, term) })
 	term.keys("q")
@@ -242,6 +242,7 @@ func testCredentials(t *testing.T, f *fleet) {
 // top shows every node's line, the signals of the whole cluster, each node's GPUs under it with n, and the
 // filter and groups of the node view.
 func testTop(t *testing.T, term *terminal) {
+	term = term.on(t)
 	lines := term.waitForText("3 nodes  5 GPUs  7 processes  (simulated)", "q quit")
 	for _, want := range []string{
 		`^NODE +GPUS BUSY UTIL +MEMORY IDLE UNREQ EXPORTER`,
@@ -293,7 +294,7 @@ func testTop(t *testing.T, term *terminal) {
 	term.keys("w", "m")
 	lines = term.waitForText("w namespaces", "sort memory")
 	if !matchesLine(lines, `^gpu-a +1 +9000201 lmp +60.0 GiB +91% slurm job 88231$`) ||
-		!matchesLine(lines, `^gpu-a +0 +2 procs python3 \+1 +12.0 GiB +35% pod vision/resnet-`) {
+		!matchesLine(lines, `^gpu-a +0 +9000101 python3 +8.0 GiB +35% pod vision/resnet-train-0$`) {
 		t.Errorf("grouped by workload:\n%s", strings.Join(lines, "\n"))
 	}
 	term.keys("w")
@@ -307,6 +308,7 @@ func testTop(t *testing.T, term *terminal) {
 
 // Stopping gpu-c's exporter makes its node stale within two scrape intervals, in ps and in top; it stays listed.
 func testStale(t *testing.T, f *fleet, term *terminal) {
+	term = term.on(t)
 	exp := f.exporters["gpu-c"]
 	if err := syscall.Kill(exp.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -314,16 +316,26 @@ func testStale(t *testing.T, f *fleet, term *terminal) {
 	stopped := time.Now()
 	var seen time.Duration
 	var errOut string
-	testkit.WaitFor(t, 10*interval, "gpu-c to be stale", func() bool {
+	if problems := testkit.Eventually(10*interval, func() []string {
 		_, errOut, _ = f.ps(t, f.auth, "--prometheus.scrape-interval="+interval.String())
 		seen = time.Since(stopped)
-		return strings.Contains(errOut, "warning: node gpu-c: stale: exporter down, last reading ")
-	})
+		if !strings.Contains(errOut, "warning: node gpu-c: stale: exporter down, last reading ") {
+			return []string{errOut}
+		}
+		return nil
+	}); problems != nil {
+		t.Fatalf("gpu-c is not stale %s after its exporter stopped; ps says:\n%s", seen, errOut)
+	}
 	if seen > 2*interval {
 		t.Errorf("gpu-c was seen stale %s after its exporter stopped, more than two scrape intervals (%s)", seen, 2*interval)
 	}
 	if strings.Count(errOut, "\n") != 1 {
 		t.Errorf("ps warns of more than gpu-c:\n%s", errOut)
+	}
+	// Its age: since its last sample, found by a subquery stepping at the scrape interval.
+	var age int
+	if _, err := fmt.Sscanf(errOut[strings.Index(errOut, "last reading ")+len("last reading "):], "%ds ago", &age); err != nil || age > 5 {
+		t.Errorf("gpu-c's age: %q", errOut)
 	}
 	t.Logf("gpu-c stale after %s", seen.Round(time.Millisecond))
 	lines := term.waitForText("3 nodes (1 stale)", "× node gpu-c: stale: exporter down, last reading")

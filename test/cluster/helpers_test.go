@@ -178,6 +178,9 @@ func startTerminal(t *testing.T, width, height int, argv ...string) *terminal {
 	return term
 }
 
+// on is the terminal for a subtest, which fails that subtest.
+func (term *terminal) on(t *testing.T) *terminal { return &terminal{t: t, socket: term.socket} }
+
 func (term *terminal) tmux(args ...string) string {
 	term.t.Helper()
 	cmd := exec.Command("tmux", append([]string{"-S", term.socket}, args...)...)
