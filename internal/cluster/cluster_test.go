@@ -201,7 +201,7 @@ func TestNoExporterSeriesIsAnError(t *testing.T) {
 	sel, _ := promapi.ParseSelector(`cluster="prod"`)
 	f := newFake(Config{Selector: sel})
 	_, err := f.r.Processes(context.Background())
-	want := `no gpu-pod-exporter series in Prometheus at http://prometheus:9090: max by (instance) (timestamp(gpu_pod_exporter_build_info{cluster="prod"}))`
+	want := `no gpu-pod-exporter series in Prometheus at http://prometheus:9090: max by (instance) (timestamp(gpu_pod_exporter_build_info{cluster="prod"})) or max by (instance) (max_over_time(timestamp(gpu_pod_exporter_build_info{cluster="prod"})[2m:1s]))`
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), "found nothing") {
 		t.Errorf("error %v", err)
 	}

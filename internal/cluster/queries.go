@@ -12,6 +12,9 @@ import (
 // target Prometheus no longer scrapes, has left the cluster.
 const Window = time.Hour
 
+// recentWindow is the span over which the time of a node's last reading is found to the second.
+const recentWindow = 2 * time.Minute
+
 // intervalWindow is the span over which a target's scrape interval is measured, by counting its samples of up.
 const intervalWindow = 10 * time.Minute
 
@@ -64,10 +67,15 @@ const (
 
 var queries = [nQueries]query{
 	// When each node's exporter last answered: its latest sample, or, for a node whose series have gone stale (its
-	// exporter stopped, its target left), the latest one a subquery over the window finds.
+	// exporter stopped, its target left), the latest one a subquery finds: stepping a second over the last two
+	// minutes, where a node has just gone stale and its age is read to the second, else at the scrape interval
+	// over the window.
 	qLastReading: {name: "last readings", expr: func(q exprs) string {
-		return fmt.Sprintf("max by (%s) (timestamp(%s)) or max by (%s) (max_over_time(timestamp(%s)[%s:%s]))",
-			q.by, q.exporters(), q.by, q.exporters(), promDuration(Window), promDuration(q.resolution))
+		latest := func(window, step time.Duration) string {
+			return fmt.Sprintf("max by (%s) (max_over_time(timestamp(%s)[%s:%s]))", q.by, q.exporters(), promDuration(window), promDuration(step))
+		}
+		return fmt.Sprintf("max by (%s) (timestamp(%s)) or %s or %s", q.by, q.exporters(), latest(recentWindow, time.Second),
+			latest(Window, q.resolution))
 	}},
 	// Whether Prometheus reaches each exporter.
 	qTargets: {name: "targets", expr: func(q exprs) string {

@@ -93,7 +93,7 @@ func Render(f Frame, st Styles) string {
 	}
 	for i, sig := range s.Signals {
 		if f.Height > 0 && i == maxSignals-1 && len(s.Signals) > maxSignals {
-			add(st.Dim.Render(fmt.Sprintf("  … %d more allocation signals", len(s.Signals)-i)))
+			add(st.Dim.Render(fmt.Sprintf("  … %d more signals", len(s.Signals)-i)))
 			break
 		}
 		mark, style := "!", st.Alert
