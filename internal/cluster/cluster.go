@@ -95,46 +95,58 @@ func (r *Reader) Read(ctx context.Context) (*top.Cluster, error) { return r.read
 
 func (r *Reader) read(ctx context.Context, forTop bool) (*top.Cluster, error) {
 	res := newResults(r.cfg.NodeLabel)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, parallel)
-		warnings [nQueries][]string
-		errs     [nQueries]error
-	)
-	for i, q := range queries {
-		if q.top && !forTop {
-			continue
-		}
-		wg.Go(func() {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				errs[i] = ctx.Err()
-				return
+	var warnings [nQueries][]string
+	run := func(want func(query) bool) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var (
+			wg   sync.WaitGroup
+			sem  = make(chan struct{}, parallel)
+			errs [nQueries]error
+		)
+		for i, q := range queries {
+			if !want(q) {
+				continue
 			}
-			defer func() { <-sem }()
-			warnings[i], errs[i] = r.q.Query(ctx, q.expr(r.exprs), r.cfg.At, res.handler(i))
-			if errs[i] != nil {
-				cancel() // one failed query fails the reading: the others need not finish
+			wg.Go(func() {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					errs[i] = ctx.Err()
+					return
+				}
+				defer func() { <-sem }()
+				warnings[i], errs[i] = r.q.Query(ctx, q.expr(r.exprs), r.cfg.At, res.handler(i))
+				if errs[i] != nil {
+					cancel() // one failed query fails the reading: the others need not finish
+				}
+			})
+		}
+		wg.Wait()
+		// The first failure in the table's order that is not another's cancellation says why.
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	// The first failure in the table's order that is not another's cancellation says why.
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return nil, err
 		}
-	}
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
 		}
+		return nil
+	}
+	if err := run(func(q query) bool { return !q.followUp && (!q.top || forTop) }); err != nil {
+		return nil, err
 	}
 	if len(res.lastReading) == 0 && len(res.up) == 0 {
 		return nil, fmt.Errorf("no gpu-pod-exporter series in Prometheus at %s: %s found nothing", r.q.URL(), r.Expr(qLastReading))
+	}
+	// Processes with an SM utilization and no memory reading need their labels read: only when there are any.
+	if res.smWithoutMemory() {
+		if err := run(func(q query) bool { return q.followUp }); err != nil {
+			return nil, err
+		}
 	}
 	c := res.cluster(r.cfg.ScrapeInterval)
 	seen := make(map[string]bool)
@@ -465,6 +477,20 @@ func (r *results) cluster(interval time.Duration) *top.Cluster {
 	c.Rows = r.rows()
 	c.GPUs, c.Signals = r.gpuLines()
 	return c
+}
+
+// smWithoutMemory reports whether a process has an SM utilization and no memory reading.
+func (r *results) smWithoutMemory() bool {
+	withMemory := make(map[processKey]bool, len(r.memory))
+	for _, row := range r.memory {
+		withMemory[processKey{row.Node, row.UUID, row.PID}] = true
+	}
+	for k := range r.sm {
+		if !withMemory[k] {
+			return true
+		}
+	}
+	return false
 }
 
 // rows are the processes, by node, GPU and PID, as ps orders a node's.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,7 +100,8 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 	f.add(qProcessMemory, 3<<30, process("gpu-a", "0", "GPU-a0", "10", "", "", "slurm_job_id", "4711", "pod_uid", "", "container_id", "", "container", "", "user", "alice")...)
 	f.add(qProcessSM, 0.25, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20")
 	f.add(qProcessSM, 0.5, "instance", "gpu-b", "uuid", "GPU-b1", "pid", "30")
-	// A process the exporter has an SM utilization for and no memory reading.
+	// A process the exporter has an SM utilization for and no memory reading: its labels are asked for then.
+	f.add(qProcessSM, 0.75, "instance", "gpu-b", "uuid", "GPU-b0", "pid", "40")
 	sm := process("gpu-b", "0", "GPU-b0", "40", "ml", "probe-0")
 	sm[1] = "gpu_process_sm_utilization_ratio"
 	f.add(qProcessSMOnly, 0.75, sm...)
@@ -120,9 +122,9 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("rows:\n%s\nwant\n%s", b, want)
 	}
-	// ps reads processes only: none of top's queries.
-	if len(f.asked) != 7 {
-		t.Errorf("ps asked %d queries, want 7:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
+	// ps reads processes only: none of top's queries; the labels of processes without memory last.
+	if len(f.asked) != 7 || f.asked[6] != f.r.Expr(qProcessSMOnly) {
+		t.Errorf("ps asked %d queries, want 7, the last for processes without memory:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
 	}
 	if len(c.GPUs) != 0 || len(c.Signals) != 0 {
 		t.Errorf("ps read GPUs %v or signals %v", c.GPUs, c.Signals)
@@ -313,8 +315,9 @@ func TestGPULinesAndSignals(t *testing.T) {
 	if len(c.Nodes) != 2 || !c.Nodes[1].Simulated || c.Nodes[1].Name != "gpu-a" || !c.Nodes[1].AllocationsKnown || c.Nodes[0].AllocationsKnown {
 		t.Errorf("nodes %+v", c.Nodes)
 	}
-	if len(f.asked) != int(nQueries) {
-		t.Errorf("top asked %d queries, want %d", len(f.asked), nQueries)
+	// Every query but the follow-up, which no process calls for.
+	if len(f.asked) != int(nQueries)-1 || slices.Contains(f.asked, f.r.Expr(qProcessSMOnly)) {
+		t.Errorf("top asked %d queries, want %d:\n%s", len(f.asked), nQueries-1, strings.Join(f.asked, "\n"))
 	}
 }
 

@@ -24,6 +24,8 @@ type query struct {
 	name string
 	// top: only the top view needs it; ps reads the others.
 	top bool
+	// followUp: asked only when the others' answers call for it, at most once per reading.
+	followUp bool
 	// expr writes the PromQL.
 	expr func(q exprs) string
 }
@@ -97,8 +99,8 @@ var queries = [nQueries]query{
 	qProcessSM: {name: "process SM utilization", expr: func(q exprs) string {
 		return fmt.Sprintf("max by (%s, uuid, pid) (gpu_process_sm_utilization_ratio%s)", q.by, q.s())
 	}},
-	// Processes with an SM utilization and no memory reading: rare, so their labels cost nothing.
-	qProcessSMOnly: {name: "processes without a memory reading", expr: func(q exprs) string {
+	// Processes with an SM utilization and no memory reading: asked for only when the SM utilizations name one.
+	qProcessSMOnly: {name: "processes without a memory reading", followUp: true, expr: func(q exprs) string {
 		return fmt.Sprintf("gpu_process_sm_utilization_ratio%s unless on (%s, uuid, pid) gpu_process_memory_used_bytes%s", q.s(), q.by, q.s())
 	}},
 	qGPUs: {name: "GPUs", top: true, expr: func(q exprs) string { return "gpu_info" + q.s() }},

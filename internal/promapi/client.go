@@ -356,21 +356,15 @@ func vector(dec *json.Decoder, each func(Sample) error) error {
 	if err := delim(dec, '['); err != nil {
 		return err
 	}
-	var s struct {
-		Metric map[string]string `json:"metric"`
-		Value  point             `json:"value"`
-	}
-	s.Metric = make(map[string]string, 24)
+	s := sample{metric: make(map[string]string, 24), names: make(map[string]string)}
 	for dec.More() {
-		clear(s.Metric)
-		s.Value = point{}
 		if err := dec.Decode(&s); err != nil {
 			return err
 		}
-		if !s.Value.set {
+		if !s.set {
 			return fmt.Errorf("a sample without a value")
 		}
-		if err := each(Sample{Metric: s.Metric, Value: s.Value.v, Time: s.Value.t}); err != nil {
+		if err := each(Sample{Metric: s.metric, Value: s.v, Time: s.t}); err != nil {
 			return err
 		}
 	}

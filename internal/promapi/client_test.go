@@ -2,6 +2,7 @@ package promapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -261,3 +262,53 @@ func FuzzDecode(f *testing.F) {
 		_ = err
 	})
 }
+
+// The fast path reads a sample as encoding/json does, or leaves it to encoding/json: the same labels, time and
+// value, or an error from both.
+func FuzzSampleIsEncodingJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"metric":{"__name__":"up","instance":"gpu-a:9402","job":"x"},"value":[1700000000.123,"1"]}`,
+		`{ "value" : [ 1.5e9 , "NaN" ] , "metric" : { } }`,
+		`{"metric":{"a":"b\"c","d":"\u00e9"},"value":[1,"+Inf"]}`,
+		`{"metric":{"a":"\xff"},"value":[1,"2"]}`,
+		`{"metric":{"a":"b"},"value":[1,"x"]}`,
+		`{"metric":{"a":"b"},"histogram":[1,{}]}`,
+		`{"metric":null,"value":null}`,
+		`{"metric":{"a":"b","a":"c"},"value":[1,"2"],"value":[3,"4"]}`,
+		`{"metric":{"a":1},"value":[1,"2"]}`,
+		`{"metric":{},"value":["1","2"]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return // the decoder hands over only what it found to be one valid value
+		}
+		fast := sample{metric: map[string]string{"stale": "label"}, names: map[string]string{}}
+		fastErr := fast.UnmarshalJSON(b)
+		var slow struct {
+			Metric map[string]string `json:"metric"`
+			Value  *point            `json:"value"`
+		}
+		slowErr := json.Unmarshal(b, &slow)
+		if (fastErr == nil) != (slowErr == nil) {
+			t.Fatalf("%s: fast path error %v, encoding/json's %v", b, fastErr, slowErr)
+		}
+		if fastErr != nil {
+			return
+		}
+		if len(fast.metric) != len(slow.Metric) {
+			t.Fatalf("%s: labels %v, encoding/json's %v", b, fast.metric, slow.Metric)
+		}
+		for k, v := range slow.Metric {
+			if fast.metric[k] != v {
+				t.Fatalf("%s: labels %v, encoding/json's %v", b, fast.metric, slow.Metric)
+			}
+		}
+		if fast.set != (slow.Value != nil) || fast.set && (fast.t != slow.Value.t || !sameFloat(fast.v, slow.Value.v)) {
+			t.Fatalf("%s: value %v %v %v, encoding/json's %+v", b, fast.set, fast.t, fast.v, slow.Value)
+		}
+	})
+}
+
+func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }

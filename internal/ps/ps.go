@@ -3,6 +3,8 @@
 package ps
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -88,11 +90,34 @@ func Rows(r *reading.Reading) []Row {
 	return rows
 }
 
-// WriteJSON writes the rows as one JSON array.
+// WriteJSON writes the rows as one JSON array, indented as json.Encoder indents it, a row at a time: a cluster's
+// 32,000 rows are 18 MiB of text, which need not be held twice in memory to be printed.
 func WriteJSON(w io.Writer, rows []Row) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rows)
+	if len(rows) == 0 {
+		_, err := io.WriteString(w, "[]\n")
+		return err
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString("[\n")
+	var row bytes.Buffer
+	for i, r := range rows {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		row.Reset()
+		if err := json.Indent(&row, b, "  ", "  "); err != nil {
+			return err
+		}
+		bw.WriteString("  ")
+		bw.Write(row.Bytes())
+		if i < len(rows)-1 {
+			bw.WriteByte(',')
+		}
+		bw.WriteByte('\n')
+	}
+	bw.WriteString("]\n")
+	return bw.Flush()
 }
 
 // Filter keeps the rows of one namespace, or whose owner contains a text; an empty field keeps every row.
