@@ -46,22 +46,37 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	b = b[:len(b)-1] // the closing brace
+	for _, l := range identityKeys {
+		value, err := json.Marshal(*l.Get(&r.Identity))
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, l.key...), ':'), value...)
+	}
+	return append(b, '}'), nil
+}
+
+// identityKey is an identity label InPS with its key as JSON writes it, after a comma: written once, not once per
+// row.
+type identityKey struct {
+	attribution.IdentityLabel
+	key []byte
+}
+
+var identityKeys = func() []identityKey {
+	var keys []identityKey
 	for _, l := range attribution.IdentityLabels {
 		if l.Use&attribution.InPS == 0 {
 			continue
 		}
 		name, err := json.Marshal(l.Name)
 		if err != nil {
-			return nil, err
+			panic(err) // a label name is a plain string
 		}
-		value, err := json.Marshal(*l.Get(&r.Identity))
-		if err != nil {
-			return nil, err
-		}
-		b = append(append(append(append(b, ','), name...), ':'), value...)
+		keys = append(keys, identityKey{l, append([]byte{','}, name...)})
 	}
-	return append(b, '}'), nil
-}
+	return keys
+}()
 
 // Rows lists the reading's processes, by GPU then PID.
 func Rows(r *reading.Reading) []Row {
@@ -101,7 +116,7 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	bw.WriteString("[\n")
 	var row bytes.Buffer
 	for i, r := range rows {
-		b, err := json.Marshal(r)
+		b, err := r.MarshalJSON() // what json.Marshal writes for it, without checking its own output again
 		if err != nil {
 			return err
 		}
