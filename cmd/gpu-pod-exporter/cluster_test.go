@@ -16,12 +16,12 @@ import (
 func parsePrometheus(t *testing.T, args ...string) (*prometheusFlags, error) {
 	t.Helper()
 	app := kingpin.New("test", "")
-	cmd := app.Command("ps", "")
-	f := registerPrometheus(cmd)
+	f := &prometheusFlags{source: &sourceFlags{}}
+	f.register(app.Command("ps", ""))
 	if _, err := app.Parse(append([]string{"ps"}, args...)); err != nil {
 		return f, err
 	}
-	return f, f.check(&sourceFlags{})
+	return f, f.check()
 }
 
 func TestPrometheusFlags(t *testing.T) {
@@ -91,11 +91,12 @@ func TestPrometheusFlagsRefused(t *testing.T) {
 	}
 	// A node source and the cluster are two different things to read.
 	app := kingpin.New("test", "")
-	f := registerPrometheus(app.Command("ps", ""))
+	f := &prometheusFlags{source: &sourceFlags{demo: true}}
+	f.register(app.Command("ps", ""))
 	if _, err := app.Parse([]string{"ps", "--prometheus=http://p"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.check(&sourceFlags{demo: true}); err == nil || !strings.HasPrefix(err.Error(), "--prometheus: ") ||
+	if err := f.check(); err == nil || !strings.HasPrefix(err.Error(), "--prometheus: ") ||
 		!strings.Contains(err.Error(), "--demo") {
 		t.Errorf("--prometheus with --demo: %v", err)
 	}
