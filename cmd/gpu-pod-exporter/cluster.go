@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
 )
 
@@ -208,13 +209,14 @@ func printClusterPS(ctx context.Context, f *prometheusFlags, r *cluster.Reader, 
 		}
 		writeErr = ps.WriteTable(w, &gpu.Snapshot{Simulated: simulated}, rows, !pf.noHeaders)
 	}
+	// Node names and Prometheus' warnings are the server's text: escaped, as every name ps prints.
 	for _, n := range c.Nodes {
 		if p := n.Problem(); p != "" {
-			fmt.Fprintf(os.Stderr, "warning: node %s: %s\n", n.Name, p)
+			fmt.Fprintf(os.Stderr, "warning: node %s: %s\n", terminal.Escape(n.Name), p)
 		}
 	}
 	for _, warning := range c.Warnings {
-		fmt.Fprintf(os.Stderr, "warning: %s\n", warning)
+		fmt.Fprintf(os.Stderr, "warning: %s\n", terminal.Escape(warning))
 	}
 	return nil, writeErr
 }

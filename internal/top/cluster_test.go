@@ -220,3 +220,35 @@ func TestRenderManyNodesFits(t *testing.T) {
 		}
 	}
 }
+
+// Node names come from Prometheus' labels: each reaches the terminal escaped, and a node's GPUs still find it.
+func TestRenderClusterEscapesNodeNames(t *testing.T) {
+	c := threeNodes()
+	const evil = "gpu-a\x1b]0;pwned\a"
+	rename := func(s *string) {
+		if *s == "gpu-a" {
+			*s = evil
+		}
+	}
+	for i := range c.Nodes {
+		rename(&c.Nodes[i].Name)
+	}
+	for i := range c.GPUs {
+		rename(&c.GPUs[i].Node)
+	}
+	for i := range c.Signals {
+		rename(&c.Signals[i].Node)
+	}
+	for i := range c.Rows {
+		rename(&c.Rows[i].Node)
+	}
+	for _, v := range []View{{}, {ByNode: true}, {Group: true}} {
+		out := Render(Frame{Screen: Build(Reading{Cluster: c}, v), View: v, Width: 100, Height: 30, Interactive: true}, colored(t))
+		if strings.Contains(out, "\x1b]0;") || strings.Contains(out, "\a") {
+			t.Errorf("%+v: a node name's escape reached the terminal:\n%q", v, out)
+		}
+		if v.ByNode && !strings.Contains(ansi.Strip(out), "gpu-a\\x1b]0;pwned\\a  2 GPUs") {
+			t.Errorf("by node: no escaped node line with its GPUs:\n%s", ansi.Strip(out))
+		}
+	}
+}
