@@ -53,8 +53,8 @@ func main() {
 	} else {
 		defer os.RemoveAll(work)
 	}
-	fmt.Println("| nodes | GPUs | processes | series | generate s | OpenMetrics MiB | backfill s | ps wall s (median, max) | ps CPU s | ps peak RSS MiB | Prometheus CPU s per ps | ps -o json MiB | top reading gaps s (min, median, max; mean) | top peak RSS MiB |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|")
+	fmt.Println("| nodes | GPUs | processes | series | generate s | OpenMetrics MiB | backfill s | ps wall s (median, max) | ps CPU s | ps peak RSS MiB | Prometheus CPU s per ps | ps -o json MiB | top reading gaps s (min, median, max; mean) | top CPU s per reading | Prometheus CPU s per top reading | top peak RSS MiB |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|")
 	for _, n := range ints(*sizes) {
 		dir := filepath.Join(work, fmt.Sprint(n))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -120,12 +120,14 @@ func measureFleet(binary, dir string, nodes, runs, refreshes int, interval time.
 
 	// top, piped: the time each reading's first line arrives.
 	var arrivals []time.Time
+	before := processCPU(pid)
 	top := runMeasured(binary, append([]string{"top", "--interval=" + interval.String(), "-n", fmt.Sprint(refreshes)}, common...),
 		func(line string) {
 			if strings.HasPrefix(line, "gpu-pod-exporter top ") {
 				arrivals = append(arrivals, time.Now())
 			}
 		})
+	topPromCPU := processCPU(pid) - before
 	if top.code != 0 || len(arrivals) != refreshes {
 		fail(fmt.Errorf("%d nodes: top exit %d, %d readings: %s", nodes, top.code, len(arrivals), top.stderr))
 	}
@@ -136,11 +138,12 @@ func measureFleet(binary, dir string, nodes, runs, refreshes int, interval time.
 	mean := arrivals[len(arrivals)-1].Sub(arrivals[0]).Seconds() / float64(len(gaps))
 	slices.Sort(gaps)
 
-	fmt.Printf("| %d | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f, %.2f | %.2f | %.0f | %.2f | %.1f | %.2f, %.2f, %.2f; %.2f | %.0f |\n",
+	fmt.Printf("| %d | %d | %d | %.0f | %.1f | %.0f | %.1f | %.2f, %.2f | %.2f | %.0f | %.2f | %.1f | %.2f, %.2f, %.2f; %.2f | %.2f | %.2f | %.0f |\n",
 		nodes, nodes*gpusPerNode, nodes*gpusPerNode*processesPerGPU, series, generated.Seconds(), float64(st.Size())/(1<<20),
 		backfilled.Seconds(), walls[len(walls)/2].Seconds(), walls[len(walls)-1].Seconds(), cpu.Seconds()/float64(runs),
 		float64(rss)/1024, promCPU.Seconds()/float64(runs), float64(jsonBytes)/(1<<20),
-		gaps[0], gaps[len(gaps)/2], gaps[len(gaps)-1], mean, float64(top.maxRSS)/1024)
+		gaps[0], gaps[len(gaps)/2], gaps[len(gaps)-1], mean, top.cpu.Seconds()/float64(refreshes),
+		topPromCPU.Seconds()/float64(refreshes), float64(top.maxRSS)/1024)
 }
 
 type result struct {
