@@ -53,7 +53,7 @@ func (f *prometheusFlags) register(cmd flagHost) {
 		return cmd.Flag(name, help).IsSetByUser(f.set[name])
 	}
 	cmd.Flag("prometheus", "Read the whole cluster from the Prometheus HTTP API at this URL (Prometheus, Thanos Query, "+
-		"or Mimir's .../prometheus), where the exporters' series are, instead of this node. Also $"+prometheusEnv+".").
+		"or Mimir's .../prometheus), where the exporters' series are, instead of this node.").
 		Envar(prometheusEnv).PlaceHolder("URL").StringVar(&f.url)
 	flag("prometheus.selector", `Label matchers that narrow every query to some exporters' targets, e.g. `+
 		`cluster="prod",instance=~"gpu-.*".`).PlaceHolder("MATCHERS").StringVar(&f.selector)

@@ -88,7 +88,8 @@ func run(args []string) int {
 		"(with --watch, every --interval).", true, &psf, &ppf)
 	topCmd := addCommand(app, "top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
 		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
-		"When the output is not a terminal, prints a plain table every --interval.", true, &tf, &tkf, &tpf)
+		"When the output is not a terminal, prints a plain table every --interval. With --prometheus, the whole cluster: "+
+		"a line per node; n shows each node's GPUs.", true, &tf, &tkf, &tpf)
 
 	chosen, err := app.Parse(args)
 	if err != nil {
