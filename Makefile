@@ -10,7 +10,7 @@ LDFLAGS    := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(
               -X $(VERSION_PKG).Branch=$(BRANCH) -X '$(VERSION_PKG).BuildUser=$(BUILD_USER)' \
               -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 
-.PHONY: build test e2e-k8s soak demo release-snapshot bench
+.PHONY: build test e2e-k8s soak demo release-snapshot bench bench-cluster
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o gpu-pod-exporter ./cmd/gpu-pod-exporter
@@ -39,3 +39,9 @@ release-snapshot:
 # scraped like Prometheus. Not part of `make test`; BENCH_FLAGS passes flags to test/bench (-sizes, -cases, ...).
 bench: build
 	go run ./test/bench -binary ./gpu-pod-exporter $(BENCH_FLAGS)
+
+# `ps --prometheus` and `top --prometheus` on generated fleets of 10 to 1,000 nodes backfilled into a real Prometheus
+# TSDB (docs/performance.md, "The cluster view"). Not part of `make test`: 1,000 nodes take minutes.
+# CLUSTER_BENCH_FLAGS passes flags to test/clusterbench (-nodes, -runs, -interval, -keep).
+bench-cluster: build
+	go run ./test/clusterbench -binary ./gpu-pod-exporter $(CLUSTER_BENCH_FLAGS)

@@ -78,14 +78,18 @@ func run(args []string) int {
 		psf psFlags
 		tf  topFlags
 		tkf kubeletFlags // top's own, for its allocation signals
+		// With --prometheus, ps and top read the whole cluster instead of this node.
+		ppf = prometheusFlags{source: &sf}
+		tpf = prometheusFlags{source: &sf}
 	)
 	serve := addCommand(app, "serve", "Serve Prometheus metrics (the default).", false, &wf, &cf, &pu, &kf)
 	serve.clause.Default()
 	psCmd := addCommand(app, "ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once "+
-		"(with --watch, every --interval).", true, &psf)
+		"(with --watch, every --interval).", true, &psf, &ppf)
 	topCmd := addCommand(app, "top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
 		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
-		"When the output is not a terminal, prints a plain table every --interval.", true, &tf, &tkf)
+		"When the output is not a terminal, prints a plain table every --interval. With --prometheus, the whole cluster: "+
+		"a line per node; n shows each node's GPUs.", true, &tf, &tkf, &tpf)
 
 	chosen, err := app.Parse(args)
 	if err != nil {
@@ -128,6 +132,14 @@ func run(args []string) int {
 		defer signal.Stop(hangups)
 	}
 
+	// Reading the cluster from Prometheus needs no GPU, procfs or kubelet of this node.
+	switch {
+	case cmd == psCmd && ppf.on():
+		return runClusterPS(ctx, &ppf, &psf)
+	case cmd == topCmd && tpf.on():
+		return tf.runCluster(ctx, &tpf)
+	}
+
 	source, err := sf.open(ctx, logger)
 	if err != nil {
 		return fail(cmd.forPerson, logger, "cannot read GPUs", err)
@@ -149,7 +161,7 @@ func run(args []string) int {
 
 	switch cmd {
 	case psCmd:
-		return runPS(ctx, reader, &psf)
+		return runPS(ctx, &psf, func(ctx context.Context, w io.Writer) (error, error) { return printPS(ctx, reader, &psf, w) })
 	case topCmd:
 		return tf.run(ctx, logger, &tkf, offer, reader)
 	}

@@ -45,10 +45,10 @@ func (f *psFlags) warnings() []string { return nil }
 
 // runPS prints one reading, or with --watch one every interval until ctx ends (Ctrl-C), which is a normal exit.
 // Under --watch a failed reading is reported and the next one tried, as a watched command is re-run; output that
-// cannot be written (a closed pipe) ends it.
-func runPS(ctx context.Context, reader *reading.Reader, f *psFlags) int {
+// cannot be written (a closed pipe) ends it. print takes and prints one reading: the node's, or the cluster's.
+func runPS(ctx context.Context, f *psFlags, print func(context.Context, io.Writer) (readErr, writeErr error)) int {
 	for {
-		readErr, writeErr := printPS(ctx, reader, f, os.Stdout)
+		readErr, writeErr := print(ctx, os.Stdout)
 		switch {
 		case ctx.Err() != nil:
 			return 0

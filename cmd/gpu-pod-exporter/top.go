@@ -23,13 +23,16 @@ type topFlags struct {
 	group    bool
 	filter   string
 	count    int
+	// intervalSet: --interval was given; reading a cluster, the default is longer.
+	intervalSet bool
 	// logs holds back what is logged while the view owns the terminal, and prints it once the terminal is restored.
 	logs *heldLog
 }
 
 func (f *topFlags) register(cmd flagHost) {
 	f.logs = &heldLog{out: os.Stderr, limit: 64 << 10}
-	durationFlag(cmd, "interval", "Time between readings.", 2*time.Second, &f.interval)
+	cmd.Flag("interval", "Time between readings (with --prometheus: "+clusterInterval.String()+").").Default("2s").
+		IsSetByUser(&f.intervalSet).SetValue(durationValue{flag: "interval", dst: &f.interval})
 	enumFlag(cmd, "sort", "Initial order of the processes: gpu, memory or sm.", "gpu", &f.sort, "gpu", "memory", "sm")
 	cmd.Flag("group", "Start with one row per workload (pod, container, Slurm job, service).").BoolVar(&f.group)
 	cmd.Flag("filter", "Start with only the processes of this namespace, or whose owner contains this text.").
@@ -73,23 +76,25 @@ func (f *topFlags) run(ctx context.Context, logger *slog.Logger, kf *kubeletFlag
 	defer allocs.stop()
 	allocations := allocs.source
 
-	cfg := top.Config{
-		Interval: f.interval,
-		View:     top.View{Sort: sort, Filter: f.filter, Group: f.group},
-		Read: func(ctx context.Context) (top.Reading, error) {
-			r, err := reader.Read(ctx)
-			if err != nil {
-				return top.Reading{}, err
+	return f.show(ctx, sort, func(ctx context.Context) (top.Reading, error) {
+		r, err := reader.Read(ctx)
+		if err != nil {
+			return top.Reading{}, err
+		}
+		rd := top.Reading{Result: r}
+		if allocations != nil {
+			if allocs, ok := allocations.Allocations(); ok {
+				rd.Allocations = allocation.Join(allocs, r)
 			}
-			rd := top.Reading{Result: r}
-			if allocations != nil {
-				if allocs, ok := allocations.Allocations(); ok {
-					rd.Allocations = allocation.Join(allocs, r)
-				}
-			}
-			return rd, nil
-		},
-	}
+		}
+		return rd, nil
+	})
+}
+
+// show runs the view over read: on the terminal, or as plain tables into a pipe.
+func (f *topFlags) show(ctx context.Context, sort top.Sort, read func(context.Context) (top.Reading, error)) int {
+	cfg := top.Config{Interval: f.interval, View: top.View{Sort: sort, Filter: f.filter, Group: f.group}, Read: read}
+	var err error
 	if !interactive() {
 		err = top.RunPlain(ctx, cfg, f.count, os.Stdout, os.Stderr)
 	} else {

@@ -3,6 +3,8 @@
 package ps
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -19,8 +21,10 @@ import (
 )
 
 // Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md: the process's keys, then
-// its owner's identity labels that are InPS (attribution.IdentityLabels). Unknown numbers are null.
+// its owner's identity labels that are InPS (attribution.IdentityLabels). Unknown numbers are null. A row read
+// from Prometheus has its node first; a node's own rows have none.
 type Row struct {
+	Node            string   `json:"node,omitempty"`
 	GPU             int      `json:"gpu"`
 	UUID            string   `json:"uuid"`
 	PID             uint32   `json:"pid"`
@@ -42,22 +46,37 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	b = b[:len(b)-1] // the closing brace
+	for _, l := range identityKeys {
+		value, err := json.Marshal(*l.Get(&r.Identity))
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, l.key...), ':'), value...)
+	}
+	return append(b, '}'), nil
+}
+
+// identityKey is an identity label InPS with its key as JSON writes it, after a comma: written once, not once per
+// row.
+type identityKey struct {
+	attribution.IdentityLabel
+	key []byte
+}
+
+var identityKeys = func() []identityKey {
+	var keys []identityKey
 	for _, l := range attribution.IdentityLabels {
 		if l.Use&attribution.InPS == 0 {
 			continue
 		}
 		name, err := json.Marshal(l.Name)
 		if err != nil {
-			return nil, err
+			panic(err) // a label name is a plain string
 		}
-		value, err := json.Marshal(*l.Get(&r.Identity))
-		if err != nil {
-			return nil, err
-		}
-		b = append(append(append(append(b, ','), name...), ':'), value...)
+		keys = append(keys, identityKey{l, append([]byte{','}, name...)})
 	}
-	return append(b, '}'), nil
-}
+	return keys
+}()
 
 // Rows lists the reading's processes, by GPU then PID.
 func Rows(r *reading.Reading) []Row {
@@ -86,11 +105,34 @@ func Rows(r *reading.Reading) []Row {
 	return rows
 }
 
-// WriteJSON writes the rows as one JSON array.
+// WriteJSON writes the rows as one JSON array, indented as json.Encoder indents it, a row at a time: a cluster's
+// 32,000 rows are 18 MiB of text, which need not be held twice in memory to be printed.
 func WriteJSON(w io.Writer, rows []Row) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rows)
+	if len(rows) == 0 {
+		_, err := io.WriteString(w, "[]\n")
+		return err
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString("[\n")
+	var row bytes.Buffer
+	for i, r := range rows {
+		b, err := r.MarshalJSON() // what json.Marshal writes for it, without checking its own output again
+		if err != nil {
+			return err
+		}
+		row.Reset()
+		if err := json.Indent(&row, b, "  ", "  "); err != nil {
+			return err
+		}
+		bw.WriteString("  ")
+		bw.Write(row.Bytes())
+		if i < len(rows)-1 {
+			bw.WriteByte(',')
+		}
+		bw.WriteByte('\n')
+	}
+	bw.WriteString("]\n")
+	return bw.Flush()
 }
 
 // Filter keeps the rows of one namespace, or whose owner contains a text; an empty field keeps every row.
@@ -146,6 +188,8 @@ func WriteWarnings(w io.Writer, snap *gpu.Snapshot) error {
 // control characters that would otherwise act on the terminal.
 func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	// Rows read from Prometheus have a node, and the table a NODE column.
+	nodes := slices.ContainsFunc(rows, func(r Row) bool { return r.Node != "" })
 	if headers {
 		if snap.Simulated {
 			fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
@@ -153,12 +197,18 @@ func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error
 		for _, l := range HealthLines(snap) {
 			fmt.Fprintln(tw, "# "+terminal.Escape(l))
 		}
+		if nodes {
+			fmt.Fprint(tw, "NODE\t")
+		}
 		fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
 	}
 	for _, r := range rows {
 		gpuCol := strconv.Itoa(r.GPU)
 		if r.GPUInstance != nil {
 			gpuCol += fmt.Sprintf(" (GI %d CI %d)", *r.GPUInstance, *r.ComputeInstance)
+		}
+		if nodes {
+			fmt.Fprintf(tw, "%s\t", terminal.Escape(r.Node))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpuCol, r.PID, terminal.Escape(r.ProcessType),
 			dash(terminal.Escape(r.ProcessName)), memory(r.UsedMemoryBytes), percent(r.SMUtilization),

@@ -228,3 +228,28 @@ func TestTableEscapesNames(t *testing.T) {
 		})
 	}
 }
+
+// WriteJSON writes what json.Encoder writes for the whole array, a row at a time.
+func TestWriteJSONIsTheEncoders(t *testing.T) {
+	rows := Rows(result())
+	odd := rows[0]
+	odd.Node, odd.ProcessName, odd.Pod = "gpu-<a>&b", "é \"quoted\" \u2028", "p\x7f"
+	for _, rs := range [][]Row{nil, {}, rows[:1], rows, append(append([]Row{}, rows...), odd)} {
+		var want, got bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rs); err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) == 0 {
+			want.Reset()
+			want.WriteString("[]\n") // an empty or nil slice: ps always prints an array
+		}
+		if err := WriteJSON(&got, rs); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("%d rows:\n%s\nwant\n%s", len(rs), got.String(), want.String())
+		}
+	}
+}

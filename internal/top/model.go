@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
@@ -17,10 +18,12 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
-// Reading is one attributed reading of the node and what the kubelet's allocations say about it.
+// Reading is one attributed reading of the node and what the kubelet's allocations say about it, or a reading of
+// many nodes (Cluster, with Result nil).
 type Reading struct {
 	Result      *reading.Reading
 	Allocations allocation.Signals
+	Cluster     *Cluster
 }
 
 // Sort orders the process rows.
@@ -64,12 +67,21 @@ type View struct {
 	// Group shows one row per workload (a pod, a container, a Slurm job, a service) with its memory and SM
 	// utilization summed over its processes and GPUs.
 	Group bool
+	// Namespaces, with Group, makes a pod's row its namespace's: all its pods together (a cluster's view).
+	Namespaces bool
+	// ByNode shows each node's GPUs under its line, and orders the rows node by node (a cluster's view).
+	ByNode bool
 }
 
 // Screen is one reading laid out for a person.
 type Screen struct {
 	Simulated bool
-	GPUs      []GPU
+	// Cluster is true for a reading of many nodes: Nodes has a line per node, and GPUs, signals and rows name theirs.
+	Cluster bool
+	Nodes   []Node
+	// Time is when a cluster reading was evaluated (zero for a node's: the frame's time).
+	Time time.Time
+	GPUs []GPU
 	// AllocationsKnown is true when the kubelet's allocations were read (or a simulated node has them): only then
 	// do GPU.AllocatedPods and the signals mean anything.
 	AllocationsKnown bool
@@ -95,6 +107,12 @@ type GPU struct {
 	Unrequested, IdlePods   int       // pods using it without an allocation; pods holding it and running nothing
 	// Health names what is wrong with the GPU now (ps.Health); empty when nothing is.
 	Health []string
+	// InUse: a workload has processes on it.
+	InUse bool
+	// Node is the GPU's node in a cluster reading; AllocationsUnknown is true when that node's allocations are not
+	// known while others' are.
+	Node               string
+	AllocationsUnknown bool
 }
 
 // SignalKind is what a signal says.
@@ -104,21 +122,31 @@ type SignalKind int
 const (
 	Unrequested    SignalKind = iota // a pod uses a GPU that no allocation gives it
 	IdleAllocation                   // a pod holds a GPU and runs nothing on it
+	NodeProblem                      // a node of a cluster reading is stale, or cannot read its GPUs
 )
 
-// Signal is one allocation signal about one pod's container on one GPU or MIG device.
+// Signal is one allocation signal about one pod's container on one GPU or MIG device, or a node's problem.
 type Signal struct {
-	Kind   SignalKind
-	GPU    string // as in the GPU column: "3", or "2:1/0" for a MIG device
-	Owner  string // namespace/pod/container
+	Kind  SignalKind
+	GPU   string // as in the GPU column: "3", or "2:1/0" for a MIG device
+	Owner string // namespace/pod/container; a NodeProblem's words
+	// Node is the node of a cluster reading.
+	Node   string
 	gpuIdx int
 }
 
 func (s Signal) String() string {
-	if s.Kind == Unrequested {
-		return fmt.Sprintf("unrequested use: %s on GPU %s", s.Owner, s.GPU)
+	where := "GPU " + s.GPU
+	if s.Node != "" {
+		where += " of " + s.Node
 	}
-	return fmt.Sprintf("idle allocation: %s holds GPU %s", s.Owner, s.GPU)
+	switch s.Kind {
+	case Unrequested:
+		return fmt.Sprintf("unrequested use: %s on %s", s.Owner, where)
+	case NodeProblem:
+		return fmt.Sprintf("node %s: %s", s.Node, s.Owner)
+	}
+	return fmt.Sprintf("idle allocation: %s holds %s", s.Owner, where)
 }
 
 // Row is one process, or with View.Group one workload.
@@ -130,13 +158,19 @@ type Row struct {
 	SM        gpu.Value
 	Owner     string // as ps's OWNER column; a grouped pod without its container
 	Namespace string
+	// Node is the row's node in a cluster reading; "3 nodes" for a workload on three.
+	Node string
 
-	gpu int
-	pid uint32
+	node string
+	gpu  int
+	pid  uint32
 }
 
 // Build lays out a reading. It is pure: the same reading and view give the same screen.
 func Build(rd Reading, v View) Screen {
+	if rd.Cluster != nil {
+		return buildCluster(rd.Cluster, v)
+	}
 	r := rd.Result
 	s := Screen{Simulated: r.Snapshot.Simulated, AllocationsKnown: rd.Allocations.Known}
 	for _, d := range r.Snapshot.Devices {
@@ -150,11 +184,11 @@ func Build(rd Reading, v View) Screen {
 	s.Warnings = ps.Warnings(r.Snapshot)
 
 	if v.Group {
-		s.Rows = group(ps.Rows(r), v.Filter)
+		s.Rows = group(ps.Rows(r), v.Filter, workloadKey)
 	} else {
 		s.Rows = processRows(ps.Rows(r), v.Filter)
 	}
-	sortRows(s.Rows, v.Sort)
+	sortRows(s.Rows, v)
 	return s
 }
 
@@ -165,7 +199,7 @@ func processRows(all []ps.Row, filter string) []Row {
 			continue
 		}
 		row := Row{GPU: gpuColumn(p.GPU, p.GPUInstance, p.ComputeInstance), PID: strconv.FormatUint(uint64(p.PID), 10),
-			Process: p.ProcessName, Owner: ps.Owner(p), Namespace: p.Namespace, gpu: p.GPU, pid: p.PID}
+			Process: p.ProcessName, Owner: ps.Owner(p), Namespace: p.Namespace, Node: p.Node, node: p.Node, gpu: p.GPU, pid: p.PID}
 		if p.UsedMemoryBytes != nil {
 			row.Memory = gpu.Known(float64(*p.UsedMemoryBytes))
 		}
@@ -177,12 +211,13 @@ func processRows(all []ps.Row, filter string) []Row {
 	return rows
 }
 
-// matches is the `/` filter: a namespace, whole, or a part of the owner.
+// matches is the `/` filter: a namespace, whole, or a part of the owner or of the node's name.
 func matches(r ps.Row, filter string) bool {
 	if filter == "" {
 		return true
 	}
-	return strings.EqualFold(r.Namespace, filter) || ps.Filter{Owner: filter}.Match(r)
+	return strings.EqualFold(r.Namespace, filter) || ps.Filter{Owner: filter}.Match(r) ||
+		r.Node != "" && strings.Contains(strings.ToLower(r.Node), strings.ToLower(filter))
 }
 
 func header(r *reading.Reading, d gpu.Device) GPU {
@@ -197,21 +232,28 @@ func header(r *reading.Reading, d gpu.Device) GPU {
 		owners[workload(r, p)] = true
 		mps = mps || p.Type == gpu.ProcessMPS
 	}
-	switch {
-	case d.MIGMode == gpu.MIGEnabled:
-		g.Mode = fmt.Sprintf("MIG ×%d", len(d.MIG))
-	case !d.ProcessesListed:
-		g.Mode = "?"
-	case mps:
-		g.Mode = fmt.Sprintf("MPS ×%d", len(owners))
-	case len(owners) > 1:
-		g.Mode = fmt.Sprintf("shared ×%d", len(owners))
-	case len(owners) == 1:
-		g.Mode = "1 workload"
-	default:
-		g.Mode = "idle"
-	}
+	g.Mode = SharingMode(d.MIGMode == gpu.MIGEnabled, len(d.MIG), d.ProcessesListed, mps, len(owners))
+	g.InUse = len(owners) > 0
 	return g
+}
+
+// SharingMode says how a GPU is shared, from what gpu_info, gpu_mig_info, gpu_processes and gpu_workloads say of
+// it: MIG and its instances, MPS or time-slicing and the workloads, one workload, idle, or "?" when its process
+// list could not be read.
+func SharingMode(mig bool, migInstances int, processesListed, mps bool, workloads int) string {
+	switch {
+	case mig:
+		return fmt.Sprintf("MIG ×%d", migInstances)
+	case !processesListed:
+		return "?"
+	case mps:
+		return fmt.Sprintf("MPS ×%d", workloads)
+	case workloads > 1:
+		return fmt.Sprintf("shared ×%d", workloads)
+	case workloads == 1:
+		return "1 workload"
+	}
+	return "idle"
 }
 
 // workload names the owner of a process as sharing counts it: one pod container, container, job or service; a
@@ -283,12 +325,18 @@ func gpuColumn(index int, gi, ci *int) string {
 	return s
 }
 
-// group makes one row per workload: a Kubernetes pod (all its containers), else whatever ps's OWNER names. A
-// process nobody owns stays a row of its own.
-func group(all []ps.Row, filter string) []Row {
+// group makes one row per workload: a Kubernetes pod (all its containers), else whatever ps's OWNER names; key
+// says which group a process belongs to and how its row names the owner. A process nobody owns stays a row of its
+// own.
+func group(all []ps.Row, filter string, key func(ps.Row) (key, owner string)) []Row {
+	type place struct {
+		node string
+		gpu  int
+	}
 	type acc struct {
 		row   Row
-		gpus  []int
+		gpus  []place
+		nodes []string
 		names []string
 		procs int
 	}
@@ -298,24 +346,19 @@ func group(all []ps.Row, filter string) []Row {
 		if !matches(p, filter) {
 			continue
 		}
-		owner := ps.Owner(p)
-		key := owner
-		switch {
-		case p.Pod != "":
-			owner = "pod " + p.Namespace + "/" + p.Pod
-			key = "pod\x00" + p.Namespace + "\x00" + p.Pod
-		case owner == "-" || owner == "container":
-			key = "pid\x00" + strconv.FormatUint(uint64(p.PID), 10)
-		}
-		g := groups[key]
+		k, owner := key(p)
+		g := groups[k]
 		if g == nil {
-			g = &acc{row: Row{Owner: owner, Namespace: p.Namespace, gpu: p.GPU, pid: p.PID}}
-			groups[key] = g
-			order = append(order, key)
+			g = &acc{row: Row{Owner: owner, Namespace: p.Namespace, node: p.Node, gpu: p.GPU, pid: p.PID}}
+			groups[k] = g
+			order = append(order, k)
 		}
 		g.procs++
-		if !slices.Contains(g.gpus, p.GPU) {
-			g.gpus = append(g.gpus, p.GPU)
+		if pl := (place{p.Node, p.GPU}); !slices.Contains(g.gpus, pl) {
+			g.gpus = append(g.gpus, pl)
+		}
+		if !slices.Contains(g.nodes, p.Node) {
+			g.nodes = append(g.nodes, p.Node)
 		}
 		if p.ProcessName != "" && !slices.Contains(g.names, p.ProcessName) {
 			g.names = append(g.names, p.ProcessName)
@@ -326,17 +369,27 @@ func group(all []ps.Row, filter string) []Row {
 		if p.SMUtilization != nil {
 			g.row.SM = gpu.Known(g.row.SM.V + *p.SMUtilization)
 		}
-		g.row.gpu, g.row.pid = min(g.row.gpu, p.GPU), min(g.row.pid, p.PID)
+		g.row.node, g.row.gpu, g.row.pid = min(g.row.node, p.Node), min(g.row.gpu, p.GPU), min(g.row.pid, p.PID)
 	}
 	rows := make([]Row, 0, len(order))
 	for _, k := range order {
 		g := groups[k]
-		slices.Sort(g.gpus)
-		gpus := make([]string, len(g.gpus))
-		for i, n := range g.gpus {
-			gpus[i] = strconv.Itoa(n)
+		g.row.Node = g.nodes[0]
+		if len(g.nodes) > 1 {
+			g.row.Node = fmt.Sprintf("%d nodes", len(g.nodes))
+			g.row.GPU = fmt.Sprintf("%d GPUs", len(g.gpus))
+		} else {
+			gpus := make([]int, len(g.gpus))
+			for i, pl := range g.gpus {
+				gpus[i] = pl.gpu
+			}
+			slices.Sort(gpus)
+			cols := make([]string, len(gpus))
+			for i, n := range gpus {
+				cols[i] = strconv.Itoa(n)
+			}
+			g.row.GPU = strings.Join(cols, ",")
 		}
-		g.row.GPU = strings.Join(gpus, ",")
 		g.row.PID = strconv.FormatUint(uint64(g.row.pid), 10)
 		if g.procs > 1 {
 			g.row.PID = fmt.Sprintf("%d procs", g.procs)
@@ -352,17 +405,43 @@ func group(all []ps.Row, filter string) []Row {
 	return rows
 }
 
-// sortRows orders rows; unknown values sort last, and ties go by GPU then PID so that rows do not jump about
-// between readings.
-func sortRows(rows []Row, by Sort) {
+// workloadKey groups a pod's containers together, and otherwise processes with the same owner; a process nobody
+// owns is a group of its own.
+func workloadKey(p ps.Row) (key, owner string) {
+	owner = ps.Owner(p)
+	switch {
+	case p.Pod != "":
+		return "pod\x00" + p.Namespace + "\x00" + p.Pod, "pod " + p.Namespace + "/" + p.Pod
+	case owner == "-" || owner == "container":
+		return "pid\x00" + p.Node + "\x00" + strconv.FormatUint(uint64(p.PID), 10), owner
+	}
+	return owner, owner
+}
+
+// namespaceKey groups the pods of a namespace together, and everything else as workloadKey does.
+func namespaceKey(p ps.Row) (key, owner string) {
+	if p.Namespace != "" {
+		return "namespace\x00" + p.Namespace, "namespace " + p.Namespace
+	}
+	return workloadKey(p)
+}
+
+// sortRows orders rows; unknown values sort last, and ties go by node, GPU then PID so that rows do not jump
+// about between readings. With ByNode, rows are ordered node by node first.
+func sortRows(rows []Row, v View) {
 	value := func(r Row) gpu.Value { return gpu.Value{} }
-	switch by {
+	switch v.Sort {
 	case ByMemory:
 		value = func(r Row) gpu.Value { return r.Memory }
 	case BySM:
 		value = func(r Row) gpu.Value { return r.SM }
 	}
 	slices.SortStableFunc(rows, func(a, b Row) int {
+		if v.ByNode {
+			if c := cmp.Compare(a.node, b.node); c != 0 {
+				return c
+			}
+		}
 		va, vb := value(a), value(b)
 		if va.Valid != vb.Valid {
 			if va.Valid {
@@ -370,6 +449,7 @@ func sortRows(rows []Row, by Sort) {
 			}
 			return 1
 		}
-		return cmp.Or(-cmp.Compare(va.V, vb.V), cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.pid, b.pid), cmp.Compare(a.Owner, b.Owner))
+		return cmp.Or(-cmp.Compare(va.V, vb.V), cmp.Compare(a.node, b.node), cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.pid, b.pid),
+			cmp.Compare(a.Owner, b.Owner))
 	})
 }

@@ -39,6 +39,7 @@ func Run(ctx context.Context, cfg Config, opts ...tea.ProgramOption) error {
 func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer) error {
 	sep := ""
 	for n := 1; ; n++ {
+		started := time.Now()
 		rd, err := cfg.Read(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -58,9 +59,16 @@ func RunPlain(ctx context.Context, cfg Config, count int, out, errOut io.Writer)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(cfg.Interval):
+		case <-time.After(untilNext(started, cfg.Interval)):
 		}
 	}
+}
+
+// untilNext is the wait before the next reading: readings start an interval apart, so that a slow source (a
+// Prometheus answering for a thousand nodes) does not stretch the interval, and one that takes longer than the
+// interval is followed at once, never overlapped.
+func untilNext(started time.Time, interval time.Duration) time.Duration {
+	return max(interval-time.Since(started), 0)
 }
 
 // model is the bubbletea program: the latest reading, the view the keys chose, and the terminal's size.
@@ -82,9 +90,10 @@ type model struct {
 }
 
 type readingMsg struct {
-	rd  Reading
-	err error
-	at  time.Time
+	rd      Reading
+	err     error
+	started time.Time
+	at      time.Time
 }
 
 type tickMsg struct{}
@@ -93,8 +102,9 @@ func (m *model) Init() tea.Cmd { return m.read }
 
 // read takes a reading off the program's loop, so that keys stay responsive while the GPUs are slow to answer.
 func (m *model) read() tea.Msg {
+	started := time.Now()
 	rd, err := m.cfg.Read(m.ctx)
-	return readingMsg{rd, err, time.Now()}
+	return readingMsg{rd, err, started, time.Now()}
 }
 
 func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -108,7 +118,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.reading, m.err, m.at = &msg.rd, "", msg.at
 			m.rebuild()
 		}
-		return m, tea.Tick(m.cfg.Interval, func(time.Time) tea.Msg { return tickMsg{} })
+		return m, tea.Tick(untilNext(msg.started, m.cfg.Interval), func(time.Time) tea.Msg { return tickMsg{} })
 	case tickMsg:
 		return m, m.read
 	case tea.KeyMsg:
@@ -154,7 +164,15 @@ func (m *model) key(k string) bool {
 	case "g", "G":
 		m.view.Sort = ByGPU
 	case "w", "W":
-		m.view.Group = !m.view.Group
+		// A cluster's rows group by workload, then by namespace, then not.
+		switch {
+		case m.cluster() && m.view.Group && !m.view.Namespaces:
+			m.view.Namespaces = true
+		default:
+			m.view.Group, m.view.Namespaces = !m.view.Group, false
+		}
+	case "n", "N":
+		m.view.ByNode = !m.view.ByNode
 	case "/":
 		m.editing = true
 	}
@@ -178,6 +196,9 @@ func (m *model) edit(k tea.KeyMsg) {
 		}
 	}
 }
+
+// cluster reports whether the view shows many nodes.
+func (m *model) cluster() bool { return m.reading != nil && m.reading.Cluster != nil }
 
 func (m *model) rebuild() {
 	if m.reading != nil {

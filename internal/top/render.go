@@ -69,6 +69,9 @@ func Render(f Frame, st Styles) string {
 
 	s := f.Screen
 	title := fmt.Sprintf("gpu-pod-exporter top  %s  %d GPUs  %d processes", f.Time.Format("15:04:05"), len(s.GPUs), s.Processes)
+	if s.Cluster {
+		title = clusterTitle(f)
+	}
 	if s.Simulated {
 		title += "  (simulated)"
 	}
@@ -77,21 +80,28 @@ func Render(f Frame, st Styles) string {
 		add(st.Alert.Render(ansi.Truncate("reading failed: "+f.Err, w, "…")))
 	}
 
-	add(st.Header.Render(pad(gpuHeader(s, w, f.Interactive), f)))
-	for _, g := range s.GPUs {
-		add(gpuLine(g, s, w, f.Interactive, st))
+	if s.Cluster {
+		lines = append(lines, nodeSection(f, w, st)...)
+	} else {
+		add(st.Header.Render(pad(gpuHeader(s, w, f.Interactive), f)))
+		for _, g := range s.GPUs {
+			add(gpuLine(g, s, w, f.Interactive, st))
+		}
 	}
 	if h := healthLine(s.GPUs); h != "" {
 		add(st.Alert.Render(ansi.Truncate(h, w, "…")))
 	}
 	for i, sig := range s.Signals {
 		if f.Height > 0 && i == maxSignals-1 && len(s.Signals) > maxSignals {
-			add(st.Dim.Render(fmt.Sprintf("  … %d more allocation signals", len(s.Signals)-i)))
+			add(st.Dim.Render(fmt.Sprintf("  … %d more signals", len(s.Signals)-i)))
 			break
 		}
 		mark, style := "!", st.Alert
-		if sig.Kind == IdleAllocation {
+		switch sig.Kind {
+		case IdleAllocation:
 			mark, style = "○", st.Warn
+		case NodeProblem:
+			mark = "×"
 		}
 		add(style.Render(ansi.Truncate(mark+" "+sig.String(), w, "…")))
 	}
@@ -99,8 +109,8 @@ func Render(f Frame, st Styles) string {
 		add(st.Warn.Render(ansi.Truncate("warning: "+warning, w, "…")))
 	}
 
-	cols := processColumns(s.Rows, w, f.View.Group)
-	add(st.Header.Render(pad(cols.line("GPU", "PID", "PROCESS", "MEMORY", "SM", "OWNER"), f)))
+	cols := processColumns(s.Rows, w, f.View.Group, s.Cluster)
+	add(st.Header.Render(pad(cols.line("NODE", "GPU", "PID", "PROCESS", "MEMORY", "SM", "OWNER"), f)))
 	footer := footerLine(f, st)
 	room := len(s.Rows)
 	if f.Height > 0 {
@@ -111,7 +121,7 @@ func Render(f Frame, st Styles) string {
 			add(st.Dim.Render(fmt.Sprintf("… %d more rows", len(s.Rows)-i)))
 			break
 		}
-		add(cols.line(r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner))
+		add(cols.line(r.Node, r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner))
 	}
 	if len(s.Rows) == 0 {
 		if f.View.Filter != "" {
@@ -148,18 +158,23 @@ func escaped(f Frame) Frame {
 	s.GPUs = slices.Clone(s.GPUs)
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
-		g.Name, g.Mode = terminal.Escape(g.Name), terminal.Escape(g.Mode)
+		g.Name, g.Mode, g.Node = terminal.Escape(g.Name), terminal.Escape(g.Mode), terminal.Escape(g.Node)
+	}
+	// A cluster's node names come from Prometheus' labels; a node's GPUs find it by its escaped name.
+	s.Nodes = slices.Clone(s.Nodes)
+	for i := range s.Nodes {
+		s.Nodes[i].Name = terminal.Escape(s.Nodes[i].Name)
 	}
 	s.Signals = slices.Clone(s.Signals)
 	for i := range s.Signals {
 		sig := &s.Signals[i]
-		sig.GPU, sig.Owner = terminal.Escape(sig.GPU), terminal.Escape(sig.Owner)
+		sig.GPU, sig.Owner, sig.Node = terminal.Escape(sig.GPU), terminal.Escape(sig.Owner), terminal.Escape(sig.Node)
 	}
 	s.Rows = slices.Clone(s.Rows)
 	for i := range s.Rows {
 		r := &s.Rows[i]
 		r.GPU, r.PID, r.Process = terminal.Escape(r.GPU), terminal.Escape(r.PID), terminal.Escape(r.Process)
-		r.Owner, r.Namespace = terminal.Escape(r.Owner), terminal.Escape(r.Namespace)
+		r.Owner, r.Namespace, r.Node = terminal.Escape(r.Owner), terminal.Escape(r.Namespace), terminal.Escape(r.Node)
 	}
 	s.Warnings = slices.Clone(s.Warnings)
 	for i, w := range s.Warnings {
@@ -242,6 +257,9 @@ func gpuLine(g GPU, s Screen, w int, bars bool, st Styles) string {
 // allocCell says how many pods hold the GPU, marked "!" when a pod uses it without an allocation and "○" when a
 // pod holds it idle; the signal lines below name them.
 func allocCell(g GPU, st Styles) string {
+	if g.AllocationsUnknown {
+		return fit("-", 7, false)
+	}
 	text := "none"
 	switch {
 	case g.AllocatedPods == 1:
@@ -275,27 +293,41 @@ func meter(v gpu.Value, width int, st Styles) string {
 	return style.Render(strings.Repeat("█", full)) + st.Dim.Render(strings.Repeat("░", width-full))
 }
 
-type columns struct{ gpu, pid, process, owner int }
+type columns struct{ node, gpu, pid, process, owner int }
 
-// processColumns sizes the process table: the owner gets what the other columns leave.
-func processColumns(rows []Row, w int, grouped bool) columns {
+// processColumns sizes the process table: the owner gets what the other columns leave. A cluster's table starts
+// with the node.
+func processColumns(rows []Row, w int, grouped, cluster bool) columns {
 	c := columns{gpu: 3, pid: 7, process: 7}
 	if grouped {
 		c.pid = 8
 	}
+	if cluster {
+		c.node = 4
+	}
 	for _, r := range rows {
 		c.gpu = max(c.gpu, min(ansi.StringWidth(r.GPU), 11))
 		c.process = max(c.process, min(ansi.StringWidth(r.Process), 24))
+		if cluster {
+			c.node = max(c.node, min(ansi.StringWidth(r.Node), 16))
+		}
 	}
 	fixed := c.gpu + 1 + c.pid + 1 + 1 + 8 + 1 + 4 + 1
+	if cluster {
+		fixed += c.node + 1
+	}
 	c.process = min(c.process, max((w-fixed)/4, 7))
 	c.owner = max(w-fixed-c.process, 10)
 	return c
 }
 
-func (c columns) line(gpuCol, pid, process, mem, sm, owner string) string {
-	return strings.Join([]string{fit(gpuCol, c.gpu, false), fit(pid, c.pid, true), fit(process, c.process, false),
-		fit(mem, 8, true), fit(sm, 4, true), shorten(owner, c.owner)}, " ")
+func (c columns) line(node, gpuCol, pid, process, mem, sm, owner string) string {
+	cells := []string{fit(gpuCol, c.gpu, false), fit(pid, c.pid, true), fit(process, c.process, false),
+		fit(mem, 8, true), fit(sm, 4, true), shorten(owner, c.owner)}
+	if c.node > 0 {
+		cells = append([]string{fit(node, c.node, false)}, cells...)
+	}
+	return strings.Join(cells, " ")
 }
 
 // shorten cuts an owner to width columns in the middle, so that a long pod name keeps its container: "pod
@@ -323,11 +355,21 @@ func footerLine(f Frame, st Styles) string {
 		st.Key.Render("/") + " filter",
 		st.Key.Render("q") + " quit",
 	}
-	if f.View.Group {
+	switch {
+	case f.Screen.Cluster && f.View.Group && !f.View.Namespaces:
+		parts[1] = st.Key.Render("w") + " namespaces"
+	case f.View.Group:
 		parts[1] = st.Key.Render("w") + " ungroup"
 	}
 	if f.View.Filter != "" {
 		parts[2] = st.Key.Render("/") + " filter: " + f.View.Filter
+	}
+	if f.Screen.Cluster {
+		byNode := st.Key.Render("n") + " by node"
+		if f.View.ByNode {
+			byNode = st.Key.Render("n") + " nodes only"
+		}
+		parts = slices.Insert(parts, 2, byNode)
 	}
 	return ansi.Truncate(strings.Join(parts, " · "), max(f.Width, minWidth), "…")
 }

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/config"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cluster"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
+)
+
+// prometheusEnv gives --prometheus when the flag is not: a variable of this program's own, so that a
+// PROMETHEUS_URL set for other tools does not turn a node's ps into the cluster's.
+const prometheusEnv = "GPU_POD_EXPORTER_PROMETHEUS_URL"
+
+// prometheusFlags make ps and top read the whole cluster from Prometheus, Thanos or Mimir instead of the node.
+type prometheusFlags struct {
+	url        string
+	selector   string
+	nodeLabel  string
+	interval   optionalDuration
+	timeout    time.Duration
+	at         string
+	httpConfig string
+	set        map[string]*bool // the flags given, which need --prometheus
+	// source is the node's source flags: reading a node and reading the cluster exclude each other.
+	source *sourceFlags
+
+	// Filled in by check.
+	sel    promapi.Selector
+	atTime time.Time
+	client *http.Client
+}
+
+func (f *prometheusFlags) register(cmd flagHost) {
+	f.set = map[string]*bool{}
+	flag := func(name, help string) *kingpin.FlagClause {
+		f.set[name] = new(bool)
+		return cmd.Flag(name, help).IsSetByUser(f.set[name])
+	}
+	cmd.Flag("prometheus", "Read the whole cluster from the Prometheus HTTP API at this URL (Prometheus, Thanos Query, "+
+		"or Mimir's .../prometheus), where the exporters' series are, instead of this node.").
+		Envar(prometheusEnv).PlaceHolder("URL").StringVar(&f.url)
+	flag("prometheus.selector", `Label matchers that narrow every query to some exporters' targets, e.g. `+
+		`cluster="prod",instance=~"gpu-.*".`).PlaceHolder("MATCHERS").StringVar(&f.selector)
+	flag("prometheus.node-label", "The target label that names a node (the chart's ServiceMonitor sets instance to "+
+		"the node's name); a series without it is named by its instance.").Default(cluster.DefaultNodeLabel).StringVar(&f.nodeLabel)
+	flag("prometheus.scrape-interval", "How often Prometheus scrapes the exporters; a node whose last reading is older "+
+		"than two intervals is stale. Default: each target's, measured from its samples of up.").
+		PlaceHolder("DURATION").SetValue(&f.interval)
+	f.interval.flag = "prometheus.scrape-interval"
+	flag("prometheus.timeout", "Deadline of one reading of the cluster (all its queries).").Default("30s").
+		SetValue(durationValue{flag: "prometheus.timeout", dst: &f.timeout})
+	flag("prometheus.time", "Read the cluster as it was at this time (RFC 3339, or Unix seconds) instead of now.").
+		PlaceHolder("TIME").StringVar(&f.at)
+	flag("http.config.file", "HTTP client configuration for --prometheus, as promtool's and amtool's: basic auth, "+
+		"bearer token file, TLS CA and client certificates, proxy, headers (Mimir's X-Scope-OrgID).").
+		PlaceHolder("FILE").StringVar(&f.httpConfig)
+}
+
+func (f *prometheusFlags) warnings() []string { return nil }
+
+// on reports whether the command reads the cluster.
+func (f *prometheusFlags) on() bool { return f.url != "" }
+
+var labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// check validates the flags and builds the HTTP client: a flag of the group without --prometheus, or with a node
+// source, is a usage error, as is a URL, selector, time or client configuration that cannot work.
+func (f *prometheusFlags) check() error {
+	if !f.on() {
+		for name, set := range f.set {
+			if *set {
+				return flagError(name, "reads the cluster from Prometheus: it needs --prometheus (or $%s)", prometheusEnv)
+			}
+		}
+		return nil
+	}
+	for name, on := range map[string]bool{"demo": f.source.demo, "gpu.simulated-config": f.source.simulatedConfig != ""} {
+		if on {
+			return flagError("prometheus", "reads the cluster from Prometheus, not this node's GPUs: it cannot be combined "+
+				"with --%s (unset $%s to read a node)", name, prometheusEnv)
+		}
+	}
+	if _, err := promapi.ParseURL(f.url); err != nil {
+		return flagError("prometheus", "%v", err)
+	}
+	sel, err := promapi.ParseSelector(f.selector)
+	if err != nil {
+		return flagError("prometheus.selector", "%v", err)
+	}
+	f.sel = sel
+	if !labelNameRE.MatchString(f.nodeLabel) {
+		return flagError("prometheus.node-label", "%q is not a label name", f.nodeLabel)
+	}
+	if f.at != "" {
+		if f.atTime, err = parseTime(f.at); err != nil {
+			return flagError("prometheus.time", "%v", err)
+		}
+	}
+	cfg := config.DefaultHTTPClientConfig
+	if f.httpConfig != "" {
+		c, _, err := config.LoadHTTPConfigFile(f.httpConfig)
+		if err != nil {
+			return flagError("http.config.file", "%v", err)
+		}
+		cfg = *c
+	}
+	if err := cfg.Validate(); err != nil {
+		return flagError("http.config.file", "%v", err)
+	}
+	if f.client, err = config.NewClientFromConfig(cfg, "gpu-pod-exporter"); err != nil {
+		return flagError("http.config.file", "%v", err)
+	}
+	return nil
+}
+
+// parseTime reads --prometheus.time as promtool reads a time: RFC 3339, or Unix seconds.
+func parseTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil || secs < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-12-01T03:00:00Z) nor Unix seconds", s)
+	}
+	return time.UnixMilli(int64(secs * 1000)), nil
+}
+
+// reader is the cluster reader the flags describe.
+func (f *prometheusFlags) reader() (*cluster.Reader, error) {
+	client, err := promapi.New(f.url, f.client)
+	if err != nil {
+		return nil, err
+	}
+	return cluster.New(client, cluster.Config{Selector: f.sel, NodeLabel: f.nodeLabel, ScrapeInterval: f.interval.d, At: f.atTime}), nil
+}
+
+// explain adds to a failure what the person can do about it.
+func (f *prometheusFlags) explain(err error) error {
+	switch {
+	case errors.Is(err, promapi.ErrUnauthorized) && f.httpConfig == "":
+		return fmt.Errorf("%w; give credentials with --http.config.file", err)
+	case errors.Is(err, promapi.ErrUnauthorized):
+		return fmt.Errorf("%w; check the credentials in %s", err, f.httpConfig)
+	case errors.Is(err, promapi.ErrUnreachable) && loopback(f.url):
+		return fmt.Errorf("%w (through kubectl port-forward? it must be running)", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (--prometheus.timeout %s)", err, f.timeout)
+	}
+	return err
+}
+
+func loopback(u string) bool {
+	parsed, err := promapi.ParseURL(u)
+	if err != nil {
+		return false
+	}
+	if parsed.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(parsed.Hostname())
+	return ip != nil && ip.IsLoopback()
+}
+
+// read takes one reading of the cluster within --prometheus.timeout.
+func (f *prometheusFlags) read(ctx context.Context, r *cluster.Reader, forTop bool) (*top.Cluster, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	read := r.Processes
+	if forTop {
+		read = r.Read
+	}
+	c, err := read(ctx)
+	if err != nil {
+		return nil, f.explain(err)
+	}
+	return c, nil
+}
+
+// printClusterPS prints one reading of the cluster as ps prints a node's, with the node first, and its warnings:
+// stale nodes, and what Prometheus said.
+func printClusterPS(ctx context.Context, f *prometheusFlags, r *cluster.Reader, pf *psFlags, w io.Writer) (readErr, writeErr error) {
+	c, err := f.read(ctx, r, false)
+	if err != nil {
+		return err, nil
+	}
+	rows := pf.filter.Keep(c.Rows)
+	if pf.output == "json" {
+		writeErr = ps.WriteJSON(w, rows)
+	} else {
+		simulated := false
+		for _, n := range c.Nodes {
+			simulated = simulated || n.Simulated
+		}
+		writeErr = ps.WriteTable(w, &gpu.Snapshot{Simulated: simulated}, rows, !pf.noHeaders)
+	}
+	// Node names and Prometheus' warnings are the server's text: escaped, as every name ps prints.
+	for _, n := range c.Nodes {
+		if p := n.Problem(); p != "" {
+			fmt.Fprintf(os.Stderr, "warning: node %s: %s\n", terminal.Escape(n.Name), p)
+		}
+	}
+	for _, warning := range c.Warnings {
+		fmt.Fprintf(os.Stderr, "warning: %s\n", terminal.Escape(warning))
+	}
+	return nil, writeErr
+}
+
+// optionalDuration is a positive duration flag without a default value.
+type optionalDuration struct {
+	flag string
+	d    time.Duration
+}
+
+func (v *optionalDuration) Set(s string) error { return durationValue{flag: v.flag, dst: &v.d}.Set(s) }
+
+func (v *optionalDuration) String() string {
+	if v.d == 0 {
+		return ""
+	}
+	return v.d.String()
+}
+
+// runClusterPS is `ps --prometheus`.
+func runClusterPS(ctx context.Context, f *prometheusFlags, pf *psFlags) int {
+	r, err := f.reader()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
+		return 2
+	}
+	return runPS(ctx, pf, func(ctx context.Context, w io.Writer) (error, error) { return printClusterPS(ctx, f, r, pf, w) })
+}
+
+// clusterInterval is top's default interval on a cluster: the exporters are scraped every 15 to 60 seconds, so a
+// faster refresh only shows the same samples again, at the cost of a thousand nodes' answers each time.
+const clusterInterval = 10 * time.Second
+
+// runCluster is `top --prometheus`.
+func (f *topFlags) runCluster(ctx context.Context, pf *prometheusFlags) int {
+	sort, err := top.ParseSort(f.sort)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: %v\n", err)
+		return 2
+	}
+	r, err := pf.reader()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
+		return 2
+	}
+	if !f.intervalSet {
+		f.interval = clusterInterval
+	}
+	return f.show(ctx, sort, func(ctx context.Context) (top.Reading, error) {
+		c, err := pf.read(ctx, r, true)
+		return top.Reading{Cluster: c}, err
+	})
+}
