@@ -191,7 +191,8 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 		}
 		mux.Handle("/", landing)
 	}
-	server := newServer(mux, collectionTimeout, f.maxConnections, logger)
+	server := newServer(mux, collectionTimeout, f.maxConnections, "web", logger)
+	self.MustRegister(server.limit)
 	var tlsOn, http2On bool
 	if path := *f.toolkit.WebConfigFile; path != "" {
 		wc := &webConfigFile{path: path}
@@ -200,7 +201,9 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 			logger.Error("reading the web configuration", "file", path, "err", err)
 			return 1
 		}
-		server.Handler = newGuard(wc, cfg, mux, logger)
+		guard := newGuard(wc, cfg, mux, logger)
+		self.MustRegister(guard.checker)
+		server.Handler = guard
 		if tlsOn = cfg.TLSConfig.IsEnabled(); tlsOn {
 			http2On = cfg.HTTPConfig.HTTP2
 			server.TLSConfig = wc.tlsConfig(http2On)
@@ -242,7 +245,8 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 		hmux := http.NewServeMux()
 		hmux.HandleFunc(healthzPath, healthz)
 		hmux.Handle(readyzPath, ready)
-		health = newServer(hmux, collectionTimeout, f.maxConnections, logger)
+		health = newServer(hmux, collectionTimeout, f.maxConnections, "health", logger)
+		self.MustRegister(health.limit)
 		l, err := net.Listen("tcp", f.healthAddr)
 		if err != nil {
 			logger.Error("serving probes", "err", err)
@@ -290,8 +294,9 @@ type limitedServer struct {
 	limit *connlimit.Limiter
 }
 
-func newServer(h http.Handler, collectionTimeout time.Duration, maxConnections int, logger *slog.Logger) *limitedServer {
-	limit := connlimit.New(maxConnections, logger)
+// newServer returns a server whose connection limit's self-metrics say listener="<listener>".
+func newServer(h http.Handler, collectionTimeout time.Duration, maxConnections int, listener string, logger *slog.Logger) *limitedServer {
+	limit := connlimit.New(maxConnections, listener, logger)
 	return &limitedServer{limit: limit, Server: &http.Server{
 		Handler:           h,
 		ReadTimeout:       readTimeout,

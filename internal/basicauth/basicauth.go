@@ -6,6 +6,8 @@
 //     slowly; a check over a bound is refused at once, without bcrypt;
 //   - a check whose client has gone (its request context done) does no bcrypt, and identical checks in flight share
 //     one bcrypt.
+//
+// The checks refused are counted in the Checker's self-metrics.
 package basicauth
 
 import (
@@ -19,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -71,6 +74,24 @@ type Checker struct {
 	flights map[flightKey]*flight
 	clients map[string]*client
 	shared  client // the budget of new clients while clients is full
+	// Checks refused (ErrBusy) since the Checker was made, by reason: the client's bounds, or all clients' together.
+	refusedClient, refusedBusy uint64
+}
+
+var refusedDesc = prometheus.NewDesc("gpu_pod_exporter_basic_auth_refused_total",
+	"Requests answered 429 without a password check, by reason: client (its budget of failed checks is spent, or it has "+
+		"a check in flight), busy (as many checks wait for bcrypt as may).", []string{"reason"}, nil)
+
+// Describe implements prometheus.Collector for the Checker's self-metrics.
+func (c *Checker) Describe(ch chan<- *prometheus.Desc) { ch <- refusedDesc }
+
+// Collect implements prometheus.Collector for the Checker's self-metrics.
+func (c *Checker) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	client, busy := c.refusedClient, c.refusedBusy
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(client), "client")
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(busy), "busy")
 }
 
 type credential struct{ user, hash string }
@@ -168,7 +189,13 @@ func (c *Checker) Check(ctx context.Context, clientAddr, user, hash, password st
 // lead makes a check that no other is making, within the bounds. c.mu is held on entry and released.
 func (c *Checker) lead(ctx context.Context, clientAddr string, key flightKey, password string, known bool) (bool, error) {
 	cl := c.client(clientAddr)
-	if cl.inFlight || cl.tokens < 1 || len(c.slots) == cap(c.slots) && c.waiting >= c.cfg.MaxWaiting {
+	switch {
+	case cl.inFlight || cl.tokens < 1:
+		c.refusedClient++
+		c.mu.Unlock()
+		return false, ErrBusy
+	case len(c.slots) == cap(c.slots) && c.waiting >= c.cfg.MaxWaiting:
+		c.refusedBusy++
 		c.mu.Unlock()
 		return false, ErrBusy
 	}

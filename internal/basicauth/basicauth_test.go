@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -115,7 +117,22 @@ func TestFailureBudgetPerClient(t *testing.T) {
 		if _, err := check(t, c, "10.0.0.1:301", "guess"); !errors.Is(err, ErrBusy) {
 			t.Errorf("a second check after one interval: %v, want ErrBusy", err)
 		}
+		checkRefusals(t, c, 2, 0)
 	})
+}
+
+// checkRefusals compares the Checker's self-metrics with the checks it refused.
+func checkRefusals(t *testing.T, c *Checker, client, busy int) {
+	t.Helper()
+	want := fmt.Sprintf(`# HELP gpu_pod_exporter_basic_auth_refused_total %s
+# TYPE gpu_pod_exporter_basic_auth_refused_total counter
+gpu_pod_exporter_basic_auth_refused_total{reason="busy"} %d
+gpu_pod_exporter_basic_auth_refused_total{reason="client"} %d
+`, "Requests answered 429 without a password check, by reason: client (its budget of failed checks is spent, or it "+
+		"has a check in flight), busy (as many checks wait for bcrypt as may).", busy, client)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
 }
 
 // No bcrypt runs for a client that has gone, whether it went before its check or while waiting for a slot.
@@ -180,6 +197,7 @@ func TestConcurrentChecksAreBounded(t *testing.T) {
 		if calls != 5 || most != 2 {
 			t.Errorf("%d bcrypt checks, at most %d at once; want 5 and 2", calls, most)
 		}
+		checkRefusals(t, c, 0, 15)
 	})
 }
 

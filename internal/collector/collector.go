@@ -64,9 +64,10 @@ func New(reader *reading.Reader, opts Options, self ...prometheus.Collector) *Ga
 	for _, p := range parts {
 		descs = append(descs, p.descs()...)
 	}
+	engine := series.NewEngine(descs...)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(append([]prometheus.Collector{reader}, self...)...)
-	return &Gatherer{reader: reader, self: reg, parts: parts, series: series.NewEngine(descs...)}
+	reg.MustRegister(append([]prometheus.Collector{reader, engine}, self...)...)
+	return &Gatherer{reader: reader, self: reg, parts: parts, series: engine}
 }
 
 // Registerer is where the exporter's other self-metrics (build information, Go runtime, HTTP handler) go: they are

@@ -2,7 +2,7 @@
 // descriptor until the client closes it or the idle timeout does, so clients that open connections and leave them idle
 // could otherwise take the server's memory. At the bound, the connection idle the longest is closed to make room for a
 // new one (a client that reuses it opens another, as it would after an idle timeout), and a new connection is refused
-// only when every one held is in use.
+// only when every one held is in use. Both are counted in the Limiter's self-metrics.
 package connlimit
 
 import (
@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Limiter holds at most Max connections of the listeners it wraps. It is safe for concurrent use.
@@ -23,6 +25,9 @@ type Limiter struct {
 	// While at the bound: how many connections were closed to make room and how many refused, logged when it ends.
 	atLimit         bool
 	closed, refused int
+	// Since the Limiter was made, for its self-metrics.
+	closedTotal, refusedTotal uint64
+	evictedDesc, refusedDesc  *prometheus.Desc
 }
 
 type held struct {
@@ -31,8 +36,30 @@ type held struct {
 }
 
 // New returns a Limiter of max connections that logs, on logger, when it reaches the bound and when it is back under.
-func New(max int, logger *slog.Logger) *Limiter {
-	return &Limiter{max: max, logger: logger, conns: map[net.Conn]*held{}}
+// Its self-metrics have the label listener="<listener>".
+func New(max int, listener string, logger *slog.Logger) *Limiter {
+	labels := prometheus.Labels{"listener": listener}
+	return &Limiter{max: max, logger: logger, conns: map[net.Conn]*held{},
+		evictedDesc: prometheus.NewDesc("gpu_pod_exporter_http_connections_evicted_total",
+			"Idle connections closed to make room for a new one at the connection limit.", nil, labels),
+		refusedDesc: prometheus.NewDesc("gpu_pod_exporter_http_connections_refused_total",
+			"New connections closed at once at the connection limit, every connection held being in use.", nil, labels),
+	}
+}
+
+// Describe implements prometheus.Collector for the Limiter's self-metrics.
+func (l *Limiter) Describe(ch chan<- *prometheus.Desc) {
+	ch <- l.evictedDesc
+	ch <- l.refusedDesc
+}
+
+// Collect implements prometheus.Collector for the Limiter's self-metrics.
+func (l *Limiter) Collect(ch chan<- prometheus.Metric) {
+	l.mu.Lock()
+	evicted, refused := l.closedTotal, l.refusedTotal
+	l.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(l.evictedDesc, prometheus.CounterValue, float64(evicted))
+	ch <- prometheus.MustNewConstMetric(l.refusedDesc, prometheus.CounterValue, float64(refused))
 }
 
 // Listen wraps a listener; the connections of all the listeners a Limiter wraps count against one bound. The
@@ -81,11 +108,13 @@ func (l *Limiter) admit(c net.Conn) bool {
 	}
 	if oldest == nil {
 		l.refused++
+		l.refusedTotal++
 		l.mu.Unlock()
 		return false
 	}
 	delete(l.conns, oldest)
 	l.closed++
+	l.closedTotal++
 	l.conns[c] = &held{state: http.StateNew, since: now}
 	l.mu.Unlock()
 	oldest.Close()

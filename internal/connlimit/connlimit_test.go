@@ -3,6 +3,7 @@ package connlimit
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
@@ -33,7 +36,7 @@ func serve(t *testing.T, max int, started chan<- struct{}, gate <-chan struct{})
 		t.Fatal(err)
 	}
 	log := &testkit.SyncBuffer{}
-	lim := New(max, slog.New(slog.NewTextHandler(log, nil)))
+	lim := New(max, "web", slog.New(slog.NewTextHandler(log, nil)))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("/wait", func(w http.ResponseWriter, r *http.Request) {
@@ -113,6 +116,22 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 	if got := strings.Count(log.String(), "connection limit reached"); got != 1 {
 		t.Errorf("%d lines saying the limit was reached, want 1:\n%s", got, log)
 	}
+	checkCounts(t, lim, 6, 0)
+}
+
+// checkCounts compares the Limiter's self-metrics with the connections it evicted and refused.
+func checkCounts(t *testing.T, lim *Limiter, evicted, refused int) {
+	t.Helper()
+	want := fmt.Sprintf(`# HELP gpu_pod_exporter_http_connections_evicted_total Idle connections closed to make room for a new one at the connection limit.
+# TYPE gpu_pod_exporter_http_connections_evicted_total counter
+gpu_pod_exporter_http_connections_evicted_total{listener="web"} %d
+# HELP gpu_pod_exporter_http_connections_refused_total New connections closed at once at the connection limit, every connection held being in use.
+# TYPE gpu_pod_exporter_http_connections_refused_total counter
+gpu_pod_exporter_http_connections_refused_total{listener="web"} %d
+`, evicted, refused)
+	if err := testutil.CollectAndCompare(lim, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
 }
 
 // When every connection held is in use, a new one is refused, and served again once one is free; the limiter says
@@ -150,4 +169,6 @@ func TestBusyConnectionsRefuseNewOnes(t *testing.T) {
 		!strings.Contains(out, "refused=1") {
 		t.Errorf("want one line at the bound and one, counting 1 refused, back under it; log:\n%s", out)
 	}
+	checkCounts(t, lim, 1, 1) // the connection after the gate took the place of one idle again
+
 }

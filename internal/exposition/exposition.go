@@ -1,11 +1,16 @@
 // Package exposition serves a registry's metrics over HTTP, gathering once for all the scrapes that arrive while a
 // gathering is running and encoding its result once per negotiated format and compression. Prometheus HA pairs and
 // agents scrape the same node at the same moment; they share one reading and one body, and none is refused.
+//
+// A scrape filtered by name (promhttp's name[] parameter) costs no more. A gzipped one shares a body with the
+// gathering's other scrapes of the same families, for a few sets of families per gathering; one that is not, or
+// past them, is cut from the whole body of its format, uncompressed, which the gathering's other scrapes of that
+// format share.
 package exposition
 
 import (
 	"bytes"
-	"fmt"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -63,20 +68,28 @@ type flight struct {
 	users    int
 	released bool
 
-	mu     sync.Mutex
-	bodies map[bodyKey]*body
+	mu       sync.Mutex
+	bodies   map[bodyKey]*body
+	filtered int // the bodies of filtered scrapes among bodies
 }
 
 type bodyKey struct {
 	format expfmt.Format
 	gzip   bool
+	// families are those of a filtered body (a bit per family of the gathering, in its order); "" for all of them.
+	families string
 }
 
 type body struct {
-	done chan struct{} // closed when b and err are set
+	done chan struct{} // closed when b, ends and err are set
 	b    []byte
+	ends []int // where each family of the gathering ends in b, when it is not compressed: a filtered body is cut from it
 	err  error
 }
+
+// maxFilteredBodies bounds the gzipped filtered bodies of one gathering: a few scrape jobs filter a node's families,
+// each always the same way, while a client that asks for many sets of families gets them uncompressed.
+const maxFilteredBodies = 4
 
 // ServeHTTP implements http.Handler. A scrape whose client goes away stops waiting at once; the gathering it joined
 // goes on for the others, within the collection timeout of the collectors.
@@ -97,28 +110,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := bodyKey{format: expfmt.Negotiate(r.Header), gzip: acceptsGzip(r.Header.Get("Accept-Encoding"))}
+	picked, filtered := pick(f.g, r.URL.Query()["name[]"])
 	var b *body
-	if names := r.URL.Query()["name[]"]; len(names) > 0 {
-		// A filtered scrape (promhttp's name[] parameter) is rare and gets a body of its own.
-		b = &body{}
-		b.b, b.err = h.encode(key, func(w io.Writer) error { return writeFamilies(w, filter(f.g.Families(), names), key.format) })
-	} else if b2, first := f.body(key); first {
-		b = b2
-		b.b, b.err = h.encode(key, func(w io.Writer) error { return writeGathering(w, f.g, key.format) })
-		close(b.done)
-	} else {
-		b = b2
-		select {
-		case <-b.done:
-		case <-ctx.Done():
-			return
+	ok := true
+	if filtered && key.gzip {
+		some := key
+		some.families = familySet(picked, f.g.Len())
+		b, ok = h.shared(ctx, f, some, func(w io.Writer) ([]int, error) { return nil, f.g.WriteSome(w, key.format, picked) })
+		if b == nil {
+			key.gzip = false // past the gathering's gzipped filtered bodies: cut from the whole one
 		}
 	}
-	if b.err != nil {
-		h.logger.Error("encoding metrics", "format", string(key.format), "err", b.err)
+	if b == nil && ok {
+		b, ok = h.shared(ctx, f, key, func(w io.Writer) ([]int, error) { return f.g.Write(w, key.format) })
+	}
+	if !ok {
+		return
+	}
+	parts, err := [][]byte{b.b}, b.err
+	if filtered && !key.gzip && err == nil {
+		parts = cut(b, picked)
+	}
+	if err != nil {
+		h.logger.Error("encoding metrics", "format", string(key.format), "err", err)
 		http.Error(w, "An error has occurred while encoding metrics.", http.StatusInternalServerError)
 		return
 	}
+	reply(w, key, parts)
+}
+
+// reply writes a body of parts.
+func reply(w http.ResponseWriter, key bodyKey, parts [][]byte) {
 	hdr := w.Header()
 	hdr.Add("Vary", "Accept")
 	hdr.Add("Vary", "Accept-Encoding")
@@ -126,9 +148,43 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if key.gzip {
 		hdr.Set("Content-Encoding", "gzip")
 	}
-	hdr.Set("Content-Length", strconv.Itoa(len(b.b)))
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	hdr.Set("Content-Length", strconv.Itoa(n))
 	// A client that hung up fails this write; there is nobody to tell, and nothing to log.
-	_, _ = w.Write(b.b)
+	_ = writeAll(w, parts)
+}
+
+func writeAll(w io.Writer, parts [][]byte) error {
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shared returns the flight's body for key: the first scrape that asks for it encodes it with write, and the others
+// wait for it. It returns nil and false if the client went away while waiting, and nil and true for a filtered body
+// past the gathering's bound.
+func (h *Handler) shared(ctx context.Context, f *flight, key bodyKey, write func(io.Writer) ([]int, error)) (*body, bool) {
+	b, first := f.body(key)
+	switch {
+	case b == nil:
+		return nil, true
+	case first:
+		b.b, b.ends, b.err = h.encode(key, write)
+		close(b.done)
+		return b, true
+	}
+	select {
+	case <-b.done:
+		return b, true
+	case <-ctx.Done():
+		return nil, false
+	}
 }
 
 // join returns the gathering in flight, or starts one.
@@ -199,12 +255,18 @@ func (h *Handler) gather(f *flight) {
 }
 
 // body returns the flight's body for key. first is true for the first scrape that asks: it encodes the body and
-// closes done; the others wait for done.
+// closes done; the others wait for done. A filtered body past maxFilteredBodies is nil.
 func (f *flight) body(key bodyKey) (b *body, first bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if b, ok := f.bodies[key]; ok {
 		return b, false
+	}
+	if key.families != "" {
+		if f.filtered >= maxFilteredBodies {
+			return nil, false
+		}
+		f.filtered++
 	}
 	b = &body{done: make(chan struct{})}
 	f.bodies[key] = b
@@ -215,14 +277,18 @@ func (f *flight) body(key bodyKey) (b *body, first bool) {
 // together only when a gathering's bodies overlap the next one's.
 const maxGzips = 2
 
-// encode returns a body that write writes, compressed as key says.
-func (h *Handler) encode(key bodyKey, write func(io.Writer) error) ([]byte, error) {
+// encode returns a body that write writes, compressed as key says, and where its families end when it is not.
+func (h *Handler) encode(key bodyKey, write func(io.Writer) ([]int, error)) ([]byte, []int, error) {
 	if h.onEncode != nil {
 		h.onEncode()
 	}
-	h.mu.Lock()
-	hint := h.sizeHint[key]
-	h.mu.Unlock()
+	// The size of a filtered body is not kept: clients choose their families, and would grow the map without bound.
+	hint := 0
+	if key.families == "" {
+		h.mu.Lock()
+		hint = h.sizeHint[key]
+		h.mu.Unlock()
+	}
 	buf := bytes.NewBuffer(make([]byte, 0, hint+hint/8))
 	var w io.Writer = buf
 	var gz *gzip.Writer
@@ -248,40 +314,22 @@ func (h *Handler) encode(key bodyKey, write func(io.Writer) error) ([]byte, erro
 		}()
 		w = gz
 	}
-	if err := write(w); err != nil {
-		return nil, err
+	ends, err := write(w)
+	if err != nil {
+		return nil, nil, err
 	}
 	if gz != nil {
 		if err := gz.Close(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		ends = nil // of what was compressed
 	}
-	h.mu.Lock()
-	h.sizeHint[key] = buf.Len()
-	h.mu.Unlock()
-	return buf.Bytes(), nil
-}
-
-// writeGathering writes a gathering in format: the text format from its own series, any other through expfmt.
-func writeGathering(w io.Writer, g *series.Gathering, format expfmt.Format) error {
-	if format.FormatType() == expfmt.TypeTextPlain {
-		return g.WriteText(w, format)
+	if key.families == "" {
+		h.mu.Lock()
+		h.sizeHint[key] = buf.Len()
+		h.mu.Unlock()
 	}
-	return writeFamilies(w, g.Families(), format)
-}
-
-// writeFamilies writes families with expfmt.
-func writeFamilies(w io.Writer, mfs []*dto.MetricFamily, format expfmt.Format) error {
-	enc := expfmt.NewEncoder(w, series.Unescaped(format, mfs))
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			return fmt.Errorf("encoding %s: %w", mf.GetName(), err)
-		}
-	}
-	if c, ok := enc.(expfmt.Closer); ok {
-		return c.Close()
-	}
-	return nil
+	return buf.Bytes(), ends, nil
 }
 
 // acceptsGzip reports whether an Accept-Encoding header (RFC 9110, 12.5.3) accepts gzip: named with a q above 0, or
@@ -308,18 +356,55 @@ func acceptsGzip(header string) bool {
 	return star
 }
 
-func filter(mfs []*dto.MetricFamily, names []string) []*dto.MetricFamily {
-	want := make(map[string]bool, len(names))
-	for _, n := range names {
-		want[n] = true
+// pick returns the places of the families of g that a filtered scrape names, in order, and whether it is filtered:
+// a scrape that names every family is not.
+func pick(g *series.Gathering, names []string) (picked []int, filtered bool) {
+	if len(names) == 0 {
+		return nil, false
 	}
-	var out []*dto.MetricFamily
-	for _, mf := range mfs {
-		if want[mf.GetName()] {
-			out = append(out, mf)
+	chosen := make([]bool, g.Len())
+	for _, name := range names {
+		if i, ok := g.Index(name); ok {
+			chosen[i] = true
 		}
 	}
-	return out
+	for i, c := range chosen {
+		if c {
+			picked = append(picked, i)
+		}
+	}
+	return picked, len(picked) < g.Len()
+}
+
+// cut returns the parts of a whole body, not compressed, that are the body of the picked families: their bytes, and
+// the format's end.
+func cut(b *body, picked []int) [][]byte {
+	start := func(i int) int {
+		if i == 0 {
+			return 0
+		}
+		return b.ends[i-1]
+	}
+	var parts [][]byte
+	for j, i := range picked {
+		if j > 0 && picked[j-1] == i-1 { // one part for families that follow one another
+			last := &parts[len(parts)-1]
+			*last = (*last)[:len(*last)+b.ends[i]-start(i)]
+			continue
+		}
+		parts = append(parts, b.b[start(i):b.ends[i]])
+	}
+	return append(parts, b.b[start(len(b.ends)):])
+}
+
+// familySet is a key of the picked families of n: a bit per family.
+func familySet(picked []int, n int) string {
+	set := make([]byte, (n+7)/8+1)
+	set[0] = 1 // never "", the key of every family
+	for _, i := range picked {
+		set[1+i/8] |= 1 << (i % 8)
+	}
+	return string(set)
 }
 
 var _ http.Handler = (*Handler)(nil)

@@ -40,6 +40,12 @@ const (
 	maxRecvMsgSize = 16 << 20
 )
 
+// MaxAllocations bounds the allocations of one reading; those past it are left out, counted, and logged once. A
+// device plugin allocates each of its devices to one container at most, and a node has a few hundred (time-sliced
+// replicas included), so that only a kubelet gone wrong comes near; each allocation costs the exporter series and
+// memory.
+const MaxAllocations = 16384
+
 // Allocation is one device of one GPU resource that the kubelet allocated to one container.
 type Allocation struct {
 	Namespace, Pod, Container string
@@ -86,12 +92,14 @@ type Client struct {
 	latest    Allocations
 	available bool
 	state     logstate.State // the state last logged: "" before the first refresh, then "up", "no-socket" or "down"
+	capped    logstate.State // "capped" while the last reading had allocations past MaxAllocations, logged when it changes
 
 	up          prometheus.Gauge
 	errors      *prometheus.CounterVec
 	allocatable *prometheus.GaugeVec
 	duration    prometheus.Gauge
 	draIgnored  *prometheus.GaugeVec
+	dropped     prometheus.Gauge
 	self        selfmetrics.Set // all of the above
 }
 
@@ -154,8 +162,12 @@ func New(cfg Config) (*Client, error) {
 				"other_driver (not " + NVIDIADRADriver + "), vfio (a GPU passed through to a VM, which NVML does not see), " +
 				"unknown_name (a " + NVIDIADRADriver + " device name of no known form).",
 		}, []string{"reason"}),
+		dropped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_allocations_dropped",
+			Help: fmt.Sprintf("GPU allocations of the last PodResources reading left out because it listed more than %d.", MaxAllocations),
+		}),
 	}
-	c.self = selfmetrics.Set{c.up, c.errors, c.allocatable, c.duration, c.draIgnored}
+	c.self = selfmetrics.Set{c.up, c.errors, c.allocatable, c.duration, c.draIgnored, c.dropped}
 	for _, call := range []string{"list", "get_allocatable_resources"} {
 		c.errors.WithLabelValues(call)
 	}
@@ -191,6 +203,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 		c.latest = Allocations{}
 		c.up.Set(0)
 		c.draIgnored.Reset()
+		c.dropped.Set(0)
 		state := "down"
 		if errors.Is(err, fs.ErrNotExist) {
 			state = "no-socket"
@@ -237,8 +250,7 @@ func (c *Client) read(ctx context.Context) (Allocations, error) {
 		c.errors.WithLabelValues("list").Inc()
 		return Allocations{}, fmt.Errorf("listing pod resources from %s: %w", c.cfg.Endpoint, err)
 	}
-	allocs := Allocations{Time: now}
-	var ignored draIgnored
+	var r listing
 	for _, pod := range resp.GetPodResources() {
 		for _, ctr := range pod.GetContainers() {
 			for _, dev := range ctr.GetDevices() {
@@ -246,18 +258,51 @@ func (c *Client) read(ctx context.Context) (Allocations, error) {
 					continue
 				}
 				for _, id := range dev.GetDeviceIds() {
-					allocs.Items = append(allocs.Items, Allocation{
-						Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(),
-						Resource: dev.GetResourceName(), DeviceID: id, Device: ParseDeviceID(id),
-					})
+					r.add(Allocation{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(),
+						Resource: dev.GetResourceName(), DeviceID: id, Device: ParseDeviceID(id)})
 				}
 			}
-			allocs.Items = dynamicAllocations(allocs.Items, pod, ctr, &ignored)
+			r.addDynamic(pod, ctr)
 		}
 	}
-	c.setDRAIgnored(ignored)
+	c.setDRAIgnored(r.ignored)
+	c.setDropped(r.dropped)
 	c.readAllocatable(ctx)
-	return allocs, nil
+	return Allocations{Time: now, Items: r.items}, nil
+}
+
+// listing is the GPU allocations of one List answer, as they are read.
+type listing struct {
+	items   []Allocation
+	dropped int // past MaxAllocations
+	ignored draIgnored
+}
+
+// add adds an allocation, or counts it past MaxAllocations.
+func (r *listing) add(a Allocation) {
+	if len(r.items) >= MaxAllocations {
+		r.dropped++
+		return
+	}
+	r.items = append(r.items, a)
+}
+
+// setDropped says how many allocations the last reading left out, and logs when it starts and stops leaving some out.
+func (c *Client) setDropped(n int) {
+	c.dropped.Set(float64(n))
+	state := ""
+	if n > 0 {
+		state = "capped"
+	}
+	if _, changed := c.capped.Set(state); !changed {
+		return
+	}
+	if n > 0 {
+		c.cfg.Logger.Warn("the kubelet lists more GPU allocations than the exporter reads: the others are left out",
+			"max", MaxAllocations, "dropped", n)
+	} else {
+		c.cfg.Logger.Info("the kubelet lists GPU allocations within the limit again", "max", MaxAllocations)
+	}
 }
 
 // draIgnored counts the DRA devices that are not GPU allocations, by reason.
@@ -269,34 +314,31 @@ func (c *Client) setDRAIgnored(n draIgnored) {
 	c.draIgnored.WithLabelValues("unknown_name").Set(float64(n.unknownName))
 }
 
-// dynamicAllocations appends the container's DRA devices (PodResources dynamic_resources, Kubernetes 1.27+, on by
-// default since 1.34) that NVIDIA's GPU driver allocated, and counts the others. A device shared with other
-// containers or pods through one claim is an allocation of each; a share of a device (share_id, consumable
-// capacity) is an allocation of the device.
-func dynamicAllocations(items []Allocation, pod *podresources.PodResources, ctr *podresources.ContainerResources, ignored *draIgnored) []Allocation {
+// addDynamic adds the container's DRA devices (PodResources dynamic_resources, Kubernetes 1.27+, on by default
+// since 1.34) that NVIDIA's GPU driver allocated, and counts the others. A device shared with other containers or
+// pods through one claim is an allocation of each; a share of a device (share_id, consumable capacity) is an
+// allocation of the device.
+func (r *listing) addDynamic(pod *podresources.PodResources, ctr *podresources.ContainerResources) {
 	for _, dr := range ctr.GetDynamicResources() {
 		for _, res := range dr.GetClaimResources() {
 			if res.GetDriverName() != NVIDIADRADriver {
-				ignored.otherDriver++
+				r.ignored.otherDriver++
 				continue
 			}
 			ref, kind := ParseDRADeviceName(res.GetDeviceName())
 			switch kind {
 			case DRAVFIO:
-				ignored.vfio++
+				r.ignored.vfio++
 				continue
 			case DRAUnknown:
-				ignored.unknownName++
+				r.ignored.unknownName++
 				continue
 			}
-			items = append(items, Allocation{
-				Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(),
+			r.add(Allocation{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName(),
 				Resource: res.GetDriverName(), DeviceID: res.GetDeviceName(), Device: ref,
-				Claim: &Claim{Name: dr.GetClaimName(), Namespace: dr.GetClaimNamespace(), Pool: res.GetPoolName()},
-			})
+				Claim: &Claim{Name: dr.GetClaimName(), Namespace: dr.GetClaimNamespace(), Pool: res.GetPoolName()}})
 		}
 	}
-	return items
 }
 
 // readAllocatable updates the allocatable device counts. It is informational: when it fails (kubelets before 1.23

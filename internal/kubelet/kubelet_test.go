@@ -303,3 +303,52 @@ func TestRefreshReadsDRAClaims(t *testing.T) {
 		t.Errorf("dra_devices_ignored: %d series with the kubelet down, want none", n)
 	}
 }
+
+// A kubelet that lists 100,000 GPU allocations, as one gone wrong might: the client reads MaxAllocations of them,
+// the first listed, says how many it left out, and logs it once while it lasts and once when it ends.
+func TestAllocationsAreCapped(t *testing.T) {
+	const n = 100000
+	many := make([]fake.Device, n)
+	for i := range many {
+		many[i] = fake.Device{Namespace: "ml", Pod: fmt.Sprintf("notebook-%d", i), Container: "notebook",
+			Resource: "nvidia.com/gpu", IDs: []string{fmt.Sprintf("GPU-aaaa::%d", i)}}
+	}
+	sock := filepath.Join(testkit.SocketDir(t), "kubelet.sock")
+	srv, err := fake.Start(sock, many, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	logs := &testkit.SyncBuffer{}
+	c, err := kubelet.New(kubelet.Config{Endpoint: sock, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 2 {
+		if err := c.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.Allocations()
+		if len(got.Items) != kubelet.MaxAllocations || got.Items[len(got.Items)-1].Pod != fmt.Sprintf("notebook-%d", kubelet.MaxAllocations-1) {
+			t.Fatalf("%d allocations read, want the first %d", len(got.Items), kubelet.MaxAllocations)
+		}
+		if got := gaugeValue(t, c, "gpu_pod_exporter_kubelet_allocations_dropped"); got != n-kubelet.MaxAllocations {
+			t.Errorf("gpu_pod_exporter_kubelet_allocations_dropped %v, want %d", got, n-kubelet.MaxAllocations)
+		}
+	}
+	srv.Set(many[:10])
+	if err := c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Allocations(); len(got.Items) != 10 {
+		t.Errorf("%d allocations read, want 10", len(got.Items))
+	}
+	if got := gaugeValue(t, c, "gpu_pod_exporter_kubelet_allocations_dropped"); got != 0 {
+		t.Errorf("gpu_pod_exporter_kubelet_allocations_dropped %v, want 0", got)
+	}
+	if over, under := strings.Count(logs.String(), "more GPU allocations than the exporter reads"),
+		strings.Count(logs.String(), "within the limit again"); over != 1 || under != 1 {
+		t.Errorf("logged the cap %d times and its end %d times, want once each:\n%s", over, under, logs)
+	}
+}

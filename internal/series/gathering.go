@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,13 +159,106 @@ func (g *Gathering) makeFamilies() {
 	g.mfs = mfs
 }
 
+// Len is the number of the gathering's families; Index and Write count them in the exposition's order, by name.
+func (g *Gathering) Len() int {
+	if g == nil {
+		return 0
+	}
+	return len(g.order)
+}
+
+// Index is the place of the family named name in the exposition's order, and false if the gathering has none.
+func (g *Gathering) Index(name string) (int, bool) {
+	if g == nil {
+		return 0, false
+	}
+	return slices.BinarySearchFunc(g.order, name, func(e entry, name string) int { return strings.Compare(g.nameOf(e), name) })
+}
+
+func (g *Gathering) nameOf(e entry) string {
+	if e.own < 0 {
+		return e.self.GetName()
+	}
+	return g.own[e.own].desc.name
+}
+
+// Write writes the gathering in format, and returns where each family ends in what it wrote, in the exposition's
+// order; what follows the last is the format's end (OpenMetrics' "# EOF"). Each family is written whole and on its
+// own, so that the bytes of some families and the end are what WriteSome writes of them: a body filtered by name
+// may be cut from the whole one. The text format is written from the gathering's own series (WriteText), the
+// others with expfmt from Families.
+func (g *Gathering) Write(w io.Writer, format expfmt.Format) (ends []int, err error) {
+	ends = make([]int, 0, g.Len())
+	return ends, g.write(w, format, nil, &ends)
+}
+
+// WriteSome writes the families at the places picked, in increasing order, as Write writes them.
+func (g *Gathering) WriteSome(w io.Writer, format expfmt.Format, picked []int) error {
+	if picked == nil {
+		picked = []int{}
+	}
+	return g.write(w, format, picked, nil)
+}
+
+// write writes the families picked (every one for nil) and appends, to ends unless nil, where each ends.
+func (g *Gathering) write(w io.Writer, format expfmt.Format, picked []int, ends *[]int) error {
+	cw := &countingWriter{w: w}
+	if format.FormatType() == expfmt.TypeTextPlain {
+		return g.writeText(cw, format, picked, ends)
+	}
+	mfs := g.Families()
+	enc := expfmt.NewEncoder(cw, Unescaped(format, mfs))
+	for i, mf := range mfs {
+		if picked != nil {
+			if len(picked) == 0 || picked[0] != i {
+				continue
+			}
+			picked = picked[1:]
+		}
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("encoding %s: %w", mf.GetName(), err)
+		}
+		if ends != nil {
+			*ends = append(*ends, cw.n)
+		}
+	}
+	if c, ok := enc.(expfmt.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// countingWriter counts what it writes.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += n
+	return n, err
+}
+
 // WriteText writes the gathering in the text format: its own families from their label sets' text, byte for byte
 // as expfmt writes them, and those gathered elsewhere with expfmt, in format.
 func (g *Gathering) WriteText(w io.Writer, format expfmt.Format) error {
+	return g.writeText(&countingWriter{w: w}, format, nil, nil)
+}
+
+// writeText is WriteText of the families picked (every one for nil), which appends to ends, unless nil, where each
+// family ends.
+func (g *Gathering) writeText(w *countingWriter, format expfmt.Format, picked []int, ends *[]int) error {
 	bw := bufio.NewWriterSize(w, 16<<10)
 	var self expfmt.Encoder
 	var num []byte
-	for _, e := range g.order {
+	for i, e := range g.order {
+		if picked != nil {
+			if len(picked) == 0 || picked[0] != i {
+				continue
+			}
+			picked = picked[1:]
+		}
 		if e.own < 0 {
 			if self == nil {
 				self = expfmt.NewEncoder(w, Unescaped(format, g.selfFamilies))
@@ -175,22 +269,25 @@ func (g *Gathering) WriteText(w io.Writer, format expfmt.Format) error {
 			if err := self.Encode(e.self); err != nil {
 				return fmt.Errorf("encoding %s: %w", e.self.GetName(), err)
 			}
-			continue
-		}
-		f := &g.own[e.own]
-		name := f.desc.name
-		if f.typ == dto.MetricType_COUNTER {
-			bw.WriteString(f.desc.header[1])
 		} else {
-			bw.WriteString(f.desc.header[0])
+			f := &g.own[e.own]
+			name := f.desc.name
+			if f.typ == dto.MetricType_COUNTER {
+				bw.WriteString(f.desc.header[1])
+			} else {
+				bw.WriteString(f.desc.header[0])
+			}
+			for _, s := range f.samples {
+				bw.WriteString(name)
+				bw.WriteString(f.sets[s.set].text)
+				bw.WriteByte(' ')
+				num = appendFloat(num[:0], s.value)
+				bw.Write(num)
+				bw.WriteByte('\n')
+			}
 		}
-		for _, s := range f.samples {
-			bw.WriteString(name)
-			bw.WriteString(f.sets[s.set].text)
-			bw.WriteByte(' ')
-			num = appendFloat(num[:0], s.value)
-			bw.Write(num)
-			bw.WriteByte('\n')
+		if ends != nil {
+			*ends = append(*ends, w.n+bw.Buffered())
 		}
 	}
 	if c, ok := self.(expfmt.Closer); ok {

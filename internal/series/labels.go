@@ -1,10 +1,12 @@
 package series
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -15,17 +17,28 @@ import (
 // and the next ones. It is never changed once made.
 type labelSet struct {
 	layout *layout
-	values []string // in the order of layout.labels
-	text   string   // {name="value",...} in exposition order, as expfmt writes it; empty without labels
+	values []string // as written, in the order of layout.labels: what the set is looked up by
+	shown  []string // as served: values, with those over the engine's cap truncated; the same slice when none is
+	text   string   // {name="value",...} of shown in exposition order, as expfmt writes it; empty without labels
 	hash   uint64   // of values, with its engine's seed
 	pairs  atomic.Pointer[[]*dto.LabelPair]
 }
 
 // newLabelSet builds a label set, and its text for the exposition: the text is what every body writes, while the
-// label pairs are made only for a caller that asks for client_model's families.
-func newLabelSet(l *layout, values []string, hash uint64) *labelSet {
+// label pairs are made only for a caller that asks for client_model's families. Values longer than maxValue bytes
+// are served truncated.
+func newLabelSet(l *layout, values []string, hash uint64, maxValue int) *labelSet {
 	s := &labelSet{layout: l, values: slices.Clone(values), hash: hash}
-	if slices.ContainsFunc(s.values, needsEscaping) {
+	s.shown = s.values
+	for i, v := range values {
+		if len(v) > maxValue {
+			if &s.shown[0] == &s.values[0] {
+				s.shown = slices.Clone(values)
+			}
+			s.shown[i] = truncate(v, maxValue)
+		}
+	}
+	if slices.ContainsFunc(s.shown, needsEscaping) {
 		s.text = expfmtLabels(s.labelPairs())
 		return s
 	}
@@ -46,12 +59,28 @@ func newLabelSet(l *layout, values []string, hash uint64) *labelSet {
 		}
 		b.WriteString(l.labels[j])
 		b.WriteString(`="`)
-		b.WriteString(s.values[j])
+		b.WriteString(s.shown[j])
 		b.WriteByte('"')
 	}
 	b.WriteByte('}')
 	s.text = b.String()
 	return s
+}
+
+// truncationMark ends a truncated label value, with the first 8 bytes of the SHA-256 of the whole value in hex.
+const truncationMark = "…[truncated %x]"
+
+// truncate cuts v, longer than limit bytes, to at most limit bytes that end with the truncation mark, at a character
+// boundary (v is UTF-8). The digest in the mark keeps apart values that differ only past the cut, and cuts a value
+// the same way in every gathering and every run of the exporter, so that its series keeps its identity.
+func truncate(v string, limit int) string {
+	sum := sha256.Sum256([]byte(v))
+	mark := fmt.Sprintf(truncationMark, sum[:8])
+	cut := max(limit-len(mark), 0)
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + mark
 }
 
 // needsEscaping reports whether the text format escapes something in a label value.
@@ -66,7 +95,7 @@ func (s *labelSet) labelPairs() []*dto.LabelPair {
 	pairs := make([]dto.LabelPair, len(s.values))
 	ptrs := make([]*dto.LabelPair, len(s.values))
 	for i, j := range l.order {
-		pairs[i].Name, pairs[i].Value = &l.labels[j], &s.values[j]
+		pairs[i].Name, pairs[i].Value = &l.labels[j], &s.shown[j]
 		ptrs[i] = &pairs[i]
 	}
 	if !s.pairs.CompareAndSwap(nil, &ptrs) {
@@ -83,7 +112,7 @@ func (s *labelSet) String() string {
 		if i > 0 {
 			sb.WriteByte(',')
 		}
-		fmt.Fprintf(&sb, "%s=%q", s.layout.labels[j], s.values[j])
+		fmt.Fprintf(&sb, "%s=%q", s.layout.labels[j], s.shown[j])
 	}
 	sb.WriteByte('}')
 	return sb.String()

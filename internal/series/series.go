@@ -19,6 +19,15 @@
 //   - Label sets are shared between gatherings. A label set (its values, its text and its client_model label pairs)
 //     is never changed once made; a batch takes from the last gathering the sets it writes again, so that only the
 //     sets of the last gathering are kept, bounded by its series.
+//
+// # Limits
+//
+// The sources of series are trusted (the driver, the container runtimes, the kubelet) but not always sane: a pod
+// named with a megabyte, a kubelet that lists a hundred thousand allocations. A gathering serves a label value of
+// more than MaxLabelValueBytes truncated, with a mark and a digest of the whole value that keep it apart from other
+// values truncated alike; and no more than MaxSeriesPerFamily series of a family, the first written, counting the
+// others in the engine's self-metric (gpu_pod_exporter_series_dropped_total) and naming the family in the
+// gathering's error.
 package series
 
 import (
@@ -29,8 +38,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 )
@@ -83,12 +94,23 @@ type layout struct {
 	index  int   // among its engine's layouts
 }
 
+// The limits of a gathering (see the package's doc). No legitimate value comes near: Kubernetes names are at most
+// 253 bytes, systemd's unit names 255. Nor does a legitimate family: 2,048 processes on each of 8 GPUs make 16,384
+// series of a per-process family.
+const (
+	MaxLabelValueBytes = 1024
+	MaxSeriesPerFamily = 16384
+)
+
 // Engine writes the gatherings of a fixed set of families, each from what the last one left.
 type Engine struct {
 	descs   []*Desc   // by index
 	byName  []int     // indexes of descs, in the order of the exposition
 	layouts []*layout // by index
 	seed    maphash.Seed
+	// The limits, MaxLabelValueBytes and MaxSeriesPerFamily but in tests, and the series dropped by desc.
+	maxValue, maxSeries int
+	dropped             []atomic.Uint64
 
 	mu    sync.Mutex
 	last  carried    // what the last gathering left for the next
@@ -99,7 +121,8 @@ type Engine struct {
 // one name, the second is refused on every gathering, since Prometheus refuses a scrape that has a family twice.
 // A desc belongs to one engine.
 func NewEngine(descs ...*Desc) *Engine {
-	e := &Engine{descs: descs, seed: maphash.MakeSeed()}
+	e := &Engine{descs: descs, seed: maphash.MakeSeed(), maxValue: MaxLabelValueBytes, maxSeries: MaxSeriesPerFamily,
+		dropped: make([]atomic.Uint64, len(descs))}
 	layouts := make(map[string]*layout)
 	names := make(map[string]bool)
 	for i, d := range descs {
@@ -127,6 +150,32 @@ func NewEngine(descs ...*Desc) *Engine {
 
 // Descs are the engine's families.
 func (e *Engine) Descs() []*Desc { return e.descs }
+
+// Dropped is how many series of d its gatherings have left out, past MaxSeriesPerFamily, since the engine was made.
+// It counts as they are written, before the batch is gathered.
+func (e *Engine) Dropped(d *Desc) uint64 {
+	if d.engine != e {
+		return 0
+	}
+	return e.dropped[d.index].Load()
+}
+
+var droppedDesc = prometheus.NewDesc("gpu_pod_exporter_series_dropped_total",
+	fmt.Sprintf("Series left out of gatherings because their family had more than %d, by family; absent for a family that never had.",
+		MaxSeriesPerFamily), []string{"family"}, nil)
+
+// Describe implements prometheus.Collector for the engine's self-metric: the series it dropped.
+func (e *Engine) Describe(ch chan<- *prometheus.Desc) { ch <- droppedDesc }
+
+// Collect implements prometheus.Collector for the engine's self-metric, with a series for each family that had series
+// dropped. Collected with the self-metrics of a gathering, after its batch is written, it counts that gathering.
+func (e *Engine) Collect(ch chan<- prometheus.Metric) {
+	for _, d := range e.descs {
+		if n := e.Dropped(d); n > 0 {
+			ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(n), d.name)
+		}
+	}
+}
 
 // carried is what a gathering leaves the next: its label sets and their ranks, and how many series each family
 // had, to size the next one's at once.
@@ -234,6 +283,10 @@ func (b *Batch) add(d *Desc, typ dto.MetricType, v float64, labels []string) {
 	case len(labels) != len(d.labels):
 		b.fail(fmt.Errorf("%s: %d label values for %d labels", d.name, len(labels), len(d.labels)))
 		return
+	case len(f.samples) >= b.e.maxSeries:
+		b.e.dropped[d.index].Add(1)
+		b.failOnce(f, fmt.Errorf("%s: more than %d series; the others are left out", d.name, b.e.maxSeries))
+		return
 	}
 	ref, ok := b.last, b.hasLast && b.last.set.layout == d.layout && slices.Equal(b.last.set.values, labels)
 	if !ok {
@@ -267,7 +320,7 @@ func (b *Batch) setOf(d *Desc, values []string) (setRef, bool) {
 			return setRef{}, false
 		}
 	}
-	return ls.add(newLabelSet(d.layout, values, sum)), true
+	return ls.add(newLabelSet(d.layout, values, sum, b.e.maxValue)), true
 }
 
 // Each calls f with every series written so far, in the order written, family by family: for views that read
@@ -276,7 +329,7 @@ func (b *Batch) Each(f func(d *Desc, values []string, v float64)) {
 	for _, i := range b.written {
 		d := b.e.descs[i]
 		for _, s := range b.families[i].samples {
-			f(d, b.layouts[d.layout.index].sets[s.set].values, s.value)
+			f(d, b.layouts[d.layout.index].sets[s.set].shown, s.value)
 		}
 	}
 }
@@ -357,7 +410,7 @@ func (r *ranking) rank(l *layout, prev *ranking) {
 	}
 	compare := func(x, y int32) int {
 		for _, j := range l.order {
-			if c := strings.Compare(r.sets[x].values[j], r.sets[y].values[j]); c != 0 {
+			if c := strings.Compare(r.sets[x].shown[j], r.sets[y].shown[j]); c != 0 {
 				return c
 			}
 		}

@@ -181,7 +181,7 @@ func TestLabelSetsCollide(t *testing.T) {
 	l := NewDesc("a", "a", []string{"x"}).layout
 	sets := labelSets{}
 	for i, v := range []string{"1", "2", "3"} {
-		sets.add(42, indexed{newLabelSet(l, []string{v}, 42), int32(i)})
+		sets.add(42, indexed{newLabelSet(l, []string{v}, 42, MaxLabelValueBytes), int32(i)})
 	}
 	for i, v := range []string{"1", "2", "3"} {
 		if got, ok := sets.find(42, []string{v}); !ok || got.from != int32(i) {

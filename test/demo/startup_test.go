@@ -321,8 +321,18 @@ func TestConnectionLimit(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	if _, err := e2eutil.Get("http://" + e.Addr + "/metrics"); err != nil {
+	_, families, err := e2eutil.TryScrape(e.Addr)
+	if err != nil {
 		t.Errorf("a scrape with 20 idle connections open: %v", err)
+	}
+	// 12 of the 20 and the scrape's own connection each took the place of an idle one.
+	for _, m := range families["gpu_pod_exporter_http_connections_evicted_total"].GetMetric() {
+		if got := e2eutil.Value(m); e2eutil.Label(m, "listener") != "web" || got != 13 {
+			t.Errorf("gpu_pod_exporter_http_connections_evicted_total{listener=%q} %v, want {listener=\"web\"} 13", e2eutil.Label(m, "listener"), got)
+		}
+	}
+	if n := len(families["gpu_pod_exporter_http_connections_evicted_total"].GetMetric()); n != 1 {
+		t.Errorf("%d series of gpu_pod_exporter_http_connections_evicted_total, want 1", n)
 	}
 	// The first connections were closed by the exporter: a read ends at once.
 	for i, c := range conns[:8] {

@@ -14,11 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/basicauth"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/runtime/cri"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
@@ -81,8 +83,9 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	}
 	ch := make(chan *prometheus.Desc)
 	go func() {
-		// The self-metrics; vectors that have no series yet are not served.
-		for _, self := range []prometheus.Collector{reader, attr, kc} {
+		// The self-metrics; vectors that have no series yet are not served, nor are the series engine's before it
+		// drops a series, nor the password checks' without basic auth.
+		for _, self := range []prometheus.Collector{reader, attr, kc, series.NewEngine(), basicauth.New(basicauth.Config{})} {
 			self.Describe(ch)
 		}
 		close(ch)

@@ -109,6 +109,29 @@ func (p *authScraper) scrape() error {
 	return nil
 }
 
+// refusals is how many password checks the exporter refused (429), by reason, from its self-metrics.
+func (p *authScraper) refusals() (map[string]float64, error) {
+	req, _ := http.NewRequest("GET", p.url+"?name[]=gpu_pod_exporter_basic_auth_refused_total", nil)
+	req.SetBasicAuth("prometheus", "s3cret")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, `gpu_pod_exporter_basic_auth_refused_total{reason="`); ok {
+			reason, value, _ := strings.Cut(rest, `"} `)
+			counts[reason], _ = strconv.ParseFloat(strings.TrimSpace(value), 64)
+		}
+	}
+	return counts, nil
+}
+
 // h2Reset opens an HTTP/2 connection and sends streams requests with wrong passwords, each reset at once. It reports
 // whether the server refused HTTP/2.
 func h2Reset(addr string, streams int, seq *atomic.Int64) (refused bool, err error) {
@@ -278,9 +301,17 @@ func TestSoakAuthFloods(t *testing.T) {
 				tick.Stop()
 				flood := <-summary
 				n, failed, p99 := res.summary()
-				t.Logf("%s over %v; exporter CPU %.1f s; Prometheus: %d of %d scrapes failed (%.1f%%), p99 %v; first failure: %s",
+				refused, err := prom.refusals()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s over %v; exporter CPU %.1f s; Prometheus: %d of %d scrapes failed (%.1f%%), p99 %v; first failure: %s; "+
+					"password checks refused (429): %v",
 					flood, duration, cpuSeconds(t, e.Pid)-cpu, failed, n, 100*float64(failed)/float64(max(n, 1)),
-					p99.Round(time.Millisecond), res.firstErr)
+					p99.Round(time.Millisecond), res.firstErr, refused)
+				if strings.HasPrefix(f.name, "http1") && refused["client"]+refused["busy"] == 0 {
+					t.Errorf("no password check refused under the flood (gpu_pod_exporter_basic_auth_refused_total %v)", refused)
+				}
 				if n == 0 || float64(failed) > 0.01*float64(n) {
 					t.Errorf("%d of %d authenticated scrapes failed, want at most 1%%", failed, n)
 				}
