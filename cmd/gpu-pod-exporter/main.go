@@ -62,7 +62,7 @@ func run(args []string) int {
 	// and the log.
 	var (
 		sf sourceFlags
-		af attributionFlags
+		af = attributionFlags{demo: &sf.demo}
 		rf readingFlags
 		lf logFlags
 	)
