@@ -34,6 +34,7 @@ var (
 	distOnce sync.Once
 	distDir  string
 	distErr  error
+	distLog  string // what the build printed, when this test run built it
 	distMeta struct {
 		Version string `json:"version"`
 		Commit  string `json:"commit"`
@@ -48,7 +49,10 @@ func releaseDist(t *testing.T) string {
 			start := time.Now()
 			cmd := exec.Command("bash", "scripts/release.sh", "snapshot")
 			cmd.Dir = repoRoot(t)
-			if out, err := cmd.CombinedOutput(); err != nil {
+			cmd.Env = append(os.Environ(), freshCgo())
+			out, err := cmd.CombinedOutput()
+			distLog = string(out)
+			if err != nil {
 				distErr = fmt.Errorf("scripts/release.sh snapshot: %v\n%s", err, tail(string(out), 40))
 				return
 			}
@@ -74,6 +78,30 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestReleaseBuildPrintsNoCompilerWarnings: goreleaser's builds (both architectures, with cgo and go-nvml compiled
+// afresh) print no compiler warning; goreleaser logs what a build prints.
+func TestReleaseBuildPrintsNoCompilerWarnings(t *testing.T) {
+	releaseDist(t)
+	out := distLog
+	if p := os.Getenv("GPE_RELEASE_LOG"); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = string(b)
+	} else if out == "" {
+		t.Skip("GPE_RELEASE_DIST names a release built elsewhere, and no GPE_RELEASE_LOG says what its build printed")
+	}
+	for _, arch := range []string{"linux_amd64", "linux_arm64"} {
+		if !strings.Contains(out, "building") || !strings.Contains(out, arch) {
+			t.Fatalf("the release log shows no build for %s, so nothing can be said of its warnings:\n%s", arch, tail(out, 40))
+		}
+	}
+	if w := compilerWarnings(out); len(w) > 0 {
+		t.Errorf("the release build printed warnings:\n%s", strings.Join(w, "\n"))
+	}
 }
 
 // TestReleaseArtifacts: what a release page lists, each checksum right.
