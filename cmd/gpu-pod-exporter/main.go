@@ -52,11 +52,12 @@ func stampVersion() {
 }
 
 func run(args []string) int {
-	app := kingpin.New("gpu-pod-exporter", "Tells which pod, container, Slurm job or service uses each GPU, and how much "+
-		"of it. The server's own flags (listen address, TLS, allocations, compatibility output) are listed by "+
-		"`gpu-pod-exporter help serve`.")
+	app := kingpin.New("gpu-pod-exporter", strings.ToUpper(summary[:1])+summary[1:]+". Without a command it serves "+
+		"Prometheus metrics; ps prints the GPU processes with their owners, top watches them live. --demo runs any "+
+		"of them on a built-in simulated node, with no GPU.")
 	app.Version(version.Print(program))
 	app.HelpFlag.Short('h')
+	app.UsageWriter(os.Stdout) // asked-for help and version are output, for a pager or grep; errors go to stderr
 
 	// Flags of every command: where GPU data comes from, how processes are attributed, how long a reading may take,
 	// and the log.
@@ -90,14 +91,42 @@ func run(args []string) int {
 		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
 		"When the output is not a terminal, prints a plain table every --interval. With --prometheus, the whole cluster: "+
 		"a line per node; n shows each node's GPUs.", true, &tf, &tkf, &tpf)
+	readers := []*command{serve, psCmd, topCmd}
+	versionCmd := app.Command("version", "Print the version and exit (as --version does).")
+	completionCmd := app.Command("completion", "Print the shell completion script for bash, zsh or fish; the .deb and "+
+		".rpm packages install them. bash: source <(gpu-pod-exporter completion bash).")
+	shell := completionCmd.Arg("shell", strings.Join(completionShells, ", ")).Required().Enum(completionShells...)
+	useUsage(app, serve)
 
 	chosen, err := app.Parse(args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v (try --help)\n", err)
+		msg, try := err.Error(), "--help"
+		if ctx, _ := app.ParseContext(args); ctx != nil {
+			given := serve.clause.FullCommand()
+			if ctx.SelectedCommand != nil {
+				given = ctx.SelectedCommand.FullCommand()
+			}
+			if hint, help := flagHint(err, given, readers); hint != "" {
+				msg, try = msg+": "+hint, help
+			}
+		}
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %s (try %s)\n", msg, try)
 		return 2
 	}
+	switch chosen {
+	case versionCmd.FullCommand():
+		fmt.Println(version.Print(program))
+		return 0
+	case completionCmd.FullCommand():
+		args := map[string][]string{"help": commandNames(app), completionCmd.FullCommand(): completionShells}
+		if err := writeCompletion(os.Stdout, *shell, newCompletionModel(app, serve.clause.FullCommand(), args)); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter completion: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	cmd := serve
-	for _, c := range []*command{psCmd, topCmd} {
+	for _, c := range readers {
 		if c.clause.FullCommand() == chosen {
 			cmd = c
 		}

@@ -35,7 +35,8 @@ type sourceFlags struct {
 func (f *sourceFlags) register(app flagHost) {
 	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi; with NVML, nvidia-smi where installed lists the processes NVML cannot), nvml, nvidia-smi or simulated.",
 		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated").IsSetByUser(&f.sourceSet)
-	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").StringVar(&f.simulatedConfig)
+	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").PlaceHolder("FILE").
+		StringVar(&f.simulatedConfig)
 	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
 	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").
 		IsSetByUser(&f.smiPathSet).StringVar(&f.smiPath)
