@@ -152,6 +152,15 @@ func run(args []string) int {
 		}
 	}
 
+	// The server's sockets first: a port taken is then the only line it prints.
+	var ls listeners
+	if cmd == serve {
+		if ls, err = wf.open(); err != nil {
+			return fail(false, logger, "cannot listen", err)
+		}
+		defer ls.close()
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The server carries on through a SIGHUP; ps and top end with their terminal, as commands do.
@@ -207,7 +216,7 @@ func run(args []string) int {
 		self = append(self, c)
 	}
 	summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
-	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, rf.timeout, hangups, summary)
+	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, ls, rf.timeout, hangups, summary)
 }
 
 // command is one of the exporter's commands, with the groups of its own flags.
