@@ -195,7 +195,13 @@ func run(args []string) int {
 		return fail(cmd.forPerson, logger, "cannot attribute GPU processes", err)
 	}
 	defer attributor.Close()
-	reader := reading.New(source, attributor, rf.timeout, logger)
+	readerLog := logger
+	if cmd.forPerson {
+		// ps and top print each reading's failure and warnings themselves: the reader's log of the source's state
+		// would say each a second time.
+		readerLog = slog.New(slog.DiscardHandler)
+	}
+	reader := reading.New(source, attributor, rf.timeout, readerLog)
 
 	switch cmd {
 	case psCmd:

@@ -77,7 +77,10 @@ func Render(f Frame, st Styles) string {
 	}
 	add(st.Title.Render(ansi.Truncate(title, w, "…")))
 	if f.Err != "" {
-		add(st.Alert.Render(ansi.Truncate("reading failed: "+f.Err, w, "…")))
+		// In full, over as many lines as it takes: the end of an error is often what to do about it.
+		for _, l := range strings.Split(ansi.Wrap("reading failed: "+f.Err, w, " "), "\n") {
+			add(st.Alert.Render(l))
+		}
 	}
 
 	if s.Cluster {

@@ -238,3 +238,20 @@ func TestRenderEscapesEveryText(t *testing.T) {
 		})
 	}
 }
+
+// A failed reading's error is shown in full, wrapped to the terminal's width: its end is often what to do.
+func TestRenderShowsTheWholeError(t *testing.T) {
+	err := "reading GPUs from nvidia-smi: nvidia-smi exited with status 18: Failed to initialize NVML: " +
+		"Driver/library version mismatch (" + gpu.FixVersionMismatch + ")"
+	out := Render(Frame{Screen: Build(node(), View{}), Err: err, Width: 60, Height: 40, Interactive: true}, Styles{})
+	var shown []string
+	for _, l := range strings.Split(out, "\n") {
+		if ansi.StringWidth(l) > 60 {
+			t.Errorf("line wider than the terminal: %q", l)
+		}
+		shown = append(shown, strings.TrimSpace(l))
+	}
+	if !strings.Contains(strings.Join(shown, " "), "reading failed: "+err) {
+		t.Errorf("the error is not shown in full:\n%s", out)
+	}
+}

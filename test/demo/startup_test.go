@@ -157,6 +157,27 @@ func TestWithoutNVML(t *testing.T) {
 	}
 }
 
+// A failing GPU source's error is printed once, whole, with the usual fix, by ps and by top (on a pipe).
+func TestSourceErrorPrintedOnce(t *testing.T) {
+	t.Setenv("FAKESMI_MODE", "exit")
+	t.Setenv("FAKESMI_EXIT", "18")
+	t.Setenv("FAKESMI_STDERR", "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95")
+	for _, args := range [][]string{{"ps"}, {"top", "--count=1"}} {
+		cmd := exec.Command(binary, append(args, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+fakeSMI(t),
+			"--path.procfs="+t.TempDir())...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		_ = cmd.Run()
+		if n := strings.Count(stderr.String(), "Driver/library version mismatch"); n != 1 ||
+			!strings.Contains(stderr.String(), "reboot the node, or reload the nvidia kernel module") {
+			t.Errorf("%v: the error %d times, want once with its fix:\n%s", args, n, stderr.String())
+		}
+		if args[0] == "ps" && cmd.ProcessState.ExitCode() != 1 {
+			t.Errorf("ps: exit %d, want 1", cmd.ProcessState.ExitCode())
+		}
+	}
+}
+
 // /healthz serves; /readyz says whether a reading succeeded; with basic auth on, a plain-HTTP probe listener serves
 // just those two, so that kubelet probes need no credentials and expose nothing else.
 func TestHealthAndReadinessBehindBasicAuth(t *testing.T) {

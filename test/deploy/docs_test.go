@@ -333,6 +333,8 @@ func TestTroubleshootingQuotesTheExporter(t *testing.T) {
 		"no GPU source: ", "NVML library libnvidia-ml.so.1 not found", "nvidia-smi source: ",
 		"the NVIDIA kernel driver is not loaded", "no permission to open /dev/nvidia*",
 		"libnvidia-ml.so.1 does not match the loaded kernel driver", "procfs is mounted with ",
+		"reboot the node, or reload the nvidia kernel module with no GPU process running",
+		"Driver/library version mismatch",
 	} {
 		if !strings.Contains(install, msg) {
 			t.Errorf("the troubleshooting section no longer quotes %q", msg)

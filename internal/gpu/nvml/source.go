@@ -197,12 +197,11 @@ func initLibrary(lib gonvml.Interface) (err error) {
 	case gonvml.ERROR_LIBRARY_NOT_FOUND:
 		return ErrLibraryNotFound
 	case gonvml.ERROR_DRIVER_NOT_LOADED:
-		return fmt.Errorf("initializing NVML: the NVIDIA kernel driver is not loaded (is this a GPU node?): %w", ret)
+		return fmt.Errorf("initializing NVML: the NVIDIA kernel driver is not loaded (is this a GPU node? %s): %w", gpu.FixDriverNotLoaded, ret)
 	case gonvml.ERROR_NO_PERMISSION:
 		return fmt.Errorf("initializing NVML: no permission to open /dev/nvidia* (run privileged or with the NVIDIA runtime): %w", ret)
 	case gonvml.ERROR_LIB_RM_VERSION_MISMATCH:
-		return fmt.Errorf("initializing NVML: libnvidia-ml.so.1 does not match the loaded kernel driver (mount the host's "+
-			"driver libraries; after a driver upgrade, restart the exporter): %w", ret)
+		return fmt.Errorf("initializing NVML: libnvidia-ml.so.1 does not match the loaded kernel driver (%s): %w", gpu.FixVersionMismatch, ret)
 	default:
 		return fmt.Errorf("initializing NVML: %w", ret)
 	}
