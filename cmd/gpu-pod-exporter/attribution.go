@@ -18,7 +18,9 @@ import (
 type attributionFlags struct {
 	procfs           string
 	procfsSet        bool
-	demo             *bool // --demo, whose processes are all preset and read nothing from procfs
+	// readsNode reports whether this node's processes are read: not on the demo node, whose processes are all
+	// preset, nor in the cluster view.
+	readsNode func() bool
 	runtimeEndpoints []string
 	dockerHost       string
 	podmanHost       string
@@ -71,9 +73,9 @@ func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, 
 	return attribution.New(cfg), nil
 }
 
-// readsProcFS reports whether procfs is read, and so checked: always but on the demo node, where it is checked
-// only when given, so that the demo runs where there is no /proc (macOS).
-func (f *attributionFlags) readsProcFS() bool { return !*f.demo || f.procfsSet }
+// readsProcFS reports whether procfs is read, and so checked: where this node's processes are read, and otherwise
+// only when given, so that the demo and the cluster view run where there is no /proc (macOS).
+func (f *attributionFlags) readsProcFS() bool { return f.readsNode() || f.procfsSet }
 
 // check validates procfs and the runtime sockets' syntax before anything starts.
 func (f *attributionFlags) check() error {

@@ -63,7 +63,7 @@ func run(args []string) int {
 	// and the log.
 	var (
 		sf sourceFlags
-		af = attributionFlags{demo: &sf.demo}
+		af attributionFlags
 		rf readingFlags
 		lf logFlags
 	)
@@ -83,6 +83,7 @@ func run(args []string) int {
 		ppf = prometheusFlags{source: &sf}
 		tpf = prometheusFlags{source: &sf}
 	)
+	af.readsNode = func() bool { return !sf.demo && !ppf.on() && !tpf.on() }
 	serve := addCommand(app, "serve", "Serve Prometheus metrics (the default).", false, &wf, &cf, &pu, &kf)
 	serve.clause.Default()
 	psCmd := addCommand(app, "ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once "+

@@ -100,6 +100,22 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 	}
 }
 
+// The demo, ps and top read nothing of the machine's processes, so they run where there is no /proc, as on
+// macOS: here, in a mount namespace whose /proc is an empty directory.
+func TestDemoRunsWithoutProc(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a mount namespace")
+	}
+	for _, args := range [][]string{{"ps", "--demo"}, {"top", "--demo", "--count=1"}} {
+		cmd := exec.Command("unshare", append([]string{"--mount", "--", "sh", "-c",
+			`mount -t tmpfs none /proc && [ ! -e /proc/self ] && exec "$0" "$@"`, binary}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "OWNER") || strings.Contains(string(out), "warning") {
+			t.Errorf("%v without /proc: %v\n%s", args, err, out)
+		}
+	}
+}
+
 // A port taken is one line that names the flag, before anything starts: no "starting" line, no reading.
 func TestListenAddressTaken(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
