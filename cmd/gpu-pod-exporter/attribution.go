@@ -16,11 +16,11 @@ import (
 
 // attributionFlags configure how GPU processes are attributed to their owners.
 type attributionFlags struct {
-	procfs           string
-	procfsSet        bool
+	procfs    string
+	procfsSet bool
 	// readsNode reports whether this node's processes are read: not on the demo node, whose processes are all
 	// preset, nor in the cluster view.
-	readsNode func() bool
+	readsNode        func() bool
 	runtimeEndpoints []string
 	dockerHost       string
 	podmanHost       string
