@@ -569,7 +569,8 @@ func TestPodLabelAllowlist(t *testing.T) {
 
 type presetOwners map[uint32]Identity
 
-func (p presetOwners) PresetOwners() map[uint32]Identity { return p }
+func (p presetOwners) PresetOwners() map[uint32]Identity   { return p }
+func (p presetOwners) PresetStarted() map[uint32]time.Time { return nil }
 
 func TestPresetIdentityUntouched(t *testing.T) {
 	p := newProcFS(t) // PID 77 is not in it: a preset identity must not touch procfs
