@@ -94,7 +94,7 @@ func TestRenderAt80Columns(t *testing.T) {
 	if lines[22] != "… 37 more rows" {
 		t.Errorf("the last row line says %q", lines[22])
 	}
-	if lines[23] != "sort GPU: mem sm gpu · w group · / filter · q quit" {
+	if lines[23] != "sort GPU: mem sm gpu · w group · / filter · ? help · q quit" {
 		t.Errorf("key help: %q", lines[23])
 	}
 }
@@ -150,19 +150,6 @@ func TestShortenKeepsTheContainer(t *testing.T) {
 		if got := shorten(c.owner, c.width); got != c.want || ansi.StringWidth(got) > c.width {
 			t.Errorf("shorten(%q, %d) = %q, want %q", c.owner, c.width, got, c.want)
 		}
-	}
-}
-
-func TestMemoryAndPercent(t *testing.T) {
-	for v, want := range map[gpu.Value]string{
-		{}: "-", gpu.Known(512 << 20): "512 MiB", gpu.Known(22.5 * gib): "22.5 GiB",
-	} {
-		if got := memory(v); got != want {
-			t.Errorf("memory(%v) = %q, want %q", v, got, want)
-		}
-	}
-	if got := percent(gpu.Value{}) + " " + percent(gpu.Known(1.35)); got != "- 135%" {
-		t.Errorf("percent: %q", got)
 	}
 }
 
