@@ -87,11 +87,11 @@ func run(args []string) int {
 	serve := addCommand(app, "serve", "Serve Prometheus metrics (the default).", false, &wf, &cf, &pu, &kf)
 	serve.clause.Default()
 	psCmd := addCommand(app, "ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once "+
-		"(with --watch, every --interval).", true, &psf, &ppf)
+		"(with --watch, every --interval).", true, &psf, &pu, &ppf)
 	topCmd := addCommand(app, "top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
 		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
 		"When the output is not a terminal, prints a plain table every --interval. With --prometheus, the whole cluster: "+
-		"a line per node; n shows each node's GPUs.", true, &tf, &tkf, &tpf)
+		"a line per node; n shows each node's GPUs.", true, &tf, &pu, &tkf, &tpf)
 	readers := []*command{serve, psCmd, topCmd}
 	versionCmd := app.Command("version", "Print the version and exit (as --version does).")
 	completionCmd := app.Command("completion", "Print the shell completion script for bash, zsh or fish; the .deb and "+
@@ -187,8 +187,7 @@ func run(args []string) int {
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
-	// Users are a server flag: ps shows no user.
-	if cmd == serve && pu.on() {
+	if pu.on() {
 		af.users = pu.resolver(af.procfs)
 	}
 	attributor, err := af.open(logger, preset, sf.demo, cmd.forPerson)

@@ -217,7 +217,8 @@ var keyHelp = [][2]string{
 	{"m  s  g", "sort by memory, SM utilization or GPU"},
 	{"w", "group by workload (a cluster: then by namespace)"},
 	{"n", "a cluster: each node's GPUs under its line"},
-	{"/", "filter by namespace, owner (or node); Enter keeps it, Esc clears it"},
+	{"/", "filter: a namespace, or part of an owner or node name"},
+	{"  Enter  Esc", "keep the filter; clear it"},
 	{"↑ ↓  k j", "scroll the processes a row"},
 	{"PgUp PgDn  Home End", "scroll a page, to the top, to the bottom"},
 	{"? h", "this help; any key goes back"},
@@ -230,7 +231,8 @@ func help(f Frame, st Styles) []string {
 	for _, k := range keyHelp {
 		lines = append(lines, fmt.Sprintf("  %s  %s", st.Key.Render(fit(k[0], 19, false)), k[1]))
 	}
-	return append(lines, "", st.Dim.Render("USER shows with --collector.process-user (and on --demo); AGE is how long each process has run."))
+	return append(lines, "", st.Dim.Render("USER: the process's owner, with --collector.process-user (on with --demo)."),
+		st.Dim.Render("AGE: how long the process has run."))
 }
 
 // age is how long a process has run at a reading: "45s", "12m", "3h20m", "2d4h"; "-" when unknown.

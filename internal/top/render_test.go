@@ -242,3 +242,66 @@ func TestRenderShowsTheWholeError(t *testing.T) {
 		t.Errorf("the error is not shown in full:\n%s", out)
 	}
 }
+
+// USER shows when the processes' users are known, AGE when their start times are; a workload's row has its first
+// user (+N others) and its oldest process's age.
+func TestUserAndAgeColumns(t *testing.T) {
+	at := time.Date(2026, 11, 30, 23, 40, 1, 0, time.UTC)
+	render := func(rd Reading, v View) []string {
+		out := Render(Frame{Screen: Build(rd, v), View: v, Time: at, Width: 100, Height: 40, Interactive: true}, Styles{})
+		return strings.Split(out, "\n")
+	}
+	row := func(lines []string, prefix string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		return ""
+	}
+	plain := render(node(), View{})
+	if h := row(plain, "GPU   "); strings.Contains(h, "USER") || strings.Contains(h, "AGE") {
+		t.Errorf("USER or AGE without users or start times: %q", h)
+	}
+
+	rd := node()
+	for pid, o := range map[uint32]struct {
+		user    string
+		started time.Duration
+	}{10: {"ollama", 50 * time.Hour}, 11: {"priya", 3*time.Hour + 20*time.Minute}, 12: {"marco", 45 * time.Second}, 20: {"", 12 * time.Minute}} {
+		owner := rd.Result.Owners[pid]
+		owner.Identity.User, owner.Started = o.user, at.Add(-o.started)
+		rd.Result.Owners[pid] = owner
+	}
+	lines := render(rd, View{})
+	if h := row(lines, "GPU   "); h != "GPU PID USER PROCESS MEMORY SM AGE OWNER" {
+		t.Errorf("header: %q", h)
+	}
+	for prefix, want := range map[string]string{
+		"0          10": "0 10 ollama ollama 1.0 GiB 40% 2d2h service ollama.service",
+		"0          11": "0 11 priya python3 2.0 GiB 5% 3h20m pod ml/train-0/sidecar",
+		"0          12": "0 12 marco python3 8.0 GiB 30% 45s pod ml/train-0/trainer",
+		"1:1/0      20": "1:1/0 20 - python3 10.0 GiB - 12m pod vision/resnet/train",
+		"2          32": "2 32 - - 1.0 GiB - - -",
+	} {
+		if got := row(lines, prefix); got != want {
+			t.Errorf("row %q: %q, want %q", prefix, got, want)
+		}
+	}
+	grouped := render(rd, View{Group: true})
+	if got := row(grouped, "0    2 procs"); got != "0 2 procs priya +1 python3 10.0 GiB 35% 3h20m pod ml/train-0" {
+		t.Errorf("grouped pod row: %q\n%s", got, strings.Join(grouped, "\n"))
+	}
+}
+
+// The title counts as people do: "1 GPU", "1 process".
+func TestTitleCounts(t *testing.T) {
+	rd := node()
+	rd.Result.Snapshot.Devices = rd.Result.Snapshot.Devices[2:3]
+	rd.Result.Snapshot.Devices[0].Processes = rd.Result.Snapshot.Devices[0].Processes[:1]
+	at := time.Date(2026, 11, 30, 23, 40, 1, 0, time.UTC)
+	out := Render(Frame{Screen: Build(rd, View{}), Time: at}, Styles{})
+	if first := strings.Split(out, "\n")[0]; first != "gpu-pod-exporter top  23:40:01  1 GPU  1 process  (simulated)" {
+		t.Errorf("title: %q", first)
+	}
+}
