@@ -22,6 +22,8 @@ type nodeConfig struct {
 	// Allocations stand in for the kubelet's PodResources answer; nil (the key absent) means "no kubelet",
 	// which differs from an empty list.
 	Allocations *[]allocationConfig `yaml:"allocations"`
+	// Allocatable is how many devices of each GPU resource the stand-in kubelet says it can allocate.
+	Allocatable map[string]int `yaml:"allocatable"`
 }
 
 // allocationConfig is one container's GPU devices as the kubelet would report them: device plugin device IDs, or,

@@ -123,6 +123,13 @@ func (s *Source) HasAllocations() bool {
 	return s.cfg.Allocations != nil
 }
 
+// Allocatable is how many devices of each GPU resource the node file's stand-in kubelet can allocate; read-only.
+func (s *Source) Allocatable() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Allocatable
+}
+
 // Allocations implements allocation.Source: the node file's kubelet allocations, so that a simulated node shows the allocation signals
 // without a kubelet. ok is false when the file has no allocations key.
 func (s *Source) Allocations() (kubelet.Allocations, bool) {

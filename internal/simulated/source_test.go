@@ -58,6 +58,8 @@ func TestParseRejectsWithKeyAndLine(t *testing.T) {
 		{"negative bytes", proc + "        type: compute\n        used_memory_bytes: -1\n", `line 7: "-1" is not a byte count`},
 		{"bad process type", proc + "        type: cuda\n", `line 6: process type "cuda"`},
 		{"missing type", proc, "processes[0].type is required"},
+		{"allocatable without allocations", base + "allocatable: {nvidia.com/gpu: 1}\n", "allocatable: needs allocations"},
+		{"negative allocatable", base + "allocatable: {nvidia.com/gpu: -1}\nallocations: []\n", "allocatable: nvidia.com/gpu has -1 devices"},
 		{"bad age", proc + "        type: compute\n        age: 3 hours\n", `line 7: age "3 hours" must be a duration`},
 		{"negative age", proc + "        type: compute\n        age: -1h\n", `line 7: age "-1h" must be a duration`},
 		{"age as a number", proc + "        type: compute\n        age: 60\n", `line 7: age "60" must be a duration`},
@@ -199,6 +201,8 @@ func TestDemoNode(t *testing.T) {
 	}
 	var mps, mig, slurm, unit, plain, idle int
 	pods := map[int]map[string]bool{}
+	procsOfPod := map[string]int{}
+	started := demo.PresetStarted()
 	for _, d := range snap.Devices {
 		if len(d.Processes) == 0 {
 			idle++
@@ -218,6 +222,7 @@ func TestDemoNode(t *testing.T) {
 					t.Errorf("demo pod process %d lacks names: %+v", p.PID, id)
 				}
 				pods[d.Index][id.Pod] = true
+				procsOfPod[id.Namespace+"/"+id.Pod]++
 			case id.SlurmJobID != "":
 				slurm++
 			case id.SystemdUnit != "":
@@ -228,6 +233,9 @@ func TestDemoNode(t *testing.T) {
 			if p.Type == gpu.ProcessMPS {
 				mps++
 			}
+			if _, ok := started[p.PID]; !ok {
+				t.Errorf("demo process %d has no age", p.PID)
+			}
 		}
 	}
 	shared := 0
@@ -235,6 +243,15 @@ func TestDemoNode(t *testing.T) {
 		if len(p) >= 3 {
 			shared++
 		}
+	}
+	several := 0
+	for _, n := range procsOfPod {
+		if n > 1 {
+			several++
+		}
+	}
+	if several == 0 {
+		t.Error("no demo pod has several processes, so that grouping by workload shows nothing")
 	}
 	if shared == 0 || mps == 0 || mig == 0 || slurm == 0 || unit == 0 || plain == 0 || idle < 2 {
 		t.Errorf("demo shapes: time-sliced=%d mps=%d mig=%d slurm=%d unit=%d plain=%d idle=%d", shared, mps, mig, slurm, unit, plain, idle)

@@ -235,7 +235,8 @@ func help(f Frame, st Styles) []string {
 		st.Dim.Render("AGE: how long the process has run."))
 }
 
-// age is how long a process has run at a reading: "45s", "12m", "3h20m", "2d4h"; "-" when unknown.
+// age is how long a process has run at a reading, in its two largest units: "45s", "12m", "3h20m", "18h", "2d4h",
+// "13d"; "-" when unknown.
 func age(started, at time.Time) string {
 	if started.IsZero() || at.IsZero() {
 		return "-"
@@ -246,8 +247,12 @@ func age(started, at time.Time) string {
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:
 		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 24*time.Hour && int(d.Minutes())%60 == 0:
+		return fmt.Sprintf("%dh", int(d.Hours()))
 	case d < 24*time.Hour:
 		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	case int(d.Hours())%24 == 0:
+		return fmt.Sprintf("%dd", int(d.Hours())/24)
 	}
 	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 }

@@ -292,6 +292,14 @@ func TestUserAndAgeColumns(t *testing.T) {
 	if got := row(grouped, "0    2 procs"); got != "0 2 procs priya +1 python3 10.0 GiB 35% 3h20m pod ml/train-0" {
 		t.Errorf("grouped pod row: %q\n%s", got, strings.Join(grouped, "\n"))
 	}
+	for d, want := range map[time.Duration]string{
+		59 * time.Second: "59s", 12*time.Minute + 5*time.Second: "12m", 3*time.Hour + 20*time.Minute: "3h20m",
+		18 * time.Hour: "18h", 52*time.Hour + 30*time.Minute: "2d4h", 13 * 24 * time.Hour: "13d", -time.Second: "0s",
+	} {
+		if got := age(at.Add(-d), at); got != want {
+			t.Errorf("age of %v: %q, want %q", d, got, want)
+		}
+	}
 }
 
 // The title counts as people do: "1 GPU", "1 process".
