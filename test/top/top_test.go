@@ -498,10 +498,10 @@ func TestPipedTopPrintsPlainTables(t *testing.T) {
 	}
 	for _, table := range tables {
 		lines := strings.Split(table, "\n")
-		if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || len(lines) != 1+1+8+1+3+1+14 { // title, header, GPUs, health, signals, header, processes
+		if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || len(lines) != 1+1+8+1+3+1+15 { // title, header, GPUs, health, signals, header, processes
 			t.Errorf("table of %d lines:\n%s", len(lines), table)
 		}
-		if !hasRow(lines, "1 2811 nvidia-cuda-mps-server 512 MiB - pod gpu-operator/nvidia-device-plugin-mps-control-daemon-x7k2p/mps-control-daemon") {
+		if !hasRow(lines, "1 2811 root nvidia-cuda-mps-server 512 MiB - 13d pod gpu-operator/nvidia-device-plugin-mps-control-daemon-x7k2p/mps-control-daemon") {
 			t.Errorf("no uncut MPS daemon row in\n%s", table)
 		}
 	}
