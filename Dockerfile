@@ -8,7 +8,7 @@
 #   docker run --rm -p 9402:9402 gpu-pod-exporter --demo
 #
 # Stage 1 builds with cgo: go-nvml loads libnvidia-ml.so.1 with dlopen at run time, which needs a cgo binary
-# against glibc. Stage 2 is a glibc image without a shell or package manager (distroless base): the exporter
+# against glibc (CGO_CFLAGS silences the deprecation warnings of NVIDIA's header, as the Makefile says). Stage 2 is a glibc image without a shell or package manager (distroless base): the exporter
 # never runs a shell, and the NVIDIA container toolkit mounts libnvidia-ml.so.1 and nvidia-smi into the container
 # from the host's driver (NVIDIA_DRIVER_CAPABILITIES=utility), so the image carries no driver files.
 #
@@ -32,7 +32,7 @@ ARG VERSION=dev
 ARG REVISION=unknown
 ARG BRANCH=unknown
 ARG BUILD_DATE=unknown
-RUN v=github.com/prometheus/common/version && CGO_ENABLED=1 go build -trimpath \
+RUN v=github.com/prometheus/common/version && CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -trimpath \
       -ldflags "-s -w -X $v.Version=${VERSION} -X $v.Revision=${REVISION} -X $v.Branch=${BRANCH} -X $v.BuildUser=docker -X $v.BuildDate=${BUILD_DATE}" \
       -o /out/gpu-pod-exporter ./cmd/gpu-pod-exporter
 

@@ -16,7 +16,11 @@ import (
 
 // attributionFlags configure how GPU processes are attributed to their owners.
 type attributionFlags struct {
-	procfs           string
+	procfs    string
+	procfsSet bool
+	// readsNode reports whether this node's processes are read: not on the demo node, whose processes are all
+	// preset, nor in the cluster view.
+	readsNode        func() bool
 	runtimeEndpoints []string
 	dockerHost       string
 	podmanHost       string
@@ -26,7 +30,7 @@ type attributionFlags struct {
 
 func (f *attributionFlags) register(app flagHost) {
 	app.Flag("path.procfs", "The host's proc filesystem; /host/proc when running in a container without hostPID.").
-		Default("/proc").StringVar(&f.procfs)
+		Default("/proc").IsSetByUser(&f.procfsSet).StringVar(&f.procfs)
 	app.Flag("runtime.endpoint", "CRI socket, e.g. unix:///run/containerd/containerd.sock (repeatable). Default: those of "+
 		"containerd's, CRI-O's, cri-dockerd's and k3s' usual sockets that exist, looked for again while none does.").
 		StringsVar(&f.runtimeEndpoints)
@@ -69,10 +73,16 @@ func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, 
 	return attribution.New(cfg), nil
 }
 
+// readsProcFS reports whether procfs is read, and so checked: where this node's processes are read, and otherwise
+// only when given, so that the demo and the cluster view run where there is no /proc (macOS).
+func (f *attributionFlags) readsProcFS() bool { return f.readsNode() || f.procfsSet }
+
 // check validates procfs and the runtime sockets' syntax before anything starts.
 func (f *attributionFlags) check() error {
-	if _, err := checkProcFS(f.procfs, procfs.IsProcFS); err != nil {
-		return err
+	if f.readsProcFS() {
+		if _, err := checkProcFS(f.procfs, procfs.IsProcFS); err != nil {
+			return err
+		}
 	}
 	for _, e := range f.runtimeEndpoints {
 		if _, err := checkSocketFlag("runtime.endpoint", e); err != nil {
@@ -89,8 +99,10 @@ func (f *attributionFlags) check() error {
 // warnings are what the attribution flags point at that is not there (yet).
 func (f *attributionFlags) warnings() []string {
 	var ws []string
-	if w, _ := checkProcFS(f.procfs, procfs.IsProcFS); w != "" {
-		ws = append(ws, "--path.procfs: "+w)
+	if f.readsProcFS() {
+		if w, _ := checkProcFS(f.procfs, procfs.IsProcFS); w != "" {
+			ws = append(ws, "--path.procfs: "+w)
+		}
 	}
 	for _, flag := range []struct{ name, value string }{
 		{"docker.host", f.dockerHost}, {"podman.host", f.podmanHost},

@@ -18,7 +18,6 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cluster"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
 )
@@ -199,16 +198,11 @@ func printClusterPS(ctx context.Context, f *prometheusFlags, r *cluster.Reader, 
 	if err != nil {
 		return err, nil
 	}
-	rows := pf.filter.Keep(c.Rows)
-	if pf.output == "json" {
-		writeErr = ps.WriteJSON(w, rows)
-	} else {
-		simulated := false
-		for _, n := range c.Nodes {
-			simulated = simulated || n.Simulated
-		}
-		writeErr = ps.WriteTable(w, &gpu.Snapshot{Simulated: simulated}, rows, !pf.noHeaders)
+	simulated := false
+	for _, n := range c.Nodes {
+		simulated = simulated || n.Simulated
 	}
+	writeErr = pf.write(w, &gpu.Snapshot{Simulated: simulated}, c.Rows, c.Time)
 	// Node names and Prometheus' warnings are the server's text: escaped, as every name ps prints.
 	for _, n := range c.Nodes {
 		if p := n.Problem(); p != "" {

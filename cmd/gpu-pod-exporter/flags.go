@@ -125,9 +125,11 @@ func enumFlag(g flagHost, name, help, def string, dst *string, allowed ...string
 	return c
 }
 
-// namedValue wraps a library's flag value (the log level and format) so that its errors name the flag.
+// namedValue wraps a library's flag value (the log level and format) so that its errors name the flag; values are
+// those it takes, for shell completion.
 type namedValue struct {
-	flag string
+	flag   string
+	values []string
 	kingpin.Value
 }
 

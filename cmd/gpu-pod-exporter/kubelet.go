@@ -65,6 +65,7 @@ func (f *kubeletFlags) warnings() []string {
 type allocationOffer interface {
 	allocation.Source
 	HasAllocations() bool
+	Allocatable() map[string]int
 }
 
 // allocations is what kubeletFlags.start built.
@@ -81,13 +82,14 @@ type allocations struct {
 // node has no kubelet, so the default endpoint is not tried there.
 //
 // A source that offers allocations (a simulated node) stands in for the kubelet unless an endpoint is given, and
-// gives them when its file has any; without one, a default socket that does not exist (a node without
+// gives them, with the kubelet client's self-metrics as a kubelet that answers, when its file has any; without one, a default socket that does not exist (a node without
 // Kubernetes) turns allocations off rather than failing a call every interval.
 func (f *kubeletFlags) start(ctx context.Context, logger *slog.Logger, offer allocationOffer) (allocations, error) {
 	off := allocations{stop: func() {}, describe: "off"}
 	if offer != nil && !f.endpointSet {
 		if offer.HasAllocations() {
 			off.source = offer
+			off.self = []prometheus.Collector{kubelet.StandIn(offer.Allocatable())}
 			off.describe = "simulated"
 		}
 		return off, nil

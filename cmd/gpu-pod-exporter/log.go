@@ -22,9 +22,9 @@ type logFlags struct {
 func (f *logFlags) register(h flagHost) {
 	f.config = promslog.Config{Level: promslog.NewLevel(), Format: promslog.NewFormat()}
 	h.Flag(promslogflag.LevelFlagName, promslogflag.LevelFlagHelp).Default("info").
-		SetValue(namedValue{flag: promslogflag.LevelFlagName, Value: f.config.Level})
+		SetValue(namedValue{flag: promslogflag.LevelFlagName, values: []string{"debug", "info", "warn", "error"}, Value: f.config.Level})
 	h.Flag(promslogflag.FormatFlagName, promslogflag.FormatFlagHelp).Default("logfmt").
-		SetValue(namedValue{flag: promslogflag.FormatFlagName, Value: f.config.Format})
+		SetValue(namedValue{flag: promslogflag.FormatFlagName, values: []string{"logfmt", "json"}, Value: f.config.Format})
 }
 
 // serverLogger is the server's log: structured, in the format the flags choose, on stderr.

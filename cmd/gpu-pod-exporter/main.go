@@ -52,11 +52,12 @@ func stampVersion() {
 }
 
 func run(args []string) int {
-	app := kingpin.New("gpu-pod-exporter", "Tells which pod, container, Slurm job or service uses each GPU, and how much "+
-		"of it. The server's own flags (listen address, TLS, allocations, compatibility output) are listed by "+
-		"`gpu-pod-exporter help serve`.")
+	app := kingpin.New("gpu-pod-exporter", strings.ToUpper(summary[:1])+summary[1:]+". Without a command it serves "+
+		"Prometheus metrics; ps prints the GPU processes with their owners, top watches them live. --demo runs any "+
+		"of them on a built-in simulated node, with no GPU.")
 	app.Version(version.Print(program))
 	app.HelpFlag.Short('h')
+	app.UsageWriter(os.Stdout) // asked-for help and version are output, for a pager or grep; errors go to stderr
 
 	// Flags of every command: where GPU data comes from, how processes are attributed, how long a reading may take,
 	// and the log.
@@ -82,22 +83,51 @@ func run(args []string) int {
 		ppf = prometheusFlags{source: &sf}
 		tpf = prometheusFlags{source: &sf}
 	)
+	af.readsNode = func() bool { return !sf.demo && !ppf.on() && !tpf.on() }
 	serve := addCommand(app, "serve", "Serve Prometheus metrics (the default).", false, &wf, &cf, &pu, &kf)
 	serve.clause.Default()
 	psCmd := addCommand(app, "ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once "+
-		"(with --watch, every --interval).", true, &psf, &ppf)
+		"(with --watch, every --interval).", true, &psf, &pu, &ppf)
 	topCmd := addCommand(app, "top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
 		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
 		"When the output is not a terminal, prints a plain table every --interval. With --prometheus, the whole cluster: "+
-		"a line per node; n shows each node's GPUs.", true, &tf, &tkf, &tpf)
+		"a line per node; n shows each node's GPUs.", true, &tf, &pu, &tkf, &tpf)
+	readers := []*command{serve, psCmd, topCmd}
+	versionCmd := app.Command("version", "Print the version and exit (as --version does).")
+	completionCmd := app.Command("completion", "Print the shell completion script for bash, zsh or fish; the .deb and "+
+		".rpm packages install them. bash: source <(gpu-pod-exporter completion bash).")
+	shell := completionCmd.Arg("shell", strings.Join(completionShells, ", ")).Required().Enum(completionShells...)
+	useUsage(app, serve)
 
 	chosen, err := app.Parse(args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v (try --help)\n", err)
+		msg, try := err.Error(), "--help"
+		if ctx, _ := app.ParseContext(args); ctx != nil {
+			given := serve.clause.FullCommand()
+			if ctx.SelectedCommand != nil {
+				given = ctx.SelectedCommand.FullCommand()
+			}
+			if hint, help := flagHint(err, given, readers); hint != "" {
+				msg, try = msg+": "+hint, help
+			}
+		}
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %s (try %s)\n", msg, try)
 		return 2
 	}
+	switch chosen {
+	case versionCmd.FullCommand():
+		fmt.Println(version.Print(program))
+		return 0
+	case completionCmd.FullCommand():
+		args := map[string][]string{"help": commandNames(app), completionCmd.FullCommand(): completionShells}
+		if err := writeCompletion(os.Stdout, *shell, newCompletionModel(app, serve.clause.FullCommand(), args)); err != nil {
+			fmt.Fprintf(os.Stderr, "gpu-pod-exporter completion: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	cmd := serve
-	for _, c := range []*command{psCmd, topCmd} {
+	for _, c := range readers {
 		if c.clause.FullCommand() == chosen {
 			cmd = c
 		}
@@ -121,6 +151,15 @@ func run(args []string) int {
 		for _, w := range g.warnings() {
 			logger.Warn(w)
 		}
+	}
+
+	// The server's sockets first: a port taken is then the only line it prints.
+	var ls listeners
+	if cmd == serve {
+		if ls, err = wf.open(); err != nil {
+			return fail(false, logger, "cannot listen", err)
+		}
+		defer ls.close()
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -148,8 +187,7 @@ func run(args []string) int {
 	// What a source offers beyond hardware (the simulated node's preset owners and allocations), checked once.
 	preset, _ := source.(attribution.Preset)
 	offer, _ := source.(allocationOffer)
-	// Users are a server flag: ps shows no user.
-	if cmd == serve && pu.on() {
+	if pu.on() {
 		af.users = pu.resolver(af.procfs)
 	}
 	attributor, err := af.open(logger, preset, sf.demo, cmd.forPerson)
@@ -157,7 +195,13 @@ func run(args []string) int {
 		return fail(cmd.forPerson, logger, "cannot attribute GPU processes", err)
 	}
 	defer attributor.Close()
-	reader := reading.New(source, attributor, rf.timeout, logger)
+	readerLog := logger
+	if cmd.forPerson {
+		// ps and top print each reading's failure and warnings themselves: the reader's log of the source's state
+		// would say each a second time.
+		readerLog = slog.New(slog.DiscardHandler)
+	}
+	reader := reading.New(source, attributor, rf.timeout, readerLog)
 
 	switch cmd {
 	case psCmd:
@@ -178,7 +222,7 @@ func run(args []string) int {
 		self = append(self, c)
 	}
 	summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
-	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, rf.timeout, hangups, summary)
+	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, ls, rf.timeout, hangups, summary)
 }
 
 // command is one of the exporter's commands, with the groups of its own flags.

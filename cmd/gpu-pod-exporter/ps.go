@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
@@ -22,7 +23,8 @@ type psFlags struct {
 }
 
 func (f *psFlags) register(cmd flagHost) {
-	enumFlag(cmd, "output", "Output format: table or json.", "table", &f.output, "table", "json").Short('o')
+	enumFlag(cmd, "output", "Output format: table, wide (the table with TYPE and CONTAINER ID) or json (JSON Lines, a "+
+		"line per reading, with --watch).", "table", &f.output, "table", "wide", "json").Short('o')
 	cmd.Flag("namespace", "Only processes of pods in this Kubernetes namespace.").PlaceHolder("NAMESPACE").StringVar(&f.filter.Namespace)
 	cmd.Flag("owner", "Only processes whose OWNER contains this text (case-insensitive), e.g. a pod, container, "+
 		"Slurm job or service name.").PlaceHolder("TEXT").StringVar(&f.filter.Owner)
@@ -68,7 +70,7 @@ func runPS(ctx context.Context, f *psFlags, print func(context.Context, io.Write
 			return 0
 		case <-time.After(f.interval):
 		}
-		if f.output == "table" && !f.noHeaders {
+		if f.output != "json" && !f.noHeaders {
 			fmt.Println() // a blank line between tables
 		}
 	}
@@ -80,12 +82,24 @@ func printPS(ctx context.Context, reader *reading.Reader, f *psFlags, w io.Write
 	if err != nil {
 		return err, nil
 	}
-	rows := f.filter.Keep(ps.Rows(r))
-	if f.output == "json" {
-		writeErr = ps.WriteJSON(w, rows)
-	} else {
-		writeErr = ps.WriteTable(w, r.Snapshot, rows, !f.noHeaders)
-	}
+	writeErr = f.write(w, r.Snapshot, ps.Rows(r), time.Now())
 	ps.WriteWarnings(os.Stderr, r.Snapshot)
 	return nil, writeErr
+}
+
+// write prints a reading's rows that pass the filter, as --output says: a table, or JSON (a line per reading, with
+// its time, under --watch). A reading that leaves no row says why on stderr, as kubectl does, so that the output
+// stays what a script expects.
+func (f *psFlags) write(w io.Writer, snap *gpu.Snapshot, all []ps.Row, at time.Time) error {
+	rows := f.filter.Keep(all)
+	if len(rows) == 0 {
+		fmt.Fprintf(os.Stderr, "gpu-pod-exporter ps: %s\n", terminal.Escape(f.filter.Empty(len(all))))
+	}
+	switch {
+	case f.output == "json" && f.watch:
+		return ps.WriteJSONLine(w, at, rows)
+	case f.output == "json":
+		return ps.WriteJSON(w, rows)
+	}
+	return ps.WriteTable(w, snap, rows, ps.Table{Headers: !f.noHeaders, Wide: f.output == "wide"})
 }

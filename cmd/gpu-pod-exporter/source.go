@@ -2,19 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvml"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 )
 
@@ -28,6 +24,7 @@ var (
 // sourceFlags choose where GPU data comes from.
 type sourceFlags struct {
 	source          string
+	sourceSet       bool
 	simulatedConfig string
 	demo            bool
 	smiPath         string
@@ -37,8 +34,9 @@ type sourceFlags struct {
 
 func (f *sourceFlags) register(app flagHost) {
 	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi; with NVML, nvidia-smi where installed lists the processes NVML cannot), nvml, nvidia-smi or simulated.",
-		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated")
-	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").StringVar(&f.simulatedConfig)
+		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated").IsSetByUser(&f.sourceSet)
+	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").PlaceHolder("FILE").
+		StringVar(&f.simulatedConfig)
 	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
 	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").
 		IsSetByUser(&f.smiPathSet).StringVar(&f.smiPath)
@@ -47,10 +45,23 @@ func (f *sourceFlags) register(app flagHost) {
 
 func (f *sourceFlags) warnings() []string { return nil }
 
-// check validates the source flags that name files: a simulated node file must exist, and an nvidia-smi given as
-// a path must be an executable file, so that "not executable" is not reported as "not found" at the first reading.
+// check validates the source flags: --demo is a source of its own, which no other may be asked for with; NVML must
+// be built in to be asked for; a simulated node file must exist, and an nvidia-smi given as a path must be an
+// executable file, so that "not executable" is not reported as "not found" at the first reading.
 func (f *sourceFlags) check() error {
-	if f.simulatedConfig != "" && !f.demo {
+	switch {
+	case f.demo && f.sourceSet && f.source != "simulated":
+		return flagError("gpu.source", "%s conflicts with --demo, which reads the built-in simulated node: drop one of them", f.source)
+	case f.simulatedConfig != "" && f.sourceSet && f.source != "simulated":
+		return flagError("gpu.source", "%s conflicts with --gpu.simulated-config, which reads a simulated node: drop one of them", f.source)
+	case f.demo && f.simulatedConfig != "":
+		return flagError("gpu.simulated-config", "conflicts with --demo, which reads the built-in simulated node: drop one of them")
+	case f.source == "simulated" && f.simulatedConfig == "" && !f.demo:
+		return flagError("gpu.source", "simulated needs --gpu.simulated-config=FILE (or use --demo)")
+	case f.source == "nvml" && withoutNVML != "":
+		return flagError("gpu.source", "nvml: this binary was %s; use nvidia-smi, or build it on Linux with cgo", withoutNVML)
+	}
+	if f.simulatedConfig != "" {
 		if fi, err := os.Stat(f.simulatedConfig); err != nil {
 			return flagError("gpu.simulated-config", "%v", err)
 		} else if fi.IsDir() {
@@ -80,10 +91,8 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 		return simulated.Open(f.simulatedConfig)
 	}
 	switch f.source {
-	case "simulated":
-		return nil, errors.New("--gpu.source=simulated needs --gpu.simulated-config=FILE (or use --demo)")
 	case "nvml":
-		return f.openNVML(logger, nil)
+		return openNVML(logger, nil)
 	case "nvidia-smi":
 		return f.openNvidiaSMI(logger)
 	}
@@ -95,8 +104,8 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 	if smiErr == nil {
 		smi = smiSource
 	}
-	src, err := f.openNVML(logger, smi)
-	if !errors.Is(err, nvml.ErrLibraryNotFound) {
+	src, err := openNVML(logger, smi)
+	if !nvmlUnavailable(err) {
 		if err != nil && smi != nil {
 			_ = smi.Close()
 		}
@@ -105,13 +114,13 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 	if smiErr != nil {
 		return nil, fmt.Errorf("no GPU source: %v; and %v", err, smiErr)
 	}
-	logger.Info("NVML not available, reading GPUs with nvidia-smi", "reason", err)
+	if withoutNVML != "" {
+		// Not the node's doing but the build's: said louder, since every reading lacks what only NVML has.
+		logger.Warn("NVML not available, reading GPUs with nvidia-smi", "reason", err)
+	} else {
+		logger.Info("NVML not available, reading GPUs with nvidia-smi", "reason", err)
+	}
 	return smi, nil
-}
-
-// openNVML opens the NVML source; processFallback, if not nil, lists the processes NVML cannot.
-func (f *sourceFlags) openNVML(logger *slog.Logger, processFallback gpu.Source) (gpu.Source, error) {
-	return nvml.New(nvml.Config{Library: gonvml.New(), Logger: logger, ProcessFallback: processFallback})
 }
 
 func (f *sourceFlags) openNvidiaSMI(logger *slog.Logger) (gpu.Source, error) {

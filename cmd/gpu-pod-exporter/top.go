@@ -33,7 +33,7 @@ func (f *topFlags) register(cmd flagHost) {
 	f.logs = &heldLog{out: os.Stderr, limit: 64 << 10}
 	cmd.Flag("interval", "Time between readings (with --prometheus: "+clusterInterval.String()+").").Default("2s").
 		IsSetByUser(&f.intervalSet).SetValue(durationValue{flag: "interval", dst: &f.interval})
-	enumFlag(cmd, "sort", "Initial order of the processes: gpu, memory or sm.", "gpu", &f.sort, "gpu", "memory", "sm")
+	enumFlag(cmd, "sort", "Initial order of the processes: gpu, memory (or mem) or sm.", "gpu", &f.sort, "gpu", "memory", "mem", "sm")
 	cmd.Flag("group", "Start with one row per workload (pod, container, Slurm job, service).").BoolVar(&f.group)
 	cmd.Flag("filter", "Start with only the processes of this namespace, or whose owner contains this text.").
 		PlaceHolder("TEXT").StringVar(&f.filter)

@@ -8,18 +8,20 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/users"
 )
 
-// processUserFlags put the process owner's user name on process and workload series.
+// processUserFlags look up each process's owner: the user label of process and workload series, and the USER of
+// ps and top.
 type processUserFlags struct {
 	enabled, set bool
 	rootfs       string
 	demo         *bool // --demo, on which users are looked up unless asked not to
 }
 
-func (f *processUserFlags) register(serve flagHost) {
-	serve.Flag("collector.process-user", "Add user, the process owner's name (or uid), to process and workload series. "+
-		"User names can be personal data; off by default, on with --demo (whose users are made up).").
+func (f *processUserFlags) register(cmd flagHost) {
+	cmd.Flag("collector.process-user", "Look up each process's owner, its user name (or uid): user on process and "+
+		"workload series, USER in ps and top. User names can be personal data; off by default, on with --demo (whose "+
+		"users are made up).").
 		IsSetByUser(&f.set).BoolVar(&f.enabled)
-	serve.Flag("path.rootfs", "The node's root filesystem, whose etc/passwd names process owners for "+
+	cmd.Flag("path.rootfs", "The node's root filesystem, whose etc/passwd names process owners for "+
 		"--collector.process-user; /host when running in a container.").Default("/").StringVar(&f.rootfs)
 }
 

@@ -86,6 +86,13 @@ func (f *webFlags) check() error {
 			return flagError("web.health-listen-address", "%v", err)
 		}
 	}
+	if !systemdSocket(f.toolkit) {
+		for _, a := range *f.toolkit.WebListenAddresses {
+			if err := checkListenAddress(a); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -157,9 +164,9 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func healthz(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
 
-// runServer serves until ctx ends. A scrape waits up to collectionTimeout for a reading.
+// runServer serves on ls until ctx ends. A scrape waits up to collectionTimeout for a reading.
 func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader, c *collector.Gatherer, f *webFlags,
-	collectionTimeout time.Duration, hangups <-chan os.Signal, summary startupSummary) int {
+	ls listeners, collectionTimeout time.Duration, hangups <-chan os.Signal, summary startupSummary) int {
 	self := c.Registerer()
 	self.MustRegister(
 		versioncollector.NewCollector(program),
@@ -218,13 +225,8 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 
 	logger.Info("starting gpu-pod-exporter", "version", version.Info(), "listen", strings.Join(*f.toolkit.WebListenAddresses, ","),
 		"telemetry_path", f.metricsPath)
-	listeners, err := listen(f.toolkit)
-	if err != nil {
-		logger.Error("serving metrics", "err", err)
-		return 1
-	}
-	errc := make(chan error, len(listeners)+1)
-	for _, l := range listeners {
+	errc := make(chan error, len(ls.main)+1)
+	for _, l := range ls.main {
 		logger.Info("Listening on", "address", l.Addr().String())
 		if tlsOn {
 			logger.Info("TLS is enabled.", "http2", http2On, "address", l.Addr().String())
@@ -247,13 +249,8 @@ func runServer(ctx context.Context, logger *slog.Logger, reader *reading.Reader,
 		hmux.Handle(readyzPath, ready)
 		health = newServer(hmux, collectionTimeout, f.maxConnections, "health", logger)
 		self.MustRegister(health.limit)
-		l, err := net.Listen("tcp", f.healthAddr)
-		if err != nil {
-			logger.Error("serving probes", "err", err)
-			return 1
-		}
-		logger.Info("serving probes over plain HTTP", "address", f.healthAddr)
-		go func() { errc <- health.Serve(health.limit.Listen(l)) }()
+		logger.Info("serving probes over plain HTTP", "address", ls.health.Addr().String())
+		go func() { errc <- health.Serve(health.limit.Listen(ls.health)) }()
 	}
 	go func() {
 		r, err := reader.Read(ctx)

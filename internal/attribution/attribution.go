@@ -37,6 +37,8 @@ type Owner struct {
 	// Name is the process name: /proc/<pid>/comm, else what the GPU source called it.
 	Name     string
 	Identity Identity
+	// Started is when the process started (its stat's start time after the machine's boot); zero when unknown.
+	Started time.Time
 }
 
 // Config configures an Attributor. Zero durations take the defaults above.
@@ -74,9 +76,10 @@ type Config struct {
 }
 
 // Preset is a GPU source that knows who owns some of its processes: the simulated node, whose PIDs need not
-// exist. PresetOwners returns them by PID; the map is read-only.
+// exist. PresetOwners returns them by PID, and PresetStarted when those that it says started; the maps are read-only.
 type Preset interface {
 	PresetOwners() map[uint32]Identity
+	PresetStarted() map[uint32]time.Time
 }
 
 // UserResolver names the owner of a process: its user name, or its uid when the node's user database does not
@@ -109,6 +112,8 @@ type Attributor struct {
 	// read once, when the process is first seen. A tree that is not procfs (a fake one in tests and in make bench)
 	// ties no file to a process, and keeps stat, whose start time tells a reused PID.
 	keptComm bool
+	// boot is when the machine booted, from which a process's start time is a time; zero when procfs does not say.
+	boot time.Time
 }
 
 // New returns an Attributor. Call Close to stop the lookups it may still have running.
@@ -140,6 +145,10 @@ func New(cfg Config) *Attributor {
 	m := newMetrics(cfg.Resolvers)
 	n := newNames(cfg, m)
 	kernel, _ := procfs.IsProcFS(cfg.ProcFS)
+	var boot time.Time
+	if kernel {
+		boot, _ = procfs.BootTime(cfg.ProcFS)
+	}
 	var podCaches []runtime.PodCache
 	for _, r := range cfg.Resolvers {
 		if c, ok := r.(runtime.PodCache); ok {
@@ -149,6 +158,7 @@ func New(cfg Config) *Attributor {
 	return &Attributor{
 		procfs:    cfg.ProcFS,
 		keptComm:  kernel,
+		boot:      boot,
 		preset:    cfg.Preset,
 		users:     cfg.Users,
 		logger:    cfg.Logger,
@@ -197,8 +207,9 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 	var r *procfs.Reader
 	var tally procfs.Tally
 	var preset map[uint32]Identity
+	var presetStarted map[uint32]time.Time
 	if a.preset != nil {
-		preset = a.preset.PresetOwners()
+		preset, presetStarted = a.preset.PresetOwners(), a.preset.PresetStarted()
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -212,7 +223,7 @@ func (a *Attributor) Attribute(ctx context.Context, snap *gpu.Snapshot) map[uint
 				if a.users == nil {
 					id.User = ""
 				}
-				owners[p.PID] = Owner{Name: p.Name, Identity: id}
+				owners[p.PID] = Owner{Name: p.Name, Identity: id, Started: presetStarted[p.PID]}
 				continue
 			}
 			if r == nil {

@@ -569,7 +569,8 @@ func TestPodLabelAllowlist(t *testing.T) {
 
 type presetOwners map[uint32]Identity
 
-func (p presetOwners) PresetOwners() map[uint32]Identity { return p }
+func (p presetOwners) PresetOwners() map[uint32]Identity   { return p }
+func (p presetOwners) PresetStarted() map[uint32]time.Time { return nil }
 
 func TestPresetIdentityUntouched(t *testing.T) {
 	p := newProcFS(t) // PID 77 is not in it: a preset identity must not touch procfs
@@ -961,5 +962,35 @@ func TestRuntimesKeepThePodsOfCompleteReadings(t *testing.T) {
 	want := []map[string]bool{{puid(1): true, puid(2): true}, {puid(1): true}, {}}
 	if !reflect.DeepEqual(cri.kept, want) {
 		t.Errorf("pods kept after each reading: %v, want %v", cri.kept, want)
+	}
+}
+
+// A process's start time comes from its stat and the machine's boot time on the kernel's procfs; a tree that is not
+// procfs has no boot time, and leaves it unknown.
+func TestStarted(t *testing.T) {
+	if ok, err := procfs.IsProcFS("/proc"); err != nil || !ok {
+		t.Skip("no procfs at /proc")
+	}
+	before := time.Now()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	after := time.Now()
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	pid := uint32(cmd.Process.Pid)
+	// btime is whole seconds, and the clock may have been set since boot: a second either way.
+	got := newAttributor(t, Config{ProcFS: "/proc"}).Attribute(t.Context(), snapshot(pid))[pid].Started
+	if got.Before(before.Add(-time.Second)) || got.After(after.Add(time.Second)) {
+		t.Errorf("started %v, want between %v and %v", got, before, after)
+	}
+
+	p := newProcFS(t)
+	p.writeProc(1, "a", "0::/system.slice/ollama.service\n")
+	if got := newAttributor(t, Config{ProcFS: p.root}).Attribute(t.Context(), snapshot(1))[1].Started; !got.IsZero() {
+		t.Errorf("a tree that is not procfs gave a start time: %v", got)
 	}
 }

@@ -103,7 +103,7 @@ var IdentityLabels = []IdentityLabel{
 	{"qos", 0, qosField},
 	{"slurm_job_id", OnProcesses | OnWorkloads | InPS, slurmJobIDField},
 	{"systemd_unit", OnProcesses | OnWorkloads | InPS, systemdUnitField},
-	{"user", OnProcesses | OnWorkloads | OptIn, userField},
+	{"user", OnProcesses | OnWorkloads | InPS | OptIn, userField},
 }
 
 // workloadLabels are the IdentityLabels OnWorkloads: the fields of a WorkloadKey.

@@ -45,6 +45,9 @@ func (a *Attributor) fromProcFS(r *procfs.Reader, p gpu.Process, tally *procfs.T
 	if comm != "" {
 		o.Name = comm
 	}
+	if !a.boot.IsZero() {
+		o.Started = procfs.Started(a.boot, start)
+	}
 	if e, ok := a.procs[p.PID]; ok && e.start == start {
 		tally.Read++
 		e.stat = stat

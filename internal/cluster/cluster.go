@@ -302,7 +302,7 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 			v := s.Value
 			if i == qProcessMemory {
 				b := uint64(v)
-				row.UsedMemoryBytes = &b
+				row.MemoryUsedBytes = &b
 				r.memory = append(r.memory, row)
 			} else {
 				row.SMUtilization = &v

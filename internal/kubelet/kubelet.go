@@ -94,6 +94,11 @@ type Client struct {
 	state     logstate.State // the state last logged: "" before the first refresh, then "up", "no-socket" or "down"
 	capped    logstate.State // "capped" while the last reading had allocations past MaxAllocations, logged when it changes
 
+	*selfMetrics
+}
+
+// selfMetrics are a kubelet client's own series.
+type selfMetrics struct {
 	up          prometheus.Gauge
 	errors      *prometheus.CounterVec
 	allocatable *prometheus.GaugeVec
@@ -101,6 +106,55 @@ type Client struct {
 	draIgnored  *prometheus.GaugeVec
 	dropped     prometheus.Gauge
 	self        selfmetrics.Set // all of the above
+}
+
+func newSelfMetrics() *selfMetrics {
+	m := &selfMetrics{
+		up: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_up",
+			Help: "1 if the last read of the kubelet PodResources API succeeded, 0 if it failed (no socket, kubelet down); allocation series are absent while 0.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_pod_exporter_kubelet_errors_total",
+			Help: "Failed calls to the kubelet PodResources API, by call (list, get_allocatable_resources).",
+		}, []string{"call"}),
+		allocatable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_allocatable_devices",
+			Help: "Devices of each GPU resource that the kubelet can allocate on this node (GetAllocatableResources).",
+		}, []string{"resource"}),
+		duration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_refresh_duration_seconds",
+			Help: "How long the last read of the kubelet PodResources API took.",
+		}),
+		draIgnored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_dra_devices_ignored",
+			Help: "DRA devices allocated to containers in the last PodResources reading that are not read as GPU allocations, by reason: " +
+				"other_driver (not " + NVIDIADRADriver + "), vfio (a GPU passed through to a VM, which NVML does not see), " +
+				"unknown_name (a " + NVIDIADRADriver + " device name of no known form).",
+		}, []string{"reason"}),
+		dropped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpu_pod_exporter_kubelet_allocations_dropped",
+			Help: fmt.Sprintf("GPU allocations of the last PodResources reading left out because it listed more than %d.", MaxAllocations),
+		}),
+	}
+	m.self = selfmetrics.Set{m.up, m.errors, m.allocatable, m.duration, m.draIgnored, m.dropped}
+	for _, call := range []string{"list", "get_allocatable_resources"} {
+		m.errors.WithLabelValues(call)
+	}
+	m.setDRAIgnored(draIgnored{})
+	return m
+}
+
+// StandIn is the self-metrics of a kubelet that a simulated node stands in for, as after a read that succeeded at
+// once: up, no failed call, no DRA device ignored or allocation dropped, and the devices the node file says are
+// allocatable.
+func StandIn(allocatable map[string]int) prometheus.Collector {
+	m := newSelfMetrics()
+	m.up.Set(1)
+	for r, n := range allocatable {
+		m.allocatable.WithLabelValues(r).Set(float64(n))
+	}
+	return m.self
 }
 
 // New returns a Client for the endpoint. It does not connect: the first refresh does, and a kubelet that is not
@@ -136,42 +190,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("creating the PodResources client for %s: %w", cfg.Endpoint, err)
 	}
 	c := &Client{
-		cfg:    cfg,
-		path:   sock,
-		conn:   conn,
-		client: podresources.NewPodResourcesListerClient(conn),
-		up: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpu_pod_exporter_kubelet_up",
-			Help: "1 if the last read of the kubelet PodResources API succeeded, 0 if it failed (no socket, kubelet down); allocation series are absent while 0.",
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_pod_exporter_kubelet_errors_total",
-			Help: "Failed calls to the kubelet PodResources API, by call (list, get_allocatable_resources).",
-		}, []string{"call"}),
-		allocatable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpu_pod_exporter_kubelet_allocatable_devices",
-			Help: "Devices of each GPU resource that the kubelet can allocate on this node (GetAllocatableResources).",
-		}, []string{"resource"}),
-		duration: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpu_pod_exporter_kubelet_refresh_duration_seconds",
-			Help: "How long the last read of the kubelet PodResources API took.",
-		}),
-		draIgnored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpu_pod_exporter_kubelet_dra_devices_ignored",
-			Help: "DRA devices allocated to containers in the last PodResources reading that are not read as GPU allocations, by reason: " +
-				"other_driver (not " + NVIDIADRADriver + "), vfio (a GPU passed through to a VM, which NVML does not see), " +
-				"unknown_name (a " + NVIDIADRADriver + " device name of no known form).",
-		}, []string{"reason"}),
-		dropped: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gpu_pod_exporter_kubelet_allocations_dropped",
-			Help: fmt.Sprintf("GPU allocations of the last PodResources reading left out because it listed more than %d.", MaxAllocations),
-		}),
+		cfg:         cfg,
+		path:        sock,
+		conn:        conn,
+		client:      podresources.NewPodResourcesListerClient(conn),
+		selfMetrics: newSelfMetrics(),
 	}
-	c.self = selfmetrics.Set{c.up, c.errors, c.allocatable, c.duration, c.draIgnored, c.dropped}
-	for _, call := range []string{"list", "get_allocatable_resources"} {
-		c.errors.WithLabelValues(call)
-	}
-	c.setDRAIgnored(draIgnored{})
 	return c, nil
 }
 
@@ -308,10 +332,10 @@ func (c *Client) setDropped(n int) {
 // draIgnored counts the DRA devices that are not GPU allocations, by reason.
 type draIgnored struct{ otherDriver, vfio, unknownName int }
 
-func (c *Client) setDRAIgnored(n draIgnored) {
-	c.draIgnored.WithLabelValues("other_driver").Set(float64(n.otherDriver))
-	c.draIgnored.WithLabelValues("vfio").Set(float64(n.vfio))
-	c.draIgnored.WithLabelValues("unknown_name").Set(float64(n.unknownName))
+func (m *selfMetrics) setDRAIgnored(n draIgnored) {
+	m.draIgnored.WithLabelValues("other_driver").Set(float64(n.otherDriver))
+	m.draIgnored.WithLabelValues("vfio").Set(float64(n.vfio))
+	m.draIgnored.WithLabelValues("unknown_name").Set(float64(n.unknownName))
 }
 
 // addDynamic adds the container's DRA devices (PodResources dynamic_resources, Kubernetes 1.27+, on by default

@@ -72,7 +72,7 @@ func TestTableNamesUnhealthyGPUs(t *testing.T) {
 	r.Snapshot.Devices[0].PCIe = gpu.PCIe{Width: gpu.Known(8), MaxWidth: gpu.Known(16)}
 	for _, headers := range []bool{true, false} {
 		var buf strings.Builder
-		if err := WriteTable(&buf, r.Snapshot, Rows(r), headers); err != nil {
+		if err := WriteTable(&buf, r.Snapshot, Rows(r), Table{Headers: headers}); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(buf.String(), "# GPU 1: PCIe x8 of x16\n"); got != headers {

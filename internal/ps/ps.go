@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
@@ -20,9 +21,10 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
-// Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md: the process's keys, then
-// its owner's identity labels that are InPS (attribution.IdentityLabels). Unknown numbers are null. A row read
-// from Prometheus has its node first; a node's own rows have none.
+// Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md: the process's keys, named
+// as the process series' metrics and labels are, then its owner's identity labels that are InPS
+// (attribution.IdentityLabels). Unknown numbers are null. A row read from Prometheus has its node first; a node's own
+// rows have none.
 type Row struct {
 	Node            string   `json:"node,omitempty"`
 	GPU             int      `json:"gpu"`
@@ -30,10 +32,12 @@ type Row struct {
 	PID             uint32   `json:"pid"`
 	ProcessName     string   `json:"process_name"`
 	ProcessType     string   `json:"process_type"`
-	UsedMemoryBytes *uint64  `json:"used_memory_bytes"`
+	MemoryUsedBytes *uint64  `json:"memory_used_bytes"`
 	SMUtilization   *float64 `json:"sm_utilization_ratio"`
 	GPUInstance     *int     `json:"gpu_instance"`
 	ComputeInstance *int     `json:"compute_instance"`
+	// Started is when the process started, zero when unknown (top's AGE).
+	Started time.Time `json:"-"`
 	// Identity is the process's owner; MarshalJSON writes its labels.
 	attribution.Identity `json:"-"`
 }
@@ -84,10 +88,11 @@ func Rows(r *reading.Reading) []Row {
 	for _, d := range r.Snapshot.Devices {
 		for _, p := range d.Processes {
 			o := r.Owner(p)
-			row := Row{GPU: d.Index, UUID: d.UUID, PID: p.PID, ProcessName: o.Name, ProcessType: p.Type, Identity: o.Identity}
+			row := Row{GPU: d.Index, UUID: d.UUID, PID: p.PID, ProcessName: o.Name, ProcessType: p.Type,
+				Started: o.Started, Identity: o.Identity}
 			if p.UsedMemoryBytes.Valid {
 				b := uint64(p.UsedMemoryBytes.V)
-				row.UsedMemoryBytes = &b
+				row.MemoryUsedBytes = &b
 			}
 			if p.SMUtilizationRatio.Valid {
 				row.SMUtilization = &p.SMUtilizationRatio.V
@@ -135,6 +140,23 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	return bw.Flush()
 }
 
+// WriteJSONLine writes one reading as one line of JSON Lines, for a stream of readings (ps --watch): the time of
+// the reading and its rows, {"time":"2026-12-01T10:00:00.123Z","processes":[...]}.
+func WriteJSONLine(w io.Writer, at time.Time, rows []Row) error {
+	if rows == nil {
+		rows = []Row{}
+	}
+	b, err := json.Marshal(struct {
+		Time      time.Time `json:"time"`
+		Processes []Row     `json:"processes"`
+	}{at.UTC(), rows})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
 // Filter keeps the rows of one namespace, or whose owner contains a text; an empty field keeps every row.
 type Filter struct {
 	Namespace string // exact
@@ -150,6 +172,21 @@ func (f Filter) Keep(rows []Row) []Row {
 		}
 	}
 	return kept
+}
+
+// Empty says, for a reading that left no row, why: the node has no GPU process, or none passes the filter.
+func (f Filter) Empty(total int) string {
+	if total == 0 {
+		return "no GPU processes"
+	}
+	var given []string
+	if f.Namespace != "" {
+		given = append(given, "--namespace="+f.Namespace)
+	}
+	if f.Owner != "" {
+		given = append(given, "--owner="+f.Owner)
+	}
+	return fmt.Sprintf("no GPU process matches %s (%s in all)", strings.Join(given, " "), Plural(total, "process"))
 }
 
 // Match reports whether a row passes the filter.
@@ -181,38 +218,54 @@ func WriteWarnings(w io.Writer, snap *gpu.Snapshot) error {
 	return nil
 }
 
-// WriteTable writes the rows as an aligned table, with a header unless headers is false (for scripts): a line per
-// GPU with a health problem (HealthLines), then the column names. The OWNER column names the workload in the user's
-// words: the Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit. Every cell is
-// escaped for a terminal (internal/terminal): a process name, a cgroup directory or a runtime's name can hold
+// Table says what WriteTable prints besides the rows: the header lines, and the wide columns.
+type Table struct {
+	Headers bool // the health lines and the column names; off for scripts
+	Wide    bool // TYPE and CONTAINER ID as well (-o wide)
+}
+
+// WriteTable writes the rows as an aligned table in the format top shows them: a line per GPU with a health problem
+// (HealthLines) and the column names, then NODE (rows read from Prometheus), GPU, PID, USER (when users are looked
+// up), PROCESS, MEMORY, SM and OWNER, and with Wide TYPE and CONTAINER ID. The OWNER column names the workload in the
+// user's words: the Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit. Every cell
+// is escaped for a terminal (internal/terminal): a process name, a cgroup directory or a runtime's name can hold
 // control characters that would otherwise act on the terminal.
-func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, headers bool) error {
+func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, t Table) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	// Rows read from Prometheus have a node, and the table a NODE column.
 	nodes := slices.ContainsFunc(rows, func(r Row) bool { return r.Node != "" })
-	if headers {
+	users := slices.ContainsFunc(rows, func(r Row) bool { return r.User != "" })
+	line := func(node, gpu, pid, user, typ, process, memory, sm, owner, containerID string) {
+		var cells []string
+		if nodes {
+			cells = append(cells, node)
+		}
+		cells = append(cells, gpu, pid)
+		if users {
+			cells = append(cells, user)
+		}
+		if t.Wide {
+			cells = append(cells, typ)
+		}
+		cells = append(cells, process, memory, sm, owner)
+		if t.Wide {
+			cells = append(cells, containerID)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if t.Headers {
 		if snap.Simulated {
 			fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
 		}
 		for _, l := range HealthLines(snap) {
 			fmt.Fprintln(tw, "# "+terminal.Escape(l))
 		}
-		if nodes {
-			fmt.Fprint(tw, "NODE\t")
-		}
-		fmt.Fprintln(tw, "GPU\tPID\tTYPE\tPROCESS\tMEMORY\tSM\tOWNER\tCONTAINER ID")
+		line("NODE", "GPU", "PID", "USER", "TYPE", "PROCESS", "MEMORY", "SM", "OWNER", "CONTAINER ID")
 	}
 	for _, r := range rows {
-		gpuCol := strconv.Itoa(r.GPU)
-		if r.GPUInstance != nil {
-			gpuCol += fmt.Sprintf(" (GI %d CI %d)", *r.GPUInstance, *r.ComputeInstance)
-		}
-		if nodes {
-			fmt.Fprintf(tw, "%s\t", terminal.Escape(r.Node))
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", gpuCol, r.PID, terminal.Escape(r.ProcessType),
-			dash(terminal.Escape(r.ProcessName)), memory(r.UsedMemoryBytes), percent(r.SMUtilization),
-			terminal.Escape(Owner(r)), dash(terminal.Escape(shortID(r.ContainerID))))
+		line(terminal.Escape(r.Node), GPUColumn(r.GPU, r.GPUInstance, r.ComputeInstance), strconv.FormatUint(uint64(r.PID), 10),
+			dash(terminal.Escape(r.User)), terminal.Escape(r.ProcessType), dash(terminal.Escape(r.ProcessName)),
+			Memory(bytesValue(r.MemoryUsedBytes)), Percent(ratioValue(r.SMUtilization)), terminal.Escape(Owner(r)),
+			dash(terminal.Escape(shortID(r.ContainerID))))
 	}
 	return tw.Flush()
 }
@@ -241,18 +294,59 @@ func Owner(r Row) string {
 	return "-"
 }
 
-func memory(b *uint64) string {
-	if b == nil {
-		return "-"
+// The cells that ps and top print alike.
+
+// GPUColumn names a process's GPU: "3", or "2:1/0" for GPU 2's MIG device of GPU instance 1, compute instance 0.
+func GPUColumn(index int, gi, ci *int) string {
+	s := strconv.Itoa(index)
+	if gi != nil && ci != nil {
+		s += fmt.Sprintf(":%d/%d", *gi, *ci)
 	}
-	return fmt.Sprintf("%d MiB", *b>>20)
+	return s
 }
 
-func percent(v *float64) string {
-	if v == nil {
+// Memory is an amount of GPU memory: "512 MiB" below a GiB, "22.0 GiB" from one; "-" when unknown.
+func Memory(v gpu.Value) string {
+	switch {
+	case !v.Valid:
+		return "-"
+	case v.V < 1<<30:
+		return fmt.Sprintf("%.0f MiB", v.V/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", v.V/(1<<30))
+}
+
+// Percent is a ratio as a whole percentage, "41%"; "-" when unknown.
+func Percent(v gpu.Value) string {
+	if !v.Valid {
 		return "-"
 	}
-	return fmt.Sprintf("%.0f%%", *v*100)
+	return fmt.Sprintf("%.0f%%", v.V*100)
+}
+
+func bytesValue(b *uint64) gpu.Value {
+	if b == nil {
+		return gpu.Value{}
+	}
+	return gpu.Known(float64(*b))
+}
+
+func ratioValue(r *float64) gpu.Value {
+	if r == nil {
+		return gpu.Value{}
+	}
+	return gpu.Known(*r)
+}
+
+// Plural counts things: "1 GPU", "8 GPUs", "14 processes".
+func Plural(n int, what string) string {
+	switch {
+	case n == 1:
+		return "1 " + what
+	case strings.HasSuffix(what, "s"):
+		return fmt.Sprintf("%d %ses", n, what)
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func shortID(id string) string {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
@@ -53,12 +55,12 @@ func TestJSONFollowsReference(t *testing.T) {
 		}
 	}
 	unknown := rows[0]
-	if unknown["used_memory_bytes"] != nil || unknown["sm_utilization_ratio"] != nil || unknown["process_name"] != "" {
+	if unknown["memory_used_bytes"] != nil || unknown["sm_utilization_ratio"] != nil || unknown["process_name"] != "" {
 		t.Errorf("unknown values must be null and names empty: %v", unknown)
 	}
 	pod := rows[1]
 	for k, want := range map[string]any{"gpu": 0.0, "uuid": "GPU-a", "process_name": "python3", "process_type": "mps",
-		"used_memory_bytes": float64(2 << 20), "sm_utilization_ratio": 0.5, "namespace": "ml", "pod": "train-0",
+		"memory_used_bytes": float64(2 << 20), "sm_utilization_ratio": 0.5, "namespace": "ml", "pod": "train-0",
 		"container": "main", "pod_uid": "u", "runtime": "containerd", "slurm_job_id": "", "systemd_unit": ""} {
 		if pod[k] != want {
 			t.Errorf("%s = %v, want %v", k, pod[k], want)
@@ -69,20 +71,102 @@ func TestJSONFollowsReference(t *testing.T) {
 	}
 }
 
+// The table speaks top's format: MIG as GPU:GI/CI, memory as MiB or GiB; TYPE and CONTAINER ID only when wide, USER
+// only when users are looked up.
 func TestTable(t *testing.T) {
-	var buf bytes.Buffer
 	r := result()
-	if err := WriteTable(&buf, r.Snapshot, Rows(r), true); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, want := range []string{"pod ml/train-0/main", "  aaaaaaaaaaaa\n", "slurm job 42", "1 (GI 1 CI 0)", "2 MiB", "50%"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q:\n%s", want, out)
+	table := func(r *reading.Reading, t2 Table) string {
+		var buf bytes.Buffer
+		if err := WriteTable(&buf, r.Snapshot, Rows(r), t2); err != nil {
+			t.Fatal(err)
 		}
+		return buf.String()
+	}
+	out := table(r, Table{Headers: true})
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 || !regexp.MustCompile(`^GPU +PID +PROCESS +MEMORY +SM +OWNER$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^0 +20 +python3 +2 MiB +50% +pod ml/train-0/main$`).MatchString(lines[2]) ||
+		!regexp.MustCompile(`^1:1/0 +30 +job +3 MiB +- +slurm job 42$`).MatchString(lines[3]) {
+		t.Errorf("default table:\n%s", out)
 	}
 	if strings.Contains(out, "simulated") {
 		t.Error("a real snapshot's table says simulated")
+	}
+	out = table(r, Table{Headers: true, Wide: true})
+	lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if !regexp.MustCompile(`^GPU +PID +TYPE +PROCESS +MEMORY +SM +OWNER +CONTAINER ID$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^0 +20 +mps +python3 +2 MiB +50% +pod ml/train-0/main +aaaaaaaaaaaa$`).MatchString(lines[2]) {
+		t.Errorf("wide table:\n%s", out)
+	}
+	o := r.Owners[20]
+	o.Identity.User = "alice"
+	r.Owners[20] = o
+	out = table(r, Table{Headers: true})
+	lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if !regexp.MustCompile(`^GPU +PID +USER +PROCESS`).MatchString(lines[0]) || !regexp.MustCompile(`^0 +20 +alice +python3 `).MatchString(lines[2]) ||
+		!regexp.MustCompile(`^0 +10 +- +- `).MatchString(lines[1]) {
+		t.Errorf("table with users:\n%s", out)
+	}
+}
+
+// The cells ps and top share.
+func TestCells(t *testing.T) {
+	for v, want := range map[gpu.Value]string{
+		{}: "-", gpu.Known(512 << 20): "512 MiB", gpu.Known(22.5 * (1 << 30)): "22.5 GiB",
+	} {
+		if got := Memory(v); got != want {
+			t.Errorf("Memory(%v) = %q, want %q", v, got, want)
+		}
+	}
+	if got := Percent(gpu.Value{}) + " " + Percent(gpu.Known(1.35)); got != "- 135%" {
+		t.Errorf("Percent: %q", got)
+	}
+	gi, ci := 1, 0
+	if got := GPUColumn(2, &gi, &ci) + " " + GPUColumn(3, nil, nil); got != "2:1/0 3" {
+		t.Errorf("GPUColumn: %q", got)
+	}
+	if got := Plural(1, "GPU") + ", " + Plural(8, "GPU") + ", " + Plural(1, "process") + ", " + Plural(0, "process"); got != "1 GPU, 8 GPUs, 1 process, 0 processes" {
+		t.Errorf("Plural: %q", got)
+	}
+}
+
+// A filter that leaves nothing says so, and says what it was; a node without processes says that instead.
+func TestFilterEmpty(t *testing.T) {
+	if got := (Filter{Namespace: "ml", Owner: "x"}).Empty(14); got != "no GPU process matches --namespace=ml --owner=x (14 processes in all)" {
+		t.Errorf("Empty: %q", got)
+	}
+	if got := (Filter{Owner: "x"}).Empty(0); got != "no GPU processes" {
+		t.Errorf("Empty(0): %q", got)
+	}
+}
+
+// Under --watch, JSON is one line per reading with its time.
+func TestJSONLine(t *testing.T) {
+	var buf bytes.Buffer
+	at := time.Date(2026, 12, 1, 10, 0, 0, 123e6, time.FixedZone("CET", 3600))
+	if err := WriteJSONLine(&buf, at, Rows(result())); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSONLine(&buf, at.Add(time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), buf.String())
+	}
+	var first struct {
+		Time      time.Time        `json:"time"`
+		Processes []map[string]any `json:"processes"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil || !first.Time.Equal(at) || len(first.Processes) != 3 ||
+		first.Processes[1]["memory_used_bytes"] != float64(2<<20) {
+		t.Errorf("first line %s: %v", lines[0], err)
+	}
+	if !strings.HasPrefix(lines[0], `{"time":"2026-12-01T09:00:00.123Z","processes":[{"gpu":0,`) {
+		t.Errorf("first line: %s", lines[0])
+	}
+	if lines[1] != `{"time":"2026-12-01T09:00:01.123Z","processes":[]}` {
+		t.Errorf("a reading without processes: %s", lines[1])
 	}
 }
 
@@ -113,7 +197,7 @@ func TestTableWithoutHeaders(t *testing.T) {
 	var buf bytes.Buffer
 	r := result()
 	r.Snapshot.Simulated = true
-	if err := WriteTable(&buf, r.Snapshot, Rows(r), false); err != nil {
+	if err := WriteTable(&buf, r.Snapshot, Rows(r), Table{}); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
@@ -123,7 +207,7 @@ func TestTableWithoutHeaders(t *testing.T) {
 }
 
 // Each JSON object has the process's keys, then the identity labels that docs/reference.md lists for ps, in that
-// order; the identity's other values (QoS, user, pod labels) are not keys.
+// order, the user last; the identity's other values (QoS, pod labels) are not keys.
 func TestJSONKeys(t *testing.T) {
 	r := result()
 	o := r.Owners[20]
@@ -158,8 +242,8 @@ func TestJSONKeys(t *testing.T) {
 			}
 		}
 	}
-	want := "gpu uuid pid process_name process_type used_memory_bytes sm_utilization_ratio gpu_instance compute_instance " +
-		"namespace pod container pod_uid container_id runtime slurm_job_id systemd_unit"
+	want := "gpu uuid pid process_name process_type memory_used_bytes sm_utilization_ratio gpu_instance compute_instance " +
+		"namespace pod container pod_uid container_id runtime slurm_job_id systemd_unit user"
 	if got := strings.Join(keys, " "); got != want {
 		t.Errorf("keys:\n  %s\nwant\n  %s", got, want)
 	}
@@ -187,7 +271,7 @@ func TestTableEscapesNames(t *testing.T) {
 				},
 			}
 			var buf bytes.Buffer
-			if err := WriteTable(&buf, r.Snapshot, Rows(r), false); err != nil {
+			if err := WriteTable(&buf, r.Snapshot, Rows(r), Table{Wide: true}); err != nil {
 				t.Fatal(err)
 			}
 			out := buf.String()

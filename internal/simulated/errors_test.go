@@ -21,7 +21,7 @@ func TestDecodingErrorsNameKeysNotGoTypes(t *testing.T) {
 		// An identity takes the identity labels the outputs write, by their names.
 		{gpu + "    processes:\n      - pid: 1\n        used_memory_bytes: 5\n        identity: {podd: p}\n",
 			`line 7: unknown key "podd" (valid keys here: container, container_id, namespace, pod, pod_labels, pod_uid, qos, runtime, slurm_job_id, systemd_unit, user)`},
-		{"driver: 1\n", `unknown key "driver" (valid keys here: allocations, cuda_version, driver_version, gpus)`},
+		{"driver: 1\n", `unknown key "driver" (valid keys here: allocatable, allocations, cuda_version, driver_version, gpus)`},
 	}
 	for _, c := range cases {
 		_, err := parse([]byte(c.file))

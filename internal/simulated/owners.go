@@ -1,6 +1,8 @@
 package simulated
 
 import (
+	"time"
+
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
@@ -41,6 +43,20 @@ func (cfg *nodeConfig) owners() map[uint32]attribution.Identity {
 		for _, p := range g.Processes {
 			if _, seen := out[p.PID]; !seen && p.Identity != nil {
 				out[p.PID] = p.Identity.identity()
+			}
+		}
+	}
+	return out
+}
+
+// started returns when the processes whose age the file gives started, counted back from opened; where a PID is
+// listed on more than one GPU, the first listing's age counts.
+func (cfg *nodeConfig) started(opened time.Time) map[uint32]time.Time {
+	out := make(map[uint32]time.Time)
+	for _, g := range cfg.GPUs {
+		for _, p := range g.Processes {
+			if _, seen := out[p.PID]; !seen && p.Age != nil {
+				out[p.PID] = opened.Add(-time.Duration(*p.Age))
 			}
 		}
 	}

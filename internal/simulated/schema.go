@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -21,6 +22,8 @@ type nodeConfig struct {
 	// Allocations stand in for the kubelet's PodResources answer; nil (the key absent) means "no kubelet",
 	// which differs from an empty list.
 	Allocations *[]allocationConfig `yaml:"allocations"`
+	// Allocatable is how many devices of each GPU resource the stand-in kubelet says it can allocate.
+	Allocatable map[string]int `yaml:"allocatable"`
 }
 
 // allocationConfig is one container's GPU devices as the kubelet would report them: device plugin device IDs, or,
@@ -96,6 +99,8 @@ type processConfig struct {
 	GPUInstance             *int            `yaml:"gpu_instance"`
 	ComputeInstance         *int            `yaml:"compute_instance"`
 	Identity                *identityConfig `yaml:"identity"`
+	// Age is how long the process has run when the node is first read; it ages from there. Nil: not said.
+	Age *age `yaml:"age"`
 }
 
 // identityConfig presets who owns a process, for demo nodes whose PIDs are not real. Processes without it are
@@ -183,6 +188,17 @@ func (b *bytesValue) UnmarshalYAML(n *yaml.Node) error {
 		return fmt.Errorf("line %d: %q is not a byte count (a whole number of bytes)", n.Line, n.Value)
 	}
 	*b = bytesValue(u)
+	return nil
+}
+
+type age time.Duration
+
+func (a *age) UnmarshalYAML(n *yaml.Node) error {
+	d, err := time.ParseDuration(n.Value)
+	if err != nil || d < 0 || n.ShortTag() != "!!str" {
+		return fmt.Errorf("line %d: age %q must be a duration, e.g. 3h20m", n.Line, n.Value)
+	}
+	*a = age(d)
 	return nil
 }
 

@@ -25,6 +25,8 @@ var demoYAML []byte
 type Source struct {
 	path string // empty for the demo node
 	now  func() time.Time
+	// opened is when the source was made, from which the processes' ages count.
+	opened time.Time
 
 	mu       sync.Mutex
 	cfg      *nodeConfig
@@ -42,7 +44,8 @@ func Demo() *Source {
 	if err != nil {
 		panic("built-in demo node is invalid: " + err.Error())
 	}
-	return &Source{cfg: cfg, now: time.Now, loaded: time.Now()}
+	now := time.Now()
+	return &Source{cfg: cfg, now: time.Now, loaded: now, opened: now}
 }
 
 // MaxFileBytes bounds a simulated node file. Parsing YAML costs several times the file's size in memory; the demo
@@ -64,7 +67,7 @@ func readCapped(path string) ([]byte, error) {
 // Open reads a node file. The file is re-read when its modification time or size changes; a version that does
 // not parse is reported in each snapshot's Errors while the last good version stays in use.
 func Open(path string) (*Source, error) {
-	s := &Source{path: path, now: time.Now}
+	s := &Source{path: path, now: time.Now, opened: time.Now()}
 	if err := s.reload(); err != nil {
 		return nil, err
 	}
@@ -106,11 +109,25 @@ func (s *Source) PresetOwners() map[uint32]attribution.Identity {
 	return s.cfg.owners()
 }
 
+// PresetStarted implements attribution.Preset: when the processes whose age the node file gives started.
+func (s *Source) PresetStarted() map[uint32]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.started(s.opened)
+}
+
 // HasAllocations reports whether the node file lists kubelet allocations.
 func (s *Source) HasAllocations() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cfg.Allocations != nil
+}
+
+// Allocatable is how many devices of each GPU resource the node file's stand-in kubelet can allocate; read-only.
+func (s *Source) Allocatable() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Allocatable
 }
 
 // Allocations implements allocation.Source: the node file's kubelet allocations, so that a simulated node shows the allocation signals

@@ -58,6 +58,11 @@ func TestParseRejectsWithKeyAndLine(t *testing.T) {
 		{"negative bytes", proc + "        type: compute\n        used_memory_bytes: -1\n", `line 7: "-1" is not a byte count`},
 		{"bad process type", proc + "        type: cuda\n", `line 6: process type "cuda"`},
 		{"missing type", proc, "processes[0].type is required"},
+		{"allocatable without allocations", base + "allocatable: {nvidia.com/gpu: 1}\n", "allocatable: needs allocations"},
+		{"negative allocatable", base + "allocatable: {nvidia.com/gpu: -1}\nallocations: []\n", "allocatable: nvidia.com/gpu has -1 devices"},
+		{"bad age", proc + "        type: compute\n        age: 3 hours\n", `line 7: age "3 hours" must be a duration`},
+		{"negative age", proc + "        type: compute\n        age: -1h\n", `line 7: age "-1h" must be a duration`},
+		{"age as a number", proc + "        type: compute\n        age: 60\n", `line 7: age "60" must be a duration`},
 		{"bad uuid", "gpus:\n  - uuid: 0\n    memory_total_bytes: 1\n", "gpus[0].uuid"},
 		{"no GPUs", "driver_version: x\n", "at least one GPU"},
 		{"empty", "", "empty"},
@@ -196,6 +201,8 @@ func TestDemoNode(t *testing.T) {
 	}
 	var mps, mig, slurm, unit, plain, idle int
 	pods := map[int]map[string]bool{}
+	procsOfPod := map[string]int{}
+	started := demo.PresetStarted()
 	for _, d := range snap.Devices {
 		if len(d.Processes) == 0 {
 			idle++
@@ -215,6 +222,7 @@ func TestDemoNode(t *testing.T) {
 					t.Errorf("demo pod process %d lacks names: %+v", p.PID, id)
 				}
 				pods[d.Index][id.Pod] = true
+				procsOfPod[id.Namespace+"/"+id.Pod]++
 			case id.SlurmJobID != "":
 				slurm++
 			case id.SystemdUnit != "":
@@ -225,6 +233,9 @@ func TestDemoNode(t *testing.T) {
 			if p.Type == gpu.ProcessMPS {
 				mps++
 			}
+			if _, ok := started[p.PID]; !ok {
+				t.Errorf("demo process %d has no age", p.PID)
+			}
 		}
 	}
 	shared := 0
@@ -232,6 +243,15 @@ func TestDemoNode(t *testing.T) {
 		if len(p) >= 3 {
 			shared++
 		}
+	}
+	several := 0
+	for _, n := range procsOfPod {
+		if n > 1 {
+			several++
+		}
+	}
+	if several == 0 {
+		t.Error("no demo pod has several processes, so that grouping by workload shows nothing")
 	}
 	if shared == 0 || mps == 0 || mig == 0 || slurm == 0 || unit == 0 || plain == 0 || idle < 2 {
 		t.Errorf("demo shapes: time-sliced=%d mps=%d mig=%d slurm=%d unit=%d plain=%d idle=%d", shared, mps, mig, slurm, unit, plain, idle)
@@ -309,4 +329,27 @@ func FuzzParse(f *testing.F) {
 			cfg.allocations()
 		}
 	})
+}
+
+// A process's age in the node file dates its start from when the file was opened, so that it keeps ageing.
+func TestProcessAge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	yaml := "gpus:\n  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-1b2c3d4e5f60\n    memory_total_bytes: 1000\n    processes:\n" +
+		"      - {pid: 7, type: compute, age: 3h20m}\n      - {pid: 8, type: compute}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	started := s.PresetStarted()
+	if got, ok := started[7]; !ok || got.Before(before.Add(-200*time.Minute)) || got.After(after.Add(-200*time.Minute)) {
+		t.Errorf("PID 7 started %v, want 3h20m before the file was opened (%v)", got, before)
+	}
+	if got, ok := started[8]; ok {
+		t.Errorf("PID 8 has no age, but started %v", got)
+	}
 }

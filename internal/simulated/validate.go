@@ -47,6 +47,14 @@ func validate(cfg *nodeConfig) error {
 			}
 		}
 	}
+	for r, n := range cfg.Allocatable {
+		if cfg.Allocations == nil {
+			return errors.New("allocatable: needs allocations, the kubelet whose devices it counts")
+		}
+		if n < 0 {
+			return fmt.Errorf("allocatable: %s has %d devices", r, n)
+		}
+	}
 	uuids, minors := map[string]bool{}, map[int]bool{}
 	for i, g := range cfg.GPUs {
 		minor := i

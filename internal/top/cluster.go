@@ -215,5 +215,5 @@ func sortSignals(sigs []Signal) {
 // NewSignal is a signal about a pod's container on one GPU or MIG device of a node, for readers outside this
 // package.
 func NewSignal(kind SignalKind, node string, gpuIndex int, gi, ci *int, owner string) Signal {
-	return Signal{Kind: kind, Node: node, GPU: gpuColumn(gpuIndex, gi, ci), Owner: owner, gpuIdx: gpuIndex}
+	return Signal{Kind: kind, Node: node, GPU: ps.GPUColumn(gpuIndex, gi, ci), Owner: owner, gpuIdx: gpuIndex}
 }

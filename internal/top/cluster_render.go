@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 )
 
 // clusterTitle is a cluster screen's first line: when it was read, and how many nodes, GPUs and processes.
@@ -20,22 +22,12 @@ func clusterTitle(f Frame) string {
 			stale++
 		}
 	}
-	nodes := plural(len(s.Nodes), "node")
+	nodes := ps.Plural(len(s.Nodes), "node")
 	if stale > 0 {
 		nodes += fmt.Sprintf(" (%d stale)", stale)
 	}
-	return fmt.Sprintf("gpu-pod-exporter top  %s  %s  %s  %s", at.Format("15:04:05"), nodes, plural(len(s.GPUs), "GPU"),
-		plural(s.Processes, "process"))
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	if strings.HasSuffix(what, "s") {
-		return fmt.Sprintf("%d %ses", n, what)
-	}
-	return fmt.Sprintf("%d %ss", n, what)
+	return fmt.Sprintf("gpu-pod-exporter top  %s  %s  %s  %s", at.Format("15:04:05"), nodes, ps.Plural(len(s.GPUs), "GPU"),
+		ps.Plural(s.Processes, "process"))
 }
 
 // nodeSection is a cluster screen's upper part: a line per node, or with ByNode each node's line followed by its
@@ -108,7 +100,7 @@ func nodeLine(n Node, c nodeCols, st Styles) string {
 	if n.AllocationsKnown && n.GPUs > 0 {
 		idle, unreq = fmt.Sprint(n.IdleAllocations), fmt.Sprint(n.Unrequested)
 	}
-	line := c.line(n.Name, gpus, busy, percent(n.Utilization), mem, idle, unreq, n.stateCell())
+	line := c.line(n.Name, gpus, busy, ps.Percent(n.Utilization), mem, idle, unreq, n.stateCell())
 	return nodeStyle(n, st, st.Dim.UnsetFaint()).Render(line)
 }
 
@@ -126,13 +118,13 @@ func nodeStyle(n Node, st Styles, normal interface{ Render(...string) string }) 
 
 // nodeSummary is a node's line above its GPUs: "gpu-a  2 GPUs · 1 busy · 1 idle allocation · up".
 func nodeSummary(n Node) string {
-	parts := []string{plural(n.GPUs, "GPU"), fmt.Sprintf("%d busy", n.Busy)}
+	parts := []string{ps.Plural(n.GPUs, "GPU"), fmt.Sprintf("%d busy", n.Busy)}
 	if n.AllocationsKnown {
 		if n.Unrequested > 0 {
-			parts = append(parts, plural(n.Unrequested, "unrequested use"))
+			parts = append(parts, ps.Plural(n.Unrequested, "unrequested use"))
 		}
 		if n.IdleAllocations > 0 {
-			parts = append(parts, plural(n.IdleAllocations, "idle allocation"))
+			parts = append(parts, ps.Plural(n.IdleAllocations, "idle allocation"))
 		}
 	}
 	parts = append(parts, n.stateCell())

@@ -15,7 +15,7 @@ import (
 
 func clusterRow(node string, g int, pid uint32, mem float64, sm float64, id attribution.Identity) ps.Row {
 	b := uint64(mem * gib)
-	return ps.Row{Node: node, GPU: g, PID: pid, ProcessName: "python3", ProcessType: "compute", UsedMemoryBytes: &b,
+	return ps.Row{Node: node, GPU: g, PID: pid, ProcessName: "python3", ProcessType: "compute", MemoryUsedBytes: &b,
 		SMUtilization: &sm, Identity: id}
 }
 
@@ -115,7 +115,7 @@ func TestClusterGroups(t *testing.T) {
 	rows := func(v View) string {
 		var out []string
 		for _, r := range Build(Reading{Cluster: threeNodes()}, v).Rows {
-			out = append(out, fmt.Sprintf("%s|%s|%s|%s|%s", r.Node, r.GPU, r.PID, memory(r.Memory), r.Owner))
+			out = append(out, fmt.Sprintf("%s|%s|%s|%s|%s", r.Node, r.GPU, r.PID, ps.Memory(r.Memory), r.Owner))
 		}
 		return strings.Join(out, "\n")
 	}
@@ -168,7 +168,7 @@ func TestRenderClusterAt80Columns(t *testing.T) {
 	if strings.Join(lines[:len(want)], "\n") != strings.Join(want, "\n") {
 		t.Errorf("frame:\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
-	if got := lines[23]; got != "sort GPU: mem sm gpu · w group · n by node · / filter · q quit" {
+	if got := lines[23]; got != "sort GPU: mem sm gpu · w group · n by node · / filter · ? help · q quit" {
 		t.Errorf("key help: %q", got)
 	}
 
@@ -184,7 +184,7 @@ func TestRenderClusterAt80Columns(t *testing.T) {
 		lines[7] != "gpu-c  0 GPUs · 0 busy · stale 12s (down)" {
 		t.Errorf("by node:\n%s", strings.Join(lines, "\n"))
 	}
-	if got := lines[23]; got != "sort GPU: mem sm gpu · w group · n nodes only · / filter · q quit" {
+	if got := lines[23]; got != "sort GPU: mem sm gpu · w group · n nodes only · / filter · ? help · q quit" {
 		t.Errorf("key help: %q", got)
 	}
 }

@@ -160,6 +160,10 @@ type Row struct {
 	Namespace string
 	// Node is the row's node in a cluster reading; "3 nodes" for a workload on three.
 	Node string
+	// User is the process owner's user name or uid when users are looked up; a workload's first, with "+N" others.
+	User string
+	// Started is when the process started, a workload's earliest; zero when unknown.
+	Started time.Time
 
 	node string
 	gpu  int
@@ -198,10 +202,11 @@ func processRows(all []ps.Row, filter string) []Row {
 		if !matches(p, filter) {
 			continue
 		}
-		row := Row{GPU: gpuColumn(p.GPU, p.GPUInstance, p.ComputeInstance), PID: strconv.FormatUint(uint64(p.PID), 10),
-			Process: p.ProcessName, Owner: ps.Owner(p), Namespace: p.Namespace, Node: p.Node, node: p.Node, gpu: p.GPU, pid: p.PID}
-		if p.UsedMemoryBytes != nil {
-			row.Memory = gpu.Known(float64(*p.UsedMemoryBytes))
+		row := Row{GPU: ps.GPUColumn(p.GPU, p.GPUInstance, p.ComputeInstance), PID: strconv.FormatUint(uint64(p.PID), 10),
+			Process: p.ProcessName, Owner: ps.Owner(p), Namespace: p.Namespace, Node: p.Node, User: p.User, Started: p.Started,
+			node: p.Node, gpu: p.GPU, pid: p.PID}
+		if p.MemoryUsedBytes != nil {
+			row.Memory = gpu.Known(float64(*p.MemoryUsedBytes))
 		}
 		if p.SMUtilization != nil {
 			row.SM = gpu.Known(*p.SMUtilization)
@@ -289,7 +294,7 @@ func signals(a allocation.Signals, gpus []GPU) []Signal {
 				idle[k] = true
 				g.IdlePods++
 			}
-			out = append(out, Signal{Kind: IdleAllocation, GPU: gpuColumn(al.GPU, instance(al.GPUInstance), instance(al.ComputeInstance)),
+			out = append(out, Signal{Kind: IdleAllocation, GPU: ps.GPUColumn(al.GPU, instance(al.GPUInstance), instance(al.ComputeInstance)),
 				Owner: al.Namespace + "/" + al.Pod + "/" + al.Container, gpuIdx: al.GPU})
 		}
 	}
@@ -300,7 +305,7 @@ func signals(a allocation.Signals, gpus []GPU) []Signal {
 			unrequested[k] = true
 			g.Unrequested++
 		}
-		out = append(out, Signal{Kind: Unrequested, GPU: gpuColumn(u.GPU, instance(u.GPUInstance), instance(u.ComputeInstance)),
+		out = append(out, Signal{Kind: Unrequested, GPU: ps.GPUColumn(u.GPU, instance(u.GPUInstance), instance(u.ComputeInstance)),
 			Owner: u.Namespace + "/" + u.Pod + "/" + u.Container, gpuIdx: u.GPU})
 	}
 	// Unrequested use first: it is the one that costs someone else their GPU.
@@ -317,14 +322,6 @@ func instance(i int) *int {
 	return &i
 }
 
-func gpuColumn(index int, gi, ci *int) string {
-	s := strconv.Itoa(index)
-	if gi != nil && ci != nil {
-		s += fmt.Sprintf(":%d/%d", *gi, *ci)
-	}
-	return s
-}
-
 // group makes one row per workload: a Kubernetes pod (all its containers), else whatever ps's OWNER names; key
 // says which group a process belongs to and how its row names the owner. A process nobody owns stays a row of its
 // own.
@@ -338,6 +335,7 @@ func group(all []ps.Row, filter string, key func(ps.Row) (key, owner string)) []
 		gpus  []place
 		nodes []string
 		names []string
+		users []string
 		procs int
 	}
 	var order []string
@@ -363,8 +361,14 @@ func group(all []ps.Row, filter string, key func(ps.Row) (key, owner string)) []
 		if p.ProcessName != "" && !slices.Contains(g.names, p.ProcessName) {
 			g.names = append(g.names, p.ProcessName)
 		}
-		if p.UsedMemoryBytes != nil {
-			g.row.Memory = gpu.Known(g.row.Memory.V + float64(*p.UsedMemoryBytes))
+		if p.MemoryUsedBytes != nil {
+			g.row.Memory = gpu.Known(g.row.Memory.V + float64(*p.MemoryUsedBytes))
+		}
+		if p.User != "" && !slices.Contains(g.users, p.User) {
+			g.users = append(g.users, p.User)
+		}
+		if !p.Started.IsZero() && (g.row.Started.IsZero() || p.Started.Before(g.row.Started)) {
+			g.row.Started = p.Started
 		}
 		if p.SMUtilization != nil {
 			g.row.SM = gpu.Known(g.row.SM.V + *p.SMUtilization)
@@ -393,6 +397,12 @@ func group(all []ps.Row, filter string, key func(ps.Row) (key, owner string)) []
 		g.row.PID = strconv.FormatUint(uint64(g.row.pid), 10)
 		if g.procs > 1 {
 			g.row.PID = fmt.Sprintf("%d procs", g.procs)
+		}
+		if len(g.users) > 0 {
+			g.row.User = g.users[0]
+			if len(g.users) > 1 {
+				g.row.User += fmt.Sprintf(" +%d", len(g.users)-1)
+			}
 		}
 		if len(g.names) > 0 {
 			g.row.Process = g.names[0]

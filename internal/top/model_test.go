@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
@@ -137,7 +138,7 @@ func TestRowsAndOwners(t *testing.T) {
 	s := Build(node(), View{})
 	var got []string
 	for _, r := range s.Rows {
-		got = append(got, strings.Join([]string{r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner}, "|"))
+		got = append(got, strings.Join([]string{r.GPU, r.PID, dash(r.Process), ps.Memory(r.Memory), ps.Percent(r.SM), r.Owner}, "|"))
 	}
 	want := []string{
 		"0|10|ollama|1.0 GiB|40%|service ollama.service",
@@ -194,7 +195,7 @@ func TestGroupByWorkload(t *testing.T) {
 	s := Build(node(), View{Group: true, Sort: ByMemory})
 	var got []string
 	for _, r := range s.Rows {
-		got = append(got, strings.Join([]string{r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner}, "|"))
+		got = append(got, strings.Join([]string{r.GPU, r.PID, dash(r.Process), ps.Memory(r.Memory), ps.Percent(r.SM), r.Owner}, "|"))
 	}
 	want := []string{
 		"0|2 procs|python3|10.0 GiB|35%|pod ml/train-0", // two containers of one pod, summed

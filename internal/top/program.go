@@ -82,6 +82,9 @@ type model struct {
 	at      time.Time
 	err     string
 	editing bool
+	// scroll is the first process row shown; help shows the keys instead of the reading.
+	scroll int
+	help   bool
 	// quitting blanks the last frame: bubbletea may draw it once more after leaving the alternate screen (after a
 	// resize it does), where it would stay on the person's terminal.
 	quitting bool
@@ -122,8 +125,13 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tickMsg:
 		return m, m.read
 	case tea.KeyMsg:
+		if m.help && msg.String() != "q" && msg.String() != "ctrl+c" {
+			m.help = false // any key leaves the help
+			return m, nil
+		}
 		if m.editing {
 			m.edit(msg)
+			m.scroll = 0
 		} else if quit := m.keys(msg); quit {
 			m.quitting = true
 			return m, tea.Quit
@@ -152,17 +160,18 @@ func (m *model) keys(k tea.KeyMsg) bool {
 }
 
 func (m *model) key(k string) bool {
+	last, page := ScrollLimits(m.frame())
 	switch k {
 	case "q", "ctrl+c":
 		return true
 	case "esc":
-		m.view.Filter = ""
+		m.view.Filter, m.scroll = "", 0
 	case "m", "M":
-		m.view.Sort = ByMemory
+		m.view.Sort, m.scroll = ByMemory, 0
 	case "s", "S":
-		m.view.Sort = BySM
+		m.view.Sort, m.scroll = BySM, 0
 	case "g", "G":
-		m.view.Sort = ByGPU
+		m.view.Sort, m.scroll = ByGPU, 0
 	case "w", "W":
 		// A cluster's rows group by workload, then by namespace, then not.
 		switch {
@@ -171,11 +180,27 @@ func (m *model) key(k string) bool {
 		default:
 			m.view.Group, m.view.Namespaces = !m.view.Group, false
 		}
+		m.scroll = 0
 	case "n", "N":
 		m.view.ByNode = !m.view.ByNode
 	case "/":
 		m.editing = true
+	case "?", "h", "H":
+		m.help = true
+	case "up", "k", "K":
+		m.scroll--
+	case "down", "j", "J":
+		m.scroll++
+	case "pgup":
+		m.scroll -= page
+	case "pgdown":
+		m.scroll += page
+	case "home":
+		m.scroll = 0
+	case "end":
+		m.scroll = last
 	}
+	m.scroll = min(max(m.scroll, 0), last)
 	return false
 }
 
@@ -216,8 +241,13 @@ func (m *model) View() string {
 		}
 		return "gpu-pod-exporter top: reading the GPUs…"
 	}
-	return Render(Frame{
+	return Render(m.frame(), Colors())
+}
+
+// frame is what the terminal shows now.
+func (m *model) frame() Frame {
+	return Frame{
 		Screen: m.screen, View: m.view, Time: m.at, Err: m.err, Width: m.width, Height: m.height,
-		Interactive: true, Editing: m.editing,
-	}, Colors())
+		Interactive: true, Editing: m.editing, Scroll: m.scroll, Help: m.help,
+	}
 }

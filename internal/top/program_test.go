@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 )
 
 func press(m *model, keys ...string) tea.Cmd {
@@ -22,6 +24,18 @@ func press(m *model, keys ...string) tea.Cmd {
 			msg = tea.KeyMsg{Type: tea.KeyEsc}
 		case "backspace":
 			msg = tea.KeyMsg{Type: tea.KeyBackspace}
+		case "up":
+			msg = tea.KeyMsg{Type: tea.KeyUp}
+		case "down":
+			msg = tea.KeyMsg{Type: tea.KeyDown}
+		case "pgup":
+			msg = tea.KeyMsg{Type: tea.KeyPgUp}
+		case "pgdown":
+			msg = tea.KeyMsg{Type: tea.KeyPgDown}
+		case "home":
+			msg = tea.KeyMsg{Type: tea.KeyHome}
+		case "end":
+			msg = tea.KeyMsg{Type: tea.KeyEnd}
 		default:
 			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
 		}
@@ -156,5 +170,94 @@ func TestReadingErrorsAreEscaped(t *testing.T) {
 	}
 	if want := "gpu-pod-exporter top: " + shown + "\n"; errOut.String() != want {
 		t.Errorf("plain output's error: %q, want %q", errOut.String(), want)
+	}
+}
+
+// shownPIDs are the PIDs of the process rows a model's frame shows, and the lines that say rows are above or below.
+func shownPIDs(m *model) (pids []string, above, below string) {
+	lines := strings.Split(m.View(), "\n")
+	header := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "GPU ") && strings.Contains(l, " OWNER") })
+	for _, l := range lines[header+1 : len(lines)-1] { // the last is the key help
+		switch f := strings.Fields(l); {
+		case strings.HasPrefix(l, "… ") && strings.HasSuffix(l, " above"):
+			above = l
+		case strings.HasPrefix(l, "… "):
+			below = l
+		case len(f) > 1 && f[1] != "·":
+			pids = append(pids, f[1])
+		}
+	}
+	return pids, above, below
+}
+
+// Rows past the screen scroll with the arrows, j/k, PgUp/PgDn and Home/End, and the frame says how many rows are
+// above and below; the view stays within the rows.
+func TestScroll(t *testing.T) {
+	m := &model{cfg: Config{Interval: time.Second}, ctx: context.Background()}
+	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	m.Update(readingMsg{rd: crowded()}) // 48 processes; 12 lines for them, one of which says how many more
+	all := pids(m.screen.Rows)
+	at := func(first int, n int) string { return strings.Join(strings.Fields(all)[first:first+n], " ") }
+	check := func(keys string, wantFirst, wantRows int, wantAbove, wantBelow string) {
+		t.Helper()
+		got, above, below := shownPIDs(m)
+		if strings.Join(got, " ") != at(wantFirst, wantRows) || above != wantAbove || below != wantBelow {
+			t.Errorf("after %s: rows %v, above %q, below %q; want %s, %q, %q", keys, got, above, below, at(wantFirst, wantRows), wantAbove, wantBelow)
+		}
+		if n := strings.Count(m.View(), "\n") + 1; n != 24 {
+			t.Errorf("after %s: %d lines", keys, n)
+		}
+	}
+	check("nothing", 0, 11, "", "… 37 more rows")
+	press(m, "j")
+	check("j", 1, 10, "… 1 rows above", "… 37 more rows")
+	press(m, "down", "down")
+	check("j ↓ ↓", 3, 10, "… 3 rows above", "… 35 more rows")
+	press(m, "k")
+	check("k", 2, 10, "… 2 rows above", "… 36 more rows")
+	press(m, "pgdown") // a page is the 10 rows shown between the two lines
+	check("PgDn", 12, 10, "… 12 rows above", "… 26 more rows")
+	press(m, "pgup", "up")
+	check("PgUp ↑", 1, 10, "… 1 rows above", "… 37 more rows")
+	press(m, "end")
+	check("End", 37, 11, "… 37 rows above", "")
+	press(m, "j", "pgdown", "down")
+	check("End j PgDn ↓", 37, 11, "… 37 rows above", "")
+	press(m, "home", "k", "pgup", "up")
+	check("Home k PgUp ↑", 0, 11, "", "… 37 more rows")
+	press(m, "end", "m")
+	all = pids(m.screen.Rows)
+	check("End m", 0, 11, "", "… 37 more rows") // a new order starts at the top
+}
+
+// ? and h show the keys in place of the reading; any key but q goes back, q still quits.
+func TestHelp(t *testing.T) {
+	m := &model{cfg: Config{Interval: time.Second}, ctx: context.Background()}
+	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	m.Update(readingMsg{rd: node()})
+	for _, key := range []string{"?", "h"} {
+		press(m, key)
+		v := m.View()
+		for _, k := range keyHelp {
+			if !strings.Contains(v, k[0]) || !strings.Contains(v, k[1]) {
+				t.Errorf("%s: the help lacks %q:\n%s", key, k, v)
+			}
+		}
+		if strings.Contains(v, "ollama") || strings.Count(v, "\n")+1 != 24 {
+			t.Errorf("%s: the help is not a whole screen in place of the reading:\n%s", key, v)
+		}
+		for _, l := range strings.Split(v, "\n") {
+			if ansi.StringWidth(l) > 80 {
+				t.Errorf("%s: a help line is wider than the terminal: %q", key, l)
+			}
+		}
+		press(m, "m")
+		if v := m.View(); m.view.Sort != ByGPU || !strings.Contains(v, "ollama") {
+			t.Errorf("%s then m: the key must only leave the help (sort %s):\n%s", key, m.view.Sort, v)
+		}
+	}
+	press(m, "?")
+	if cmd := press(m, "q"); cmd == nil {
+		t.Error("q in the help does not quit")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 )
 
@@ -26,6 +27,10 @@ type Frame struct {
 	Interactive bool
 	// Editing is true while the filter is typed; View.Filter is then the text so far.
 	Editing bool
+	// Scroll is the first process row shown, when they do not all fit; Render keeps it within the rows.
+	Scroll int
+	// Help shows the keys instead of the reading.
+	Help bool
 }
 
 // Styles colour a frame. The zero value draws plain text.
@@ -60,15 +65,61 @@ const (
 // that widths and cuts count what the terminal shows.
 func Render(f Frame, st Styles) string {
 	f = escaped(f)
-	w := max(f.Width, minWidth)
-	if f.Width <= 0 {
-		w = unlimited
+	w := width(f)
+	if f.Help {
+		return finish(f, help(f, st), st)
 	}
+	lines := upper(f, w, st)
+	add := func(s string) { lines = append(lines, s) }
+
+	s := f.Screen
+	cols := processColumns(s.Rows, w, f.View.Group, s.Cluster)
+	add(st.Header.Render(pad(cols.line("NODE", "GPU", "PID", "USER", "PROCESS", "MEMORY", "SM", "AGE", "OWNER"), f)))
+	at := f.Time
+	if !s.Time.IsZero() {
+		at = s.Time
+	}
+	first, room := scroll(f, len(lines))
+	if first > 0 {
+		add(st.Dim.Render(fmt.Sprintf("… %d rows above", first)))
+		room--
+	}
+	for i := first; i < len(s.Rows); i++ {
+		if i-first == room-1 && len(s.Rows)-i > 1 {
+			add(st.Dim.Render(fmt.Sprintf("… %d more rows", len(s.Rows)-i)))
+			break
+		}
+		r := s.Rows[i]
+		add(cols.line(r.Node, r.GPU, r.PID, dash(r.User), dash(r.Process), ps.Memory(r.Memory), ps.Percent(r.SM),
+			age(r.Started, at), r.Owner))
+	}
+	if len(s.Rows) == 0 {
+		if f.View.Filter != "" {
+			add(st.Dim.Render("no process matches the filter"))
+		} else {
+			add(st.Dim.Render("no GPU processes"))
+		}
+	}
+	return finish(f, lines, st)
+}
+
+// width is the columns a frame may use: the terminal's, or without one, no limit.
+func width(f Frame) int {
+	if f.Width <= 0 {
+		return unlimited
+	}
+	return max(f.Width, minWidth)
+}
+
+// upper is a frame's lines above the process table: the title, an error, the GPUs (or the nodes), their health,
+// the signals and the warnings.
+func upper(f Frame, w int, st Styles) []string {
 	var lines []string
 	add := func(s string) { lines = append(lines, s) }
 
 	s := f.Screen
-	title := fmt.Sprintf("gpu-pod-exporter top  %s  %d GPUs  %d processes", f.Time.Format("15:04:05"), len(s.GPUs), s.Processes)
+	title := fmt.Sprintf("gpu-pod-exporter top  %s  %s  %s", f.Time.Format("15:04:05"), ps.Plural(len(s.GPUs), "GPU"),
+		ps.Plural(s.Processes, "process"))
 	if s.Cluster {
 		title = clusterTitle(f)
 	}
@@ -77,7 +128,10 @@ func Render(f Frame, st Styles) string {
 	}
 	add(st.Title.Render(ansi.Truncate(title, w, "…")))
 	if f.Err != "" {
-		add(st.Alert.Render(ansi.Truncate("reading failed: "+f.Err, w, "…")))
+		// In full, over as many lines as it takes: the end of an error is often what to do about it.
+		for _, l := range strings.Split(ansi.Wrap("reading failed: "+f.Err, w, " "), "\n") {
+			add(st.Alert.Render(l))
+		}
 	}
 
 	if s.Cluster {
@@ -108,35 +162,45 @@ func Render(f Frame, st Styles) string {
 	for _, warning := range s.Warnings {
 		add(st.Warn.Render(ansi.Truncate("warning: "+warning, w, "…")))
 	}
+	return lines
+}
 
-	cols := processColumns(s.Rows, w, f.View.Group, s.Cluster)
-	add(st.Header.Render(pad(cols.line("NODE", "GPU", "PID", "PROCESS", "MEMORY", "SM", "OWNER"), f)))
-	footer := footerLine(f, st)
-	room := len(s.Rows)
-	if f.Height > 0 {
-		room = max(f.Height-len(lines)-1, 1)
+// scroll is the first process row to show and the lines the rows have, below the upper part's and the table
+// header's above lines: every row without a height; on a terminal, what the height leaves, the view kept within the
+// rows so that the last page is full. A view scrolled down says how many rows are above, one lost down says how
+// many are below; each takes a line of the room.
+func scroll(f Frame, above int) (first, room int) {
+	rows := len(f.Screen.Rows)
+	if f.Height <= 0 {
+		return 0, rows
 	}
-	for i, r := range s.Rows {
-		if i == room-1 && len(s.Rows) > room {
-			add(st.Dim.Render(fmt.Sprintf("… %d more rows", len(s.Rows)-i)))
-			break
-		}
-		add(cols.line(r.Node, r.GPU, r.PID, dash(r.Process), memory(r.Memory), percent(r.SM), r.Owner))
+	room = max(f.Height-above-1, 1) // the key help's line
+	if rows <= room || room < 3 {
+		return 0, room
 	}
-	if len(s.Rows) == 0 {
-		if f.View.Filter != "" {
-			add(st.Dim.Render("no process matches the filter"))
-		} else {
-			add(st.Dim.Render("no GPU processes"))
-		}
-	}
+	return min(max(f.Scroll, 0), rows-(room-1)), room
+}
+
+// ScrollLimits are, for a frame, the last row a scroll may start at, and a page: the rows one screen shows.
+func ScrollLimits(f Frame) (last, page int) {
+	f = escaped(f)
+	above := len(upper(f, width(f), Styles{})) + 1
+	f.Scroll = len(f.Screen.Rows)
+	last, room := scroll(f, above)
+	return last, max(room-2, 1)
+}
+
+// finish adds the key help (or the filter being typed) at the bottom of a terminal's frame, and cuts or trims each
+// line.
+func finish(f Frame, lines []string, st Styles) string {
+	w := width(f)
 	if f.Interactive {
 		if f.Height > 0 {
 			for len(lines) < f.Height-1 {
-				add("")
+				lines = append(lines, "")
 			}
 		}
-		add(footer)
+		lines = append(lines, footerLine(f, st))
 	}
 	for i, l := range lines {
 		if f.Interactive {
@@ -146,6 +210,51 @@ func Render(f Frame, st Styles) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// keyHelp lists top's keys, as ? shows them.
+var keyHelp = [][2]string{
+	{"m  s  g", "sort by memory, SM utilization or GPU"},
+	{"w", "group by workload (a cluster: then by namespace)"},
+	{"n", "a cluster: each node's GPUs under its line"},
+	{"/", "filter: a namespace, or part of an owner or node name"},
+	{"  Enter  Esc", "keep the filter; clear it"},
+	{"↑ ↓  k j", "scroll the processes a row"},
+	{"PgUp PgDn  Home End", "scroll a page, to the top, to the bottom"},
+	{"? h", "this help; any key goes back"},
+	{"q  Ctrl-C", "quit"},
+}
+
+// help is the key help, in place of the reading.
+func help(f Frame, st Styles) []string {
+	lines := []string{st.Title.Render("gpu-pod-exporter top: keys"), ""}
+	for _, k := range keyHelp {
+		lines = append(lines, fmt.Sprintf("  %s  %s", st.Key.Render(fit(k[0], 19, false)), k[1]))
+	}
+	return append(lines, "", st.Dim.Render("USER: the process's owner, with --collector.process-user (on with --demo)."),
+		st.Dim.Render("AGE: how long the process has run."))
+}
+
+// age is how long a process has run at a reading, in its two largest units: "45s", "12m", "3h20m", "18h", "2d4h",
+// "13d"; "-" when unknown.
+func age(started, at time.Time) string {
+	if started.IsZero() || at.IsZero() {
+		return "-"
+	}
+	d := max(at.Sub(started), 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 24*time.Hour && int(d.Minutes())%60 == 0:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	case int(d.Hours())%24 == 0:
+		return fmt.Sprintf("%dd", int(d.Hours())/24)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
 // escaped returns the frame with every text that comes from the node, or from the person's typing, escaped for
@@ -173,7 +282,7 @@ func escaped(f Frame) Frame {
 	s.Rows = slices.Clone(s.Rows)
 	for i := range s.Rows {
 		r := &s.Rows[i]
-		r.GPU, r.PID, r.Process = terminal.Escape(r.GPU), terminal.Escape(r.PID), terminal.Escape(r.Process)
+		r.GPU, r.PID, r.Process, r.User = terminal.Escape(r.GPU), terminal.Escape(r.PID), terminal.Escape(r.Process), terminal.Escape(r.User)
 		r.Owner, r.Namespace, r.Node = terminal.Escape(r.Owner), terminal.Escape(r.Namespace), terminal.Escape(r.Node)
 	}
 	s.Warnings = slices.Clone(s.Warnings)
@@ -235,10 +344,10 @@ func gpuLine(g GPU, s Screen, w int, bars bool, st Styles) string {
 		mem = fmt.Sprintf("%.0f/%.0fG", g.MemoryUsed.V/(1<<30), g.MemoryTotal.V/(1<<30))
 	}
 	if bars {
-		b = append(b, meter(g.Utilization, bar, st)+" "+fit(percent(g.Utilization), 4, true),
+		b = append(b, meter(g.Utilization, bar, st)+" "+fit(ps.Percent(g.Utilization), 4, true),
 			meter(ratio, bar, st)+" "+fit(mem, 9, true))
 	} else {
-		b = append(b, fit(percent(g.Utilization), 4, true), fit(mem, 9, true))
+		b = append(b, fit(ps.Percent(g.Utilization), 4, true), fit(mem, 9, true))
 	}
 	temp, power := "-", "-"
 	if g.Temperature.Valid {
@@ -293,10 +402,11 @@ func meter(v gpu.Value, width int, st Styles) string {
 	return style.Render(strings.Repeat("█", full)) + st.Dim.Render(strings.Repeat("░", width-full))
 }
 
-type columns struct{ node, gpu, pid, process, owner int }
+// columns are the process table's widths; a column of width 0 is not shown.
+type columns struct{ node, gpu, pid, user, process, age, owner int }
 
 // processColumns sizes the process table: the owner gets what the other columns leave. A cluster's table starts
-// with the node.
+// with the node; USER shows when users are looked up, AGE when start times are known.
 func processColumns(rows []Row, w int, grouped, cluster bool) columns {
 	c := columns{gpu: 3, pid: 7, process: 7}
 	if grouped {
@@ -311,23 +421,38 @@ func processColumns(rows []Row, w int, grouped, cluster bool) columns {
 		if cluster {
 			c.node = max(c.node, min(ansi.StringWidth(r.Node), 16))
 		}
+		if r.User != "" {
+			c.user = max(c.user, 4, min(ansi.StringWidth(r.User), 12))
+		}
+		if !r.Started.IsZero() {
+			c.age = 6
+		}
 	}
 	fixed := c.gpu + 1 + c.pid + 1 + 1 + 8 + 1 + 4 + 1
-	if cluster {
-		fixed += c.node + 1
+	for _, optional := range []int{c.node, c.user, c.age} {
+		if optional > 0 {
+			fixed += optional + 1
+		}
 	}
 	c.process = min(c.process, max((w-fixed)/4, 7))
 	c.owner = max(w-fixed-c.process, 10)
 	return c
 }
 
-func (c columns) line(node, gpuCol, pid, process, mem, sm, owner string) string {
-	cells := []string{fit(gpuCol, c.gpu, false), fit(pid, c.pid, true), fit(process, c.process, false),
-		fit(mem, 8, true), fit(sm, 4, true), shorten(owner, c.owner)}
+func (c columns) line(node, gpuCol, pid, user, process, mem, sm, age, owner string) string {
+	var cells []string
 	if c.node > 0 {
-		cells = append([]string{fit(node, c.node, false)}, cells...)
+		cells = append(cells, fit(node, c.node, false))
 	}
-	return strings.Join(cells, " ")
+	cells = append(cells, fit(gpuCol, c.gpu, false), fit(pid, c.pid, true))
+	if c.user > 0 {
+		cells = append(cells, fit(user, c.user, false))
+	}
+	cells = append(cells, fit(process, c.process, false), fit(mem, 8, true), fit(sm, 4, true))
+	if c.age > 0 {
+		cells = append(cells, fit(age, c.age, true))
+	}
+	return strings.Join(append(cells, shorten(owner, c.owner)), " ")
 }
 
 // shorten cuts an owner to width columns in the middle, so that a long pod name keeps its container: "pod
@@ -353,6 +478,7 @@ func footerLine(f Frame, st Styles) string {
 		"sort " + st.Key.Render(f.View.Sort.String()) + ": " + st.Key.Render("m") + "em " + st.Key.Render("s") + "m " + st.Key.Render("g") + "pu",
 		st.Key.Render("w") + " group",
 		st.Key.Render("/") + " filter",
+		st.Key.Render("?") + " help",
 		st.Key.Render("q") + " quit",
 	}
 	switch {
@@ -371,7 +497,13 @@ func footerLine(f Frame, st Styles) string {
 		}
 		parts = slices.Insert(parts, 2, byNode)
 	}
-	return ansi.Truncate(strings.Join(parts, " · "), max(f.Width, minWidth), "…")
+	line := strings.Join(parts, " · ")
+	if ansi.StringWidth(line) > max(f.Width, minWidth) {
+		// Narrow: the sort keys are left to the help, so that help and quit stay in sight.
+		parts[0] = "sort " + st.Key.Render(f.View.Sort.String())
+		line = strings.Join(parts, " · ")
+	}
+	return ansi.Truncate(line, max(f.Width, minWidth), "…")
 }
 
 // fit pads or truncates s to exactly width columns.
@@ -391,23 +523,6 @@ func pad(s string, f Frame) string {
 		return strings.TrimRight(s, " ")
 	}
 	return fit(s, max(f.Width, minWidth), false)
-}
-
-func memory(v gpu.Value) string {
-	switch {
-	case !v.Valid:
-		return "-"
-	case v.V < 1<<30:
-		return fmt.Sprintf("%.0f MiB", v.V/(1<<20))
-	}
-	return fmt.Sprintf("%.1f GiB", v.V/(1<<30))
-}
-
-func percent(v gpu.Value) string {
-	if !v.Valid {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f%%", v.V*100)
 }
 
 func dash(s string) string {

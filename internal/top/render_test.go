@@ -94,7 +94,7 @@ func TestRenderAt80Columns(t *testing.T) {
 	if lines[22] != "… 37 more rows" {
 		t.Errorf("the last row line says %q", lines[22])
 	}
-	if lines[23] != "sort GPU: mem sm gpu · w group · / filter · q quit" {
+	if lines[23] != "sort GPU: mem sm gpu · w group · / filter · ? help · q quit" {
 		t.Errorf("key help: %q", lines[23])
 	}
 }
@@ -150,19 +150,6 @@ func TestShortenKeepsTheContainer(t *testing.T) {
 		if got := shorten(c.owner, c.width); got != c.want || ansi.StringWidth(got) > c.width {
 			t.Errorf("shorten(%q, %d) = %q, want %q", c.owner, c.width, got, c.want)
 		}
-	}
-}
-
-func TestMemoryAndPercent(t *testing.T) {
-	for v, want := range map[gpu.Value]string{
-		{}: "-", gpu.Known(512 << 20): "512 MiB", gpu.Known(22.5 * gib): "22.5 GiB",
-	} {
-		if got := memory(v); got != want {
-			t.Errorf("memory(%v) = %q, want %q", v, got, want)
-		}
-	}
-	if got := percent(gpu.Value{}) + " " + percent(gpu.Known(1.35)); got != "- 135%" {
-		t.Errorf("percent: %q", got)
 	}
 }
 
@@ -236,5 +223,93 @@ func TestRenderEscapesEveryText(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A failed reading's error is shown in full, wrapped to the terminal's width: its end is often what to do.
+func TestRenderShowsTheWholeError(t *testing.T) {
+	err := "reading GPUs from nvidia-smi: nvidia-smi exited with status 18: Failed to initialize NVML: " +
+		"Driver/library version mismatch (" + gpu.FixVersionMismatch + ")"
+	out := Render(Frame{Screen: Build(node(), View{}), Err: err, Width: 60, Height: 40, Interactive: true}, Styles{})
+	var shown []string
+	for _, l := range strings.Split(out, "\n") {
+		if ansi.StringWidth(l) > 60 {
+			t.Errorf("line wider than the terminal: %q", l)
+		}
+		shown = append(shown, strings.TrimSpace(l))
+	}
+	if !strings.Contains(strings.Join(shown, " "), "reading failed: "+err) {
+		t.Errorf("the error is not shown in full:\n%s", out)
+	}
+}
+
+// USER shows when the processes' users are known, AGE when their start times are; a workload's row has its first
+// user (+N others) and its oldest process's age.
+func TestUserAndAgeColumns(t *testing.T) {
+	at := time.Date(2026, 11, 30, 23, 40, 1, 0, time.UTC)
+	render := func(rd Reading, v View) []string {
+		out := Render(Frame{Screen: Build(rd, v), View: v, Time: at, Width: 100, Height: 40, Interactive: true}, Styles{})
+		return strings.Split(out, "\n")
+	}
+	row := func(lines []string, prefix string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		return ""
+	}
+	plain := render(node(), View{})
+	if h := row(plain, "GPU   "); strings.Contains(h, "USER") || strings.Contains(h, "AGE") {
+		t.Errorf("USER or AGE without users or start times: %q", h)
+	}
+
+	rd := node()
+	for pid, o := range map[uint32]struct {
+		user    string
+		started time.Duration
+	}{10: {"ollama", 50 * time.Hour}, 11: {"priya", 3*time.Hour + 20*time.Minute}, 12: {"marco", 45 * time.Second}, 20: {"", 12 * time.Minute}} {
+		owner := rd.Result.Owners[pid]
+		owner.Identity.User, owner.Started = o.user, at.Add(-o.started)
+		rd.Result.Owners[pid] = owner
+	}
+	lines := render(rd, View{})
+	if h := row(lines, "GPU   "); h != "GPU PID USER PROCESS MEMORY SM AGE OWNER" {
+		t.Errorf("header: %q", h)
+	}
+	for prefix, want := range map[string]string{
+		"0          10": "0 10 ollama ollama 1.0 GiB 40% 2d2h service ollama.service",
+		"0          11": "0 11 priya python3 2.0 GiB 5% 3h20m pod ml/train-0/sidecar",
+		"0          12": "0 12 marco python3 8.0 GiB 30% 45s pod ml/train-0/trainer",
+		"1:1/0      20": "1:1/0 20 - python3 10.0 GiB - 12m pod vision/resnet/train",
+		"2          32": "2 32 - - 1.0 GiB - - -",
+	} {
+		if got := row(lines, prefix); got != want {
+			t.Errorf("row %q: %q, want %q", prefix, got, want)
+		}
+	}
+	grouped := render(rd, View{Group: true})
+	if got := row(grouped, "0    2 procs"); got != "0 2 procs priya +1 python3 10.0 GiB 35% 3h20m pod ml/train-0" {
+		t.Errorf("grouped pod row: %q\n%s", got, strings.Join(grouped, "\n"))
+	}
+	for d, want := range map[time.Duration]string{
+		59 * time.Second: "59s", 12*time.Minute + 5*time.Second: "12m", 3*time.Hour + 20*time.Minute: "3h20m",
+		18 * time.Hour: "18h", 52*time.Hour + 30*time.Minute: "2d4h", 13 * 24 * time.Hour: "13d", -time.Second: "0s",
+	} {
+		if got := age(at.Add(-d), at); got != want {
+			t.Errorf("age of %v: %q, want %q", d, got, want)
+		}
+	}
+}
+
+// The title counts as people do: "1 GPU", "1 process".
+func TestTitleCounts(t *testing.T) {
+	rd := node()
+	rd.Result.Snapshot.Devices = rd.Result.Snapshot.Devices[2:3]
+	rd.Result.Snapshot.Devices[0].Processes = rd.Result.Snapshot.Devices[0].Processes[:1]
+	at := time.Date(2026, 11, 30, 23, 40, 1, 0, time.UTC)
+	out := Render(Frame{Screen: Build(rd, View{}), Time: at}, Styles{})
+	if first := strings.Split(out, "\n")[0]; first != "gpu-pod-exporter top  23:40:01  1 GPU  1 process  (simulated)" {
+		t.Errorf("title: %q", first)
 	}
 }

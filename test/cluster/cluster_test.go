@@ -165,12 +165,12 @@ func testPS(t *testing.T, f *fleet) {
 	out, errOut, code = f.ps(t, f.auth, "--namespace=vision")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "# simulated GPU data") ||
-		!regexp.MustCompile(`^NODE +GPU +PID +TYPE`).MatchString(lines[1]) ||
-		!regexp.MustCompile(`^gpu-a +0 \(GI 1 CI 0\) +9000101 +compute +python3 +8192 MiB +35% +pod vision/resnet-train-0/train +111111111111$`).MatchString(lines[2]) {
+		!regexp.MustCompile(`^NODE +GPU +PID +PROCESS +MEMORY +SM +OWNER$`).MatchString(lines[1]) ||
+		!regexp.MustCompile(`^gpu-a +0:1/0 +9000101 +python3 +8\.0 GiB +35% +pod vision/resnet-train-0/train$`).MatchString(lines[2]) {
 		t.Errorf("ps --namespace=vision: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, _ = f.ps(t, f.auth, "--owner=slurm", "--no-headers", `--prometheus.selector=cluster="lab",instance=~"gpu-[ab]"`)
-	if !regexp.MustCompile(`^gpu-a +1 +9000201 +compute +lmp +61440 MiB +91% +slurm job 88231 +-\n$`).MatchString(out) {
+	if !regexp.MustCompile(`^gpu-a +1 +9000201 +lmp +60\.0 GiB +91% +slurm job 88231\n$`).MatchString(out) {
 		t.Errorf("ps --owner=slurm with a selector:\n%s", out)
 	}
 	out, errOut, code = f.ps(t, f.auth, `--prometheus.selector=cluster="elsewhere"`)

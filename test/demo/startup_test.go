@@ -4,6 +4,7 @@ package demo
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -66,6 +67,13 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		{[]string{"--gpu.source=nvidia-smi", "--nvidia-smi.path=" + notExec}, "--nvidia-smi.path"},
 		{[]string{"--gpu.simulated-config=" + filepath.Join(dir, "none.yaml")}, "--gpu.simulated-config"},
 		{[]string{"ps", "--output=yaml"}, "--output"},
+		{[]string{"--web.listen-address=9402"}, "--web.listen-address"},
+		{[]string{"--web.listen-address=:99999"}, "--web.listen-address"},
+		{[]string{"--demo", "--gpu.source=nvml"}, "--gpu.source"},
+		{[]string{"--demo", "--gpu.source=nvidia-smi"}, "--gpu.source"},
+		{[]string{"ps", "--demo", "--gpu.source=nvidia-smi"}, "--gpu.source"},
+		{[]string{"--gpu.source=simulated"}, "--gpu.source"},
+		{[]string{"--demo", "--gpu.simulated-config=" + badWeb}, "--gpu.simulated-config"},
 	}
 	for _, c := range cases {
 		// --demo would stand in for the source flags under test; elsewhere it keeps a mistaken start harmless.
@@ -88,6 +96,100 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		}
 		if strings.Contains(string(out), "goroutine") {
 			t.Errorf("%v panicked:\n%s", c.args, out)
+		}
+	}
+}
+
+// The demo, ps and top read nothing of the machine's processes, so they run where there is no /proc, as on
+// macOS: here, in a mount namespace whose /proc is an empty directory.
+func TestDemoRunsWithoutProc(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a mount namespace")
+	}
+	for _, args := range [][]string{{"ps", "--demo"}, {"top", "--demo", "--count=1"}} {
+		cmd := exec.Command("unshare", append([]string{"--mount", "--", "sh", "-c",
+			`mount -t tmpfs none /proc && [ ! -e /proc/self ] && exec "$0" "$@"`, binary}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "OWNER") || strings.Contains(string(out), "warning") {
+			t.Errorf("%v without /proc: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// A port taken is one line that names the flag, before anything starts: no "starting" line, no reading.
+func TestListenAddressTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, flag := range []string{"--web.listen-address=", "--web.health-listen-address="} {
+		args := []string{"--demo", flag + l.Addr().String()}
+		if !strings.HasPrefix(flag, "--web.listen-address") {
+			args = append(args, "--web.listen-address=127.0.0.1:0")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, binary, args...)
+		out, _ := cmd.CombinedOutput()
+		cancel()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if code := cmd.ProcessState.ExitCode(); code != 1 || len(lines) != 1 ||
+			!strings.Contains(lines[0], strings.TrimSuffix(flag, "=")+": ") || !strings.Contains(lines[0], "address already in use") {
+			t.Errorf("%v: exit %d, want 1 with one line naming the flag:\n%s", args, code, out)
+		}
+	}
+}
+
+// A binary built without cgo has no NVML: asked for it, it says why and exits 2; under auto it says so and reads
+// the GPUs with nvidia-smi.
+func TestWithoutNVML(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gpu-pod-exporter")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/gpu-pod-exporter")
+	build.Dir = e2eutil.RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
+	}
+	const reason = "built without NVML (needs linux and cgo)"
+	cmd := exec.Command(bin, "ps", "--gpu.source=nvml")
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.HasPrefix(string(out), "gpu-pod-exporter: --gpu.source: ") ||
+		!strings.Contains(string(out), reason) || strings.Count(string(out), "\n") != 1 {
+		t.Errorf("--gpu.source=nvml: exit %d, want 2 with one line that says why:\n%s", code, out)
+	}
+	fixture, _ := filepath.Abs("../../internal/gpu/nvidiasmi/testdata/telegraf__a100-sxm4-v12.xml")
+	cmd = exec.Command(bin, "ps", "--nvidia-smi.path="+fakeSMI(t), "--path.procfs="+t.TempDir())
+	cmd.Env = append(os.Environ(), "FAKESMI_FILE="+fixture)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ps under auto: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "warning: NVML not available, reading GPUs with nvidia-smi (reason "+reason+")") {
+		t.Errorf("ps did not say that it reads nvidia-smi for want of NVML:\n%s", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "OWNER") {
+		t.Errorf("ps printed no table:\n%s", stdout.String())
+	}
+}
+
+// A failing GPU source's error is printed once, whole, with the usual fix, by ps and by top (on a pipe).
+func TestSourceErrorPrintedOnce(t *testing.T) {
+	t.Setenv("FAKESMI_MODE", "exit")
+	t.Setenv("FAKESMI_EXIT", "18")
+	t.Setenv("FAKESMI_STDERR", "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95")
+	for _, args := range [][]string{{"ps"}, {"top", "--count=1"}} {
+		cmd := exec.Command(binary, append(args, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+fakeSMI(t),
+			"--path.procfs="+t.TempDir())...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		_ = cmd.Run()
+		if n := strings.Count(stderr.String(), "Driver/library version mismatch"); n != 1 ||
+			!strings.Contains(stderr.String(), "reboot the node, or reload the nvidia kernel module") {
+			t.Errorf("%v: the error %d times, want once with its fix:\n%s", args, n, stderr.String())
+		}
+		if args[0] == "ps" && cmd.ProcessState.ExitCode() != 1 {
+			t.Errorf("ps: exit %d, want 1", cmd.ProcessState.ExitCode())
 		}
 	}
 }

@@ -171,7 +171,7 @@ func TestREADMEFirstScreen(t *testing.T) {
 			t.Errorf("the comparison table does not compare with %s", peer)
 		}
 	}
-	quick, demo, install := line("## Quick start"), line("go run ./cmd/gpu-pod-exporter --demo"), line("## Install")
+	quick, demo, install := line("## Quick start"), line(readmeDemo[0]), line("## Install")
 	prereq := line("Needs Go 1.")
 	perfRow := line("| Memory on the node |")
 	if t.Failed() {
@@ -188,14 +188,8 @@ func TestREADMEFirstScreen(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(goMod); m == nil || !strings.Contains(lines[prereq], "Go "+m[1]) {
 		t.Errorf("the prerequisites do not name go.mod's Go version %v: %s", m, lines[prereq])
 	}
-	var commands []string
-	for _, l := range strings.Split(readme, "\n") {
-		if strings.HasPrefix(l, "go ") || strings.HasPrefix(l, "make ") {
-			commands = append(commands, strings.TrimSpace(strings.SplitN(l, "#", 2)[0]))
-		}
-	}
-	if !slices.Equal(commands, []string{"go run ./cmd/gpu-pod-exporter --demo", "go run ./cmd/gpu-pod-exporter top --demo"}) {
-		t.Errorf("README.md's command lines %q, want the demo and its top", commands)
+	if commands := readmeCommands(readme); !slices.Equal(commands, readmeDemo) {
+		t.Errorf("README.md's command lines %q, want the demo and its top: %q", commands, readmeDemo)
 	}
 	line("`make test`")
 	// Every figure of ours in the table is one docs/performance.md reports.
@@ -210,6 +204,28 @@ func TestREADMEFirstScreen(t *testing.T) {
 			t.Errorf("README.md's %s MiB is not a figure of docs/performance.md", f[1])
 		}
 	}
+}
+
+// readmeDemo are the README's commands: the demo and its top, which need no C compiler (test/deploy runs them as
+// written, and the README's prerequisites say why CGO_ENABLED=0).
+var readmeDemo = []string{
+	"CGO_ENABLED=0 go run ./cmd/gpu-pod-exporter --demo",
+	"CGO_ENABLED=0 go run ./cmd/gpu-pod-exporter top --demo",
+}
+
+// readmeCommands are the command lines of the README's shell blocks, without their comments.
+func readmeCommands(readme string) []string {
+	var commands []string
+	in := false
+	for _, l := range strings.Split(readme, "\n") {
+		switch {
+		case strings.HasPrefix(l, "```"):
+			in = l == "```sh"
+		case in:
+			commands = append(commands, strings.TrimSpace(strings.SplitN(l, "#", 2)[0]))
+		}
+	}
+	return commands
 }
 
 // TestReleaseVersionNamedAlike: the changelog's newest version is the chart's version and appVersion (the default
@@ -317,6 +333,8 @@ func TestTroubleshootingQuotesTheExporter(t *testing.T) {
 		"no GPU source: ", "NVML library libnvidia-ml.so.1 not found", "nvidia-smi source: ",
 		"the NVIDIA kernel driver is not loaded", "no permission to open /dev/nvidia*",
 		"libnvidia-ml.so.1 does not match the loaded kernel driver", "procfs is mounted with ",
+		"reboot the node, or reload the nvidia kernel module with no GPU process running",
+		"Driver/library version mismatch",
 	} {
 		if !strings.Contains(install, msg) {
 			t.Errorf("the troubleshooting section no longer quotes %q", msg)

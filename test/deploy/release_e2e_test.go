@@ -34,6 +34,7 @@ var (
 	distOnce sync.Once
 	distDir  string
 	distErr  error
+	distLog  string // what the build printed, when this test run built it
 	distMeta struct {
 		Version string `json:"version"`
 		Commit  string `json:"commit"`
@@ -48,7 +49,10 @@ func releaseDist(t *testing.T) string {
 			start := time.Now()
 			cmd := exec.Command("bash", "scripts/release.sh", "snapshot")
 			cmd.Dir = repoRoot(t)
-			if out, err := cmd.CombinedOutput(); err != nil {
+			cmd.Env = append(os.Environ(), freshCgo())
+			out, err := cmd.CombinedOutput()
+			distLog = string(out)
+			if err != nil {
 				distErr = fmt.Errorf("scripts/release.sh snapshot: %v\n%s", err, tail(string(out), 40))
 				return
 			}
@@ -74,6 +78,30 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestReleaseBuildPrintsNoCompilerWarnings: goreleaser's builds (both architectures, with cgo and go-nvml compiled
+// afresh) print no compiler warning; goreleaser logs what a build prints.
+func TestReleaseBuildPrintsNoCompilerWarnings(t *testing.T) {
+	releaseDist(t)
+	out := distLog
+	if p := os.Getenv("GPE_RELEASE_LOG"); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = string(b)
+	} else if out == "" {
+		t.Skip("GPE_RELEASE_DIST names a release built elsewhere, and no GPE_RELEASE_LOG says what its build printed")
+	}
+	for _, arch := range []string{"linux_amd64", "linux_arm64"} {
+		if !strings.Contains(out, "building") || !strings.Contains(out, arch) {
+			t.Fatalf("the release log shows no build for %s, so nothing can be said of its warnings:\n%s", arch, tail(out, 40))
+		}
+	}
+	if w := compilerWarnings(out); len(w) > 0 {
+		t.Errorf("the release build printed warnings:\n%s", strings.Join(w, "\n"))
+	}
 }
 
 // TestReleaseArtifacts: what a release page lists, each checksum right.
@@ -114,7 +142,9 @@ func TestReleaseArtifacts(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64"} {
 		dir := "gpu-pod-exporter-" + v + ".linux-" + arch + "/"
 		got := tarNames(t, filepath.Join(dist, "gpu-pod-exporter-"+v+".linux-"+arch+".tar.gz"))
-		for _, f := range append([]string{"gpu-pod-exporter", "LICENSE", "deploy/systemd/gpu-pod-exporter.service"}, shippedDocs...) {
+		for _, f := range append([]string{"gpu-pod-exporter", "LICENSE", "deploy/systemd/gpu-pod-exporter.service",
+			"man/gpu-pod-exporter.1.gz", "completions/gpu-pod-exporter.bash", "completions/_gpu-pod-exporter",
+			"completions/gpu-pod-exporter.fish"}, shippedDocs...) {
 			if !slices.Contains(got, dir+f) {
 				t.Errorf("the %s archive lacks %s: %v", arch, dir+f, got)
 			}
@@ -278,7 +308,9 @@ func TestReleasePackages(t *testing.T) {
 	dist := releaseDist(t)
 	v := distMeta.Version
 	const docDir = "/usr/share/doc/gpu-pod-exporter/"
-	common := []string{"/usr/bin/gpu-pod-exporter", "/usr/lib/systemd/system/gpu-pod-exporter.service", docDir + "LICENSE"}
+	common := []string{"/usr/bin/gpu-pod-exporter", "/usr/lib/systemd/system/gpu-pod-exporter.service", docDir + "LICENSE",
+		manPage, "/usr/share/bash-completion/completions/gpu-pod-exporter",
+		"/usr/share/fish/vendor_completions.d/gpu-pod-exporter.fish"}
 	for _, f := range shippedDocs {
 		common = append(common, docDir+f)
 	}
@@ -300,7 +332,8 @@ func TestReleasePackages(t *testing.T) {
 					files = append(files, strings.TrimPrefix(f[5], "."))
 				}
 			}
-			checkFileList(t, files, append(common, "/etc/default/gpu-pod-exporter"), "/etc/sysconfig/gpu-pod-exporter")
+			checkFileList(t, files, append(common, "/etc/default/gpu-pod-exporter", "/usr/share/zsh/vendor-completions/_gpu-pod-exporter"),
+				"/etc/sysconfig/gpu-pod-exporter")
 			checkShippedDocLinks(t, "the .deb", docsIn(files))
 			if got := strings.TrimSpace(string(run(t, "dpkg-deb", "-f", deb, "Architecture"))); got != arch.deb {
 				t.Errorf("Architecture %q", got)
@@ -322,11 +355,13 @@ func TestReleasePackages(t *testing.T) {
 			root := t.TempDir()
 			run(t, "dpkg-deb", "-x", deb, root)
 			verifyInstalledUnit(t, root)
+			verifyManPage(t, root, v)
 		})
 		t.Run("rpm/"+arch.deb, func(t *testing.T) {
 			rpm := filepath.Join(dist, "gpu-pod-exporter_"+v+"_"+arch.deb+".rpm")
 			files := strings.Fields(string(run(t, "rpm", "-qlp", rpm)))
-			checkFileList(t, files, append(common, "/etc/sysconfig/gpu-pod-exporter"), "/etc/default/gpu-pod-exporter")
+			checkFileList(t, files, append(common, "/etc/sysconfig/gpu-pod-exporter", "/usr/share/zsh/site-functions/_gpu-pod-exporter"),
+				"/etc/default/gpu-pod-exporter")
 			checkShippedDocLinks(t, "the .rpm", docsIn(files))
 			if got := string(run(t, "rpm", "-qp", "--queryformat", "%{ARCH}", rpm)); got != arch.rpm {
 				t.Errorf("rpm ARCH %q, want %s", got, arch.rpm)
@@ -352,6 +387,7 @@ func TestReleasePackages(t *testing.T) {
 				t.Fatalf("rpm2cpio | cpio: %v\n%s", err, out)
 			}
 			verifyInstalledUnit(t, root)
+			verifyManPage(t, root, v)
 		})
 	}
 }
@@ -393,6 +429,25 @@ func checkFileList(t *testing.T, files, want []string, absent string) {
 	}
 	if slices.Contains(files, absent) {
 		t.Errorf("the package holds %s", absent)
+	}
+}
+
+// manPage is where the packages install the man page.
+const manPage = "/usr/share/man/man1/gpu-pod-exporter.1.gz"
+
+// verifyManPage: man renders the installed page without a warning, with the release's version in its footer.
+func verifyManPage(t *testing.T, root, version string) {
+	t.Helper()
+	cmd := exec.Command("man", "-l", filepath.Join(root, manPage))
+	cmd.Env = append(os.Environ(), "MANPAGER=cat", "MANWIDTH=80", "LC_ALL=C.UTF-8")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || stderr.Len() > 0 {
+		t.Errorf("man -l %s: %v\n%s", manPage, err, stderr.String())
+	}
+	if !strings.Contains(string(out), "gpu-pod-exporter "+version) || !strings.Contains(string(out), "--web.listen-address") {
+		t.Errorf("the man page names no version %s, or no flag:\n%s", version, out)
 	}
 }
 

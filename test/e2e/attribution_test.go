@@ -402,9 +402,9 @@ func checkWorkloadSeries(mfs map[string]*dto.MetricFamily, w *workload) []string
 }
 
 // psKeys are the keys of every object of `ps --output json` (docs/reference.md).
-var psKeys = []string{"gpu", "uuid", "pid", "process_name", "process_type", "used_memory_bytes",
+var psKeys = []string{"gpu", "uuid", "pid", "process_name", "process_type", "memory_used_bytes",
 	"sm_utilization_ratio", "namespace", "pod", "container", "pod_uid", "container_id", "runtime", "slurm_job_id",
-	"systemd_unit"}
+	"systemd_unit", "user"}
 
 func checkPsRows(rows []map[string]any, w *workload) []string {
 	var out []string
@@ -427,7 +427,7 @@ func checkPsRows(rows []map[string]any, w *workload) []string {
 			}
 		}
 		want := map[string]any{"uuid": gpuUUIDs[g], "process_name": "sleep", "process_type": "compute",
-			"used_memory_bytes": strconv.FormatUint(w.mem, 10), "sm_utilization_ratio": "0.25", "runtime": w.runtime}
+			"memory_used_bytes": strconv.FormatUint(w.mem, 10), "sm_utilization_ratio": "0.25", "runtime": w.runtime}
 		for _, k := range []string{"namespace", "pod", "container", "pod_uid", "container_id", "slurm_job_id",
 			"systemd_unit"} {
 			want[k] = w.want[k]

@@ -96,11 +96,11 @@ func TestPSEscapesProcessNames(t *testing.T) {
 		t.Fatalf("%d lines for %d processes:\n%s", len(lines), len(pids), out)
 	}
 	for i, a := range terminaltest.Attacks {
-		if want := fmt.Sprintf(`^0 +%d +compute +%s  `, pids[i], regexp.QuoteMeta(shown(a))); !regexp.MustCompile(want).MatchString(lines[i]) {
+		if want := fmt.Sprintf(`^0 +%d +%s  `, pids[i], regexp.QuoteMeta(shown(a))); !regexp.MustCompile(want).MatchString(lines[i]) {
 			t.Errorf("%s: row %q, want it to match %s", a.Name, lines[i], want)
 		}
 	}
-	if want := fmt.Sprintf(`^1 +%d +compute +after  `, pids[len(pids)-1]); !regexp.MustCompile(want).MatchString(lines[len(pids)-1]) {
+	if want := fmt.Sprintf(`^1 +%d +after  `, pids[len(pids)-1]); !regexp.MustCompile(want).MatchString(lines[len(pids)-1]) {
 		t.Errorf("last row %q, want it to match %s", lines[len(pids)-1], want)
 	}
 

@@ -122,9 +122,10 @@ func (term *terminal) waitForText(texts ...string) []string {
 func (term *terminal) keys(keys ...string) {
 	term.t.Helper()
 	for _, k := range keys {
-		if k == "Enter" || k == "Escape" || k == "BSpace" {
+		switch k {
+		case "Enter", "Escape", "BSpace", "Up", "Down", "PageUp", "PageDown", "Home", "End": // tmux's key names
 			term.tmux("send-keys", "-t", "top", k)
-		} else {
+		default:
 			term.tmux("send-keys", "-t", "top", "-l", k)
 		}
 	}
@@ -150,7 +151,7 @@ func pidColumn(lines []string) []string {
 		switch {
 		case len(f) > 2 && f[0] == "GPU" && f[1] == "PID":
 			inTable = true
-		case inTable && len(f) > 1 && regexp.MustCompile(`^\d+$`).MatchString(f[1]):
+		case inTable && len(f) > 1 && f[0] != "…" && regexp.MustCompile(`^\d+$`).MatchString(f[1]):
 			pids = append(pids, f[1])
 		}
 	}
@@ -226,16 +227,16 @@ func TestTopOnTheDemoNode(t *testing.T) {
 	lines := term.waitForText("gpu-pod-exporter top", "q quit")
 
 	// 80 columns: nothing wrapped, so the title is still the first line and the key help the last.
-	if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || !strings.HasSuffix(lines[0], "8 GPUs  14 processes  (simulated)") {
+	if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || !strings.HasSuffix(lines[0], "8 GPUs  15 processes  (simulated)") {
 		t.Errorf("title: %q", lines[0])
 	}
-	if len(lines) != 24 || lines[23] != "sort GPU: mem sm gpu · w group · / filter · q quit" {
+	if len(lines) != 24 || lines[23] != "sort GPU: mem sm gpu · w group · / filter · ? help · q quit" {
 		t.Errorf("last of %d lines: %q", len(lines), lines[len(lines)-1])
 	}
 	header := map[int]*regexp.Regexp{
 		// index, name, utilization bar and value, memory bar and used/total, temperature, power, sharing, allocations
 		0: regexp.MustCompile(`^  0 H100 80GB HBM3 [█░]{7}  71% [█░]{7} +39/80G 52°C  402W shared ×3  3 pods$`),
-		1: regexp.MustCompile(`^  1 H100 80GB HBM3 .* 64% .* 19/80G 49°C  365W MPS ×3     3 pods$`),
+		1: regexp.MustCompile(`^  1 H100 80GB HBM3 .* 64% .* 21/80G 49°C  365W MPS ×3     3 pods$`),
 		2: regexp.MustCompile(`^  2 H100 80GB HBM3 +- .* 29/80G 44°C  232W MIG ×3     3 pods$`),
 		// GPUs 3, 4 and 6 have a health problem: marked.
 		3: regexp.MustCompile(`^✗ 3 H100 80GB HBM3 .* 67% .* 31/80G 58°C  455W 1 workload none !$`),
@@ -258,17 +259,49 @@ func TestTopOnTheDemoNode(t *testing.T) {
 		lines[13] != "○ idle allocation: search/rag-index-0/indexer holds GPU 7" {
 		t.Errorf("allocation signals:\n%s", strings.Join(lines[11:14], "\n"))
 	}
-	// Rows: at 80 columns a long owner is cut in the middle and keeps its container.
+	// Rows: the demo's users, each process's age, and at 80 columns a long owner cut in the middle, keeping its
+	// container. The ages count on from the demo's start: those that cannot change in the test's minute.
+	if !matchesLine(lines, `^GPU +PID USER +PROCESS +MEMORY +SM +AGE OWNER$`) {
+		t.Errorf("no process header with USER and AGE in\n%s", strings.Join(lines, "\n"))
+	}
 	for _, row := range []string{
-		`0 +29876 python +4\.0 GiB +3% pod data-science/notebook-a[a-z]*…/notebook`,
-		`0 +31412 python3 +12\.0 GiB +22% pod ml-research/llama-eval-0/eval`,
-		`1 +2811 nvidia-cuda… +512 MiB +- pod gpu-operator/nvidia-device-plugin[a-z-]*…`,
-		`2:1/0 +45102 python3 +18\.0 GiB +- pod vision/resnet-train-[a-z0-9-]*…/train`,
+		`0 +29876 alice +python +4\.0 GiB +3% +1d2h pod data-science/notebo…`,
+		`0 +31412 marco +python3 +12\.0 GiB +22% +2h[34]m pod ml-research/ll…/eval`,
+		`1 +2811 root +nvidia-… +512 MiB +- +13d pod gpu-operator/nvidia…`,
+		`1 +40297 triton +triton_… +2\.0 GiB +4% +3d3h pod inference/tr…/triton`,
 	} {
 		if !matchesLine(lines, `^`+row+`$`) {
 			t.Errorf("no row like %s in\n%s", row, strings.Join(lines, "\n"))
 		}
 	}
+	if lines[22] != "… 8 more rows" {
+		t.Errorf("the line under the rows: %q", lines[22])
+	}
+
+	// Rows past the screen scroll: a row with ↓ and j, a page with PgDn, to the end and back.
+	term.keys("Down", "j")
+	lines = term.waitForText("… 2 rows above")
+	if pids := pidColumn(lines); len(pids) == 0 || pids[0] != "31412" {
+		t.Errorf("two rows down: %v", pids)
+	}
+	term.keys("k", "PageDown") // a page is the 6 rows between the two lines
+	lines = term.waitForText("… 7 rows above")
+	if !matchesLine(lines, `^2:1/0 +45102 li\.wei +python3 +18\.0 GiB +- +9h3[01]m pod vision/resnet…/train$`) {
+		t.Errorf("a page down: no MIG row of GPU 2's instance 1/0 in\n%s", strings.Join(lines, "\n"))
+	}
+	term.keys("End")
+	lines = term.waitForText("… 8 rows above")
+	if pids := pidColumn(lines); len(pids) != 7 || pids[6] != "80412" || strings.Contains(strings.Join(lines, "\n"), "more rows") {
+		t.Errorf("at the end: %v\n%s", pids, strings.Join(lines, "\n"))
+	}
+	term.keys("Home")
+	term.waitFor("the top of the rows", func(lines []string) bool { return lines[22] == "… 8 more rows" })
+
+	// ? shows the keys; any key goes back.
+	term.keys("?")
+	term.waitForText("gpu-pod-exporter top: keys", "PgUp PgDn  Home End", "AGE: how long the process has run.")
+	term.keys("x")
+	term.waitForText("… 8 more rows")
 	if colored := term.tmux("capture-pane", "-p", "-e", "-t", "top"); !strings.Contains(colored, "\x1b[") {
 		t.Error("the terminal shows no colours")
 	}
@@ -297,32 +330,33 @@ func TestTopOnTheDemoNode(t *testing.T) {
 	}
 	// Escape, then a wait: a key that follows Escape at once is read as Alt and that key.
 	term.keys("/", "Escape")
-	term.waitForText("· / filter · q quit")
+	term.waitForText("· / filter · ? help · q quit")
 	term.keys("/", "slurm", "Enter")
 	lines = term.waitForText("/ filter: slurm")
-	if pids := pidColumn(lines); fmt.Sprint(pids) != "[61001]" || !hasRow(lines, "4 61001 python 60.0 GiB 93% slurm job 88231") {
+	if pids := pidColumn(lines); fmt.Sprint(pids) != "[61001]" || !matchesLine(lines, `^4 +61001 jdoe +python +60\.0 GiB +93% +18h(0m)? slurm job 88231$`) {
 		t.Errorf("filtered by owner: %v\n%s", pids, strings.Join(lines, "\n"))
 	}
 	term.keys("/", "ollama", "Enter")
 	lines = term.waitForText("/ filter: slurmollama", "no process matches the filter")
 	term.keys("Escape")
 	term.waitFor("the filter to be cleared", func(lines []string) bool { return len(pidColumn(lines)) > 2 })
-	term.waitForText("· / filter · q quit")
-
-	// Group by workload: one row per pod, without its container.
-	term.keys("w")
-	lines = term.waitForText("w ungroup")
-	if !hasRow(lines, "0 29876 python 4.0 GiB 3% pod data-science/notebook-alice-0") {
-		t.Errorf("grouped rows:\n%s", strings.Join(lines, "\n"))
-	}
+	term.waitForText("· / filter · ? help · q quit")
 
 	// A larger terminal gets every row and wider bars at once.
 	term.tmux("resize-window", "-t", "top", "-x", "120", "-y", "32")
 	lines = term.waitFor("the view to fill 120×32", func(lines []string) bool {
-		return len(lines) == 32 && len(pidColumn(lines)) == 14 && strings.HasSuffix(lines[31], "q quit")
+		return len(lines) == 32 && len(pidColumn(lines)) == 15 && strings.HasSuffix(lines[31], "q quit")
 	})
 	if !regexp.MustCompile(`^  0 H100 80GB HBM3 +[█░]{20,} +71% `).MatchString(lines[2]) {
 		t.Errorf("GPU 0 at 120 columns: %q", lines[2])
+	}
+
+	// Group by workload: one row per pod, without its container; triton-llm-0's two processes are one row.
+	term.keys("w")
+	lines = term.waitForText("w ungroup")
+	if !matchesLine(lines, `^0 +29876 alice +python +4\.0 GiB +3% +1d2h pod data-science/notebook-alice-0$`) ||
+		!matchesLine(lines, `^1 +2 procs triton +tritonserver.* +11\.0 GiB +37% +3d3h pod inference/triton-llm-0$`) {
+		t.Errorf("grouped rows:\n%s", strings.Join(lines, "\n"))
 	}
 
 	term.quit()
@@ -464,10 +498,10 @@ func TestPipedTopPrintsPlainTables(t *testing.T) {
 	}
 	for _, table := range tables {
 		lines := strings.Split(table, "\n")
-		if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || len(lines) != 1+1+8+1+3+1+14 { // title, header, GPUs, health, signals, header, processes
+		if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || len(lines) != 1+1+8+1+3+1+15 { // title, header, GPUs, health, signals, header, processes
 			t.Errorf("table of %d lines:\n%s", len(lines), table)
 		}
-		if !hasRow(lines, "1 2811 nvidia-cuda-mps-server 512 MiB - pod gpu-operator/nvidia-device-plugin-mps-control-daemon-x7k2p/mps-control-daemon") {
+		if !hasRow(lines, "1 2811 root nvidia-cuda-mps-server 512 MiB - 13d pod gpu-operator/nvidia-device-plugin-mps-control-daemon-x7k2p/mps-control-daemon") {
 			t.Errorf("no uncut MPS daemon row in\n%s", table)
 		}
 	}

@@ -270,6 +270,9 @@ func (s *Source) runError(ctx context.Context, waitErr error, stdout, stderr *li
 	if msg == "" {
 		msg = "no output"
 	}
+	if fix := gpu.DriverFix(msg); fix != "" {
+		msg += " (" + fix + ")"
+	}
 	if exitErr.Exited() {
 		return &Error{Kind: "exit", Err: fmt.Errorf("nvidia-smi exited with status %d: %s", exitErr.ExitCode(), msg)}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/golden"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
@@ -182,7 +183,8 @@ func TestSourceFailures(t *testing.T) {
 	}{
 		{name: "exit", mode: "exit", env: []string{"FAKESMI_EXIT=9",
 			"FAKESMI_STDERR=Failed to initialize NVML: Driver/library version mismatch\nsecond line"},
-			kind: "exit", want: "nvidia-smi exited with status 9: Failed to initialize NVML: Driver/library version mismatch"},
+			kind: "exit", want: "nvidia-smi exited with status 9: Failed to initialize NVML: Driver/library version mismatch (" +
+				gpu.FixVersionMismatch + ")"},
 		{name: "garbage", mode: "garbage", kind: "parse", want: "parsing nvidia-smi output: "},
 		{name: "stall", mode: "stall", env: []string{"FAKESMI_SLEEP=1h"}, kind: "timeout",
 			want: "nvidia-smi timed out after 500ms"},

@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package nvml
 
 // The _v3 process lists of 535.43.02 to 535.86.x write 32-byte records, and go-nvml always passes 24-byte ones

@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package nvml
 
 import (
@@ -36,11 +38,16 @@ func TestNewInitFailures(t *testing.T) {
 		init         func() gonvml.Return
 		wantNotFound bool
 		wantReturn   gonvml.Return
+		wantFix      string // what the error tells the user to do
 	}{
-		{"library not found", func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }, true, 0},
-		{"dlopen panics", func() gonvml.Return { panic("dlopen failed") }, true, 0},
-		{"driver not loaded", func() gonvml.Return { return gonvml.ERROR_DRIVER_NOT_LOADED }, false, gonvml.ERROR_DRIVER_NOT_LOADED},
-		{"no permission", func() gonvml.Return { return gonvml.ERROR_NO_PERMISSION }, false, gonvml.ERROR_NO_PERMISSION},
+		{"library not found", func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }, true, 0, "install the NVIDIA driver"},
+		{"dlopen panics", func() gonvml.Return { panic("dlopen failed") }, true, 0, "install the NVIDIA driver"},
+		{"driver not loaded", func() gonvml.Return { return gonvml.ERROR_DRIVER_NOT_LOADED }, false, gonvml.ERROR_DRIVER_NOT_LOADED,
+			gpu.FixDriverNotLoaded},
+		{"no permission", func() gonvml.Return { return gonvml.ERROR_NO_PERMISSION }, false, gonvml.ERROR_NO_PERMISSION,
+			"run privileged or with the NVIDIA runtime"},
+		{"driver and library mismatch", func() gonvml.Return { return gonvml.ERROR_LIB_RM_VERSION_MISMATCH }, false,
+			gonvml.ERROR_LIB_RM_VERSION_MISMATCH, gpu.FixVersionMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lib := newLibrary()
@@ -54,6 +61,9 @@ func TestNewInitFailures(t *testing.T) {
 			}
 			if !tc.wantNotFound && !isReturn(err, tc.wantReturn) {
 				t.Errorf("error %v does not wrap %v", err, tc.wantReturn)
+			}
+			if !strings.Contains(err.Error(), tc.wantFix) {
+				t.Errorf("error %q does not say %q", err, tc.wantFix)
 			}
 			if len(lib.EventSetCreateCalls()) != 0 {
 				t.Error("an event set was created although NVML did not initialize")

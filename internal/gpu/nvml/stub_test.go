@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package nvml
 
 // Tests through go-nvml's real dlopen path, against the stub libnvidia-ml.so.1 of package stubnvml that gcc builds
