@@ -42,11 +42,11 @@ var (
 		"ollama": 188.2 * 0.12 / 0.37, "kim": 188.2 * 0.06 / 0.37, "svc-media": 188.2 * 0.19 / 0.37,
 	}
 	// SM utilization by namespace (MIG and the MPS server report none, so vision and gpu-operator have no GPU time).
-	demoNamespaceSM = map[string]float64{"ml-training": 0.41, "ml-research": 0.22, "data-science": 0.03 + 0.67, "inference": 0.62, "media": 0.19}
+	demoNamespaceSM = map[string]float64{"ml-training": 0.41, "ml-research": 0.22, "data-science": 0.03 + 0.67, "inference": 0.62 + 0.04, "media": 0.19}
 	// Memory by namespace, bytes.
 	demoNamespaceMemory = map[string]float64{
 		"ml-training": 23622320128, "ml-research": 12884901888, "data-science": 4294967296 + 32212254720,
-		"inference": 9663676416 * 2, "gpu-operator": 536870912, "vision": 19327352832 + 6442450944 + 4294967296, "media": 1610612736,
+		"inference": 9663676416*2 + 2147483648, "gpu-operator": 536870912, "vision": 19327352832 + 6442450944 + 4294967296, "media": 1610612736,
 	}
 	demoIdleWatts = 71.9 + 69.4
 )
