@@ -101,9 +101,12 @@ func TestDRAAllocationSignals(t *testing.T) {
 		"--kubelet.refresh-interval=100ms").Addr
 
 	var fams map[string]*dto.MetricFamily
-	waitFor(t, "kubelet_up 1", func() bool {
+	// kubelet_up and the allocation series are gathered one after the other, so a scrape during the first refresh
+	// can have the one without the other. The unmapped-devices gauge is written only with the allocations.
+	waitFor(t, "kubelet_up 1 and the allocations read", func() bool {
 		fams = scrape(t, addr)
-		return values(fams, "gpu_pod_exporter_kubelet_up", nil) == "1"
+		return values(fams, "gpu_pod_exporter_kubelet_up", nil) == "1" &&
+			values(fams, "gpu_pod_exporter_kubelet_unmapped_devices", nil) != ""
 	})
 
 	var allocs []string
