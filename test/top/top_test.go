@@ -138,7 +138,7 @@ func (term *terminal) format(f string) string {
 // topInShell runs `top` with args the way a person does at a shell prompt: text before it, and after it its exit
 // status and the terminal's modes, so that a test can see that the terminal was given back as it was.
 func topInShell(args ...string) []string {
-	script := `echo "before top"; "$0" top "$@"; echo "top exited $?"; stty -a; read -r done`
+	script := `echo "before top"; "$0" top "$@"; echo "top exited $?"; stty -a; echo "modes shown"; read -r done`
 	return append([]string{"sh", "-c", script, binary}, args...)
 }
 
@@ -169,7 +169,8 @@ func (term *terminal) quit() {
 // restored checks that top exited with status 0 and gave the terminal back as it found it.
 func (term *terminal) restored() {
 	term.t.Helper()
-	term.waitForText("top exited ")
+	// The modes are checked once stty has printed all of them: "top exited" alone can be on screen before them.
+	term.waitForText("top exited ", "modes shown")
 	screen := term.screen()
 	if !strings.Contains(screen, "top exited 0\n") {
 		term.t.Errorf("top did not exit with status 0:\n%s", screen)
