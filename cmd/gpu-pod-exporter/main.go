@@ -153,22 +153,23 @@ func run(args []string) int {
 		}
 	}
 
-	// The server's sockets first: a port taken is then the only line it prints.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// The server carries on through a SIGHUP; ps and top end with their terminal, as commands do. Caught before
+	// the server listens: whoever sees its port open may signal it at once.
+	hangups := make(chan os.Signal, 1)
+	if cmd == serve {
+		signal.Notify(hangups, syscall.SIGHUP)
+		defer signal.Stop(hangups)
+	}
+
+	// The server's sockets before anything else starts: a port taken is then the only line it prints.
 	var ls listeners
 	if cmd == serve {
 		if ls, err = wf.open(); err != nil {
 			return fail(false, logger, "cannot listen", err)
 		}
 		defer ls.close()
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// The server carries on through a SIGHUP; ps and top end with their terminal, as commands do.
-	hangups := make(chan os.Signal, 1)
-	if cmd == serve {
-		signal.Notify(hangups, syscall.SIGHUP)
-		defer signal.Stop(hangups)
 	}
 
 	// Reading the cluster from Prometheus needs no GPU, procfs or kubelet of this node.
