@@ -23,6 +23,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/tmuxterm"
 )
 
 var binary string
@@ -114,12 +115,12 @@ func TestClusterThroughPrometheus(t *testing.T) {
 
 	t.Run("ps is the nodes' ps with their node", func(t *testing.T) { testPS(t, f) })
 	t.Run("credentials", func(t *testing.T) { testCredentials(t, f) })
-	term := startTerminal(t, 120, 40, "sh", "-c", `"$0" "$@"; echo "top exited $?"; read -r done`, binary, "top",
+	term := tmuxterm.Start(t, 120, 40, "sh", "-c", `"$0" "$@"; echo "top exited $?"; read -r done`, binary, "top",
 		"--prometheus="+f.prom, "--http.config.file="+f.auth, "--interval=300ms", "--prometheus.scrape-interval="+interval.String())
 	t.Run("top", func(t *testing.T) { testTop(t, term) })
 	t.Run("a stopped exporter's node is stale", func(t *testing.T) { testStale(t, f, term) })
-	term.keys("q")
-	term.waitForText("top exited 0")
+	term.Keys("q")
+	term.WaitForText("top exited 0")
 }
 
 // `ps --prometheus -o json` is the union of the three nodes' own `ps -o json`, each row with its node first,
@@ -241,9 +242,9 @@ func testCredentials(t *testing.T, f *fleet) {
 
 // top shows every node's line, the signals of the whole cluster, each node's GPUs under it with n, and the
 // filter and groups of the node view.
-func testTop(t *testing.T, term *terminal) {
-	term = term.on(t)
-	lines := term.waitForText("3 nodes  5 GPUs  7 processes  (simulated)", "q quit")
+func testTop(t *testing.T, term *tmuxterm.Terminal) {
+	term = term.On(t)
+	lines := term.WaitForText("3 nodes  5 GPUs  7 processes  (simulated)", "q quit")
 	for _, want := range []string{
 		`^NODE +GPUS BUSY UTIL +MEMORY IDLE UNREQ EXPORTER`,
 		`^gpu-a +2 +2 +93% +72/160G +0 +0 up`,
@@ -261,8 +262,8 @@ func testTop(t *testing.T, term *terminal) {
 	}
 
 	// n: each node's GPUs under its line.
-	term.keys("n")
-	lines = term.waitForText("n nodes only")
+	term.Keys("n")
+	lines = term.WaitForText("n nodes only")
 	for _, want := range []string{
 		`^gpu-a  2 GPUs · 2 busy · up$`,
 		`^  0 A100-SXM4-80GB .* 12/80G 40°C  250W MIG ×2 +2 pods$`,
@@ -276,39 +277,39 @@ func testTop(t *testing.T, term *terminal) {
 			t.Errorf("by node: no line like %s in\n%s", want, strings.Join(lines, "\n"))
 		}
 	}
-	term.keys("n")
-	term.waitForText("n by node")
+	term.Keys("n")
+	term.WaitForText("n by node")
 
 	// A node's name as the filter: that node, its signal and its processes only.
-	term.keys("/", "gpu-b", "Enter")
-	lines = term.waitForText("/ filter: gpu-b")
+	term.Keys("/", "gpu-b", "Enter")
+	lines = term.WaitForText("/ filter: gpu-b")
 	screen := strings.Join(lines, "\n")
 	if strings.Contains(screen, "gpu-a") || strings.Contains(screen, "gpu-c") || !strings.Contains(screen, "! unrequested use") ||
 		strings.Count(screen, "\ngpu-b ") != 3 {
 		t.Errorf("filtered by gpu-b:\n%s", screen)
 	}
-	term.keys("Escape")
-	term.waitForText("· / filter ·")
+	term.Keys("Escape")
+	term.WaitForText("· / filter ·")
 
 	// w: by workload (the Slurm job is one row), then by namespace.
-	term.keys("w", "m")
-	lines = term.waitForText("w namespaces", "sort memory")
+	term.Keys("w", "m")
+	lines = term.WaitForText("w namespaces", "sort memory")
 	if !matchesLine(lines, `^gpu-a +1 +9000201 lmp +60.0 GiB +91% slurm job 88231$`) ||
 		!matchesLine(lines, `^gpu-a +0 +9000101 python3 +8.0 GiB +35% pod vision/resnet-train-0$`) {
 		t.Errorf("grouped by workload:\n%s", strings.Join(lines, "\n"))
 	}
-	term.keys("w")
-	lines = term.waitForText("w ungroup")
+	term.Keys("w")
+	lines = term.WaitForText("w ungroup")
 	if !matchesLine(lines, `^gpu-a +0 +2 procs python3 \+1 +12.0 GiB +35% namespace vision$`) {
 		t.Errorf("grouped by namespace:\n%s", strings.Join(lines, "\n"))
 	}
-	term.keys("w", "g")
-	term.waitForText("w group", "sort GPU")
+	term.Keys("w", "g")
+	term.WaitForText("w group", "sort GPU")
 }
 
 // Stopping gpu-c's exporter makes its node stale within two scrape intervals, in ps and in top; it stays listed.
-func testStale(t *testing.T, f *fleet, term *terminal) {
-	term = term.on(t)
+func testStale(t *testing.T, f *fleet, term *tmuxterm.Terminal) {
+	term = term.On(t)
 	exp := f.exporters["gpu-c"]
 	if err := syscall.Kill(exp.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -338,7 +339,7 @@ func testStale(t *testing.T, f *fleet, term *terminal) {
 		t.Errorf("gpu-c's age: %q", errOut)
 	}
 	t.Logf("gpu-c stale after %s", seen.Round(time.Millisecond))
-	lines := term.waitForText("3 nodes (1 stale)", "× node gpu-c: stale: exporter down, last reading")
+	lines := term.WaitForText("3 nodes (1 stale)", "× node gpu-c: stale: exporter down, last reading")
 	if !matchesLine(lines, `^gpu-c +- +- +- +- +- +- stale \d+s \(down\)$`) {
 		t.Errorf("gpu-c's line:\n%s", strings.Join(lines, "\n"))
 	}

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -150,82 +149,5 @@ func writePEM(t *testing.T, path, kind string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// terminal is a tmux server of the test's own with one window running a command.
-type terminal struct {
-	t      *testing.T
-	socket string
-}
-
-func startTerminal(t *testing.T, width, height int, argv ...string) *terminal {
-	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Fatal("tmux is not installed (scripts/test.sh installs it)")
-	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "tmux.conf")
-	write(t, conf, "set -g remain-on-exit on\nset -g status off\nset -g history-limit 0\n")
-	term := &terminal{t: t, socket: filepath.Join(dir, "tmux.sock")}
-	term.tmux(append([]string{"-f", conf, "new-session", "-d", "-s", "top", "-x", fmt.Sprint(width), "-y", fmt.Sprint(height)}, argv...)...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last screen:\n%s", term.tmux("capture-pane", "-p", "-t", "top"))
-		}
-		exec.Command("tmux", "-S", term.socket, "kill-server").Run()
-	})
-	return term
-}
-
-// on is the terminal for a subtest, which fails that subtest.
-func (term *terminal) on(t *testing.T) *terminal { return &terminal{t: t, socket: term.socket} }
-
-func (term *terminal) tmux(args ...string) string {
-	term.t.Helper()
-	cmd := exec.Command("tmux", append([]string{"-S", term.socket}, args...)...)
-	// A person's terminal: CI=true, which tells terminal libraries that there is none, stays out of it.
-	cmd.Env = []string{"TERM=xterm-256color"}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, "TERM=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		term.t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// waitForText polls the screen until it shows every text, and returns its lines, trailing blanks removed.
-func (term *terminal) waitForText(texts ...string) []string {
-	term.t.Helper()
-	var lines []string
-	testkit.WaitFor(term.t, 15*time.Second, fmt.Sprintf("the screen to show %q", texts), func() bool {
-		lines = strings.Split(strings.TrimSuffix(term.tmux("capture-pane", "-p", "-t", "top"), "\n"), "\n")
-		for i := range lines {
-			lines[i] = strings.TrimRight(lines[i], " ")
-		}
-		s := strings.Join(lines, "\n")
-		for _, text := range texts {
-			if !strings.Contains(s, text) {
-				return false
-			}
-		}
-		return true
-	})
-	return lines
-}
-
-// keys types tmux key names (Enter, Escape) or literal text.
-func (term *terminal) keys(keys ...string) {
-	term.t.Helper()
-	for _, k := range keys {
-		if k == "Enter" || k == "Escape" {
-			term.tmux("send-keys", "-t", "top", k)
-		} else {
-			term.tmux("send-keys", "-t", "top", "-l", k)
-		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal/terminaltest"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/tmuxterm"
 )
 
 // commEnv makes the test binary a process that names itself, as any local user can, and waits to be killed.
@@ -126,9 +127,9 @@ func TestPSEscapesProcessNames(t *testing.T) {
 // concealing name is not concealed, no forged row appears, and the window keeps its title.
 func TestTopEscapesProcessNames(t *testing.T) {
 	node, pids := attackNode(t)
-	term := startTerminal(t, 160, 24, topInShell("--gpu.simulated-config="+node, "--interval=200ms")...)
-	title := term.format("#{pane_title}")
-	lines := term.waitForText("q quit", "after")
+	term := tmuxterm.Start(t, 160, 24, topInShell("--gpu.simulated-config="+node, "--interval=200ms")...)
+	title := term.Format("#{pane_title}")
+	lines := term.WaitForText("q quit", "after")
 
 	if got := pidColumn(lines); len(got) != len(pids) {
 		t.Errorf("%d process rows for %d processes:\n%s", len(got), len(pids), strings.Join(lines, "\n"))
@@ -141,17 +142,17 @@ func TestTopEscapesProcessNames(t *testing.T) {
 	if matchesLine(lines, `^0 +1 +compute`) {
 		t.Errorf("a forged row:\n%s", strings.Join(lines, "\n"))
 	}
-	if got := term.format("#{pane_title}"); got != title {
+	if got := term.Format("#{pane_title}"); got != title {
 		t.Errorf("the window title changed from %q to %q", title, got)
 	}
-	colored := term.tmux("capture-pane", "-p", "-e", "-t", "top")
+	colored := term.Tmux("capture-pane", "-p", "-e", "-t", "top")
 	for _, sgr := range regexp.MustCompile(`\x1b\[([0-9;:]*)m`).FindAllStringSubmatch(colored, -1) {
 		if conceals(sgr[1]) {
 			t.Errorf("the screen has concealed text (SGR %q):\n%q", sgr[1], colored)
 			break
 		}
 	}
-	term.quit()
+	quit(term)
 }
 
 // conceals reports whether an SGR sequence's parameters turn on concealed text (8), skipping the colour numbers

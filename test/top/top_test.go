@@ -15,10 +15,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/tmuxterm"
 )
 
 var binary string
@@ -30,110 +30,8 @@ func TestMain(m *testing.M) {
 	e2eutil.Main(m, &binary)
 }
 
-// wait is how long a screen may take to show what a test waits for.
-const wait = 15 * time.Second
-
-// terminal is one tmux server of the test's own, with one 80×24 window running a command.
-type terminal struct {
-	t      *testing.T
-	socket string
-}
-
-// startTerminal runs argv in a new tmux window of width×height. The window stays after the command ends
-// (remain-on-exit), so that its last screen and exit status can be read.
-func startTerminal(t *testing.T, width, height int, argv ...string) *terminal {
-	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Fatal("tmux is not installed (scripts/test.sh installs it)")
-	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "tmux.conf")
-	if err := os.WriteFile(conf, []byte("set -g remain-on-exit on\nset -g status off\nset -g history-limit 0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	term := &terminal{t: t, socket: filepath.Join(dir, "tmux.sock")}
-	args := append([]string{"-f", conf, "new-session", "-d", "-s", "top", "-x", fmt.Sprint(width), "-y", fmt.Sprint(height)}, argv...)
-	term.tmux(args...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last screen:\n%s", term.screen())
-		}
-		exec.Command("tmux", "-S", term.socket, "kill-server").Run()
-	})
-	return term
-}
-
-func (term *terminal) tmux(args ...string) string {
-	term.t.Helper()
-	cmd := exec.Command("tmux", append([]string{"-S", term.socket}, args...)...)
-	// The window is a person's terminal: CI's CI=true, which tells terminal libraries that no terminal is there and
-	// so to draw without colours, stays out of it.
-	cmd.Env = []string{"TERM=xterm-256color"}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, "TERM=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		term.t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// screen is what the window shows now, one string per line, without colours.
-func (term *terminal) screen() string { return term.tmux("capture-pane", "-p", "-t", "top") }
-
-// lines is the screen as lines, trailing blanks removed.
-func (term *terminal) lines() []string {
-	lines := strings.Split(strings.TrimSuffix(term.screen(), "\n"), "\n")
-	for i := range lines {
-		lines[i] = strings.TrimRight(lines[i], " ")
-	}
-	return lines
-}
-
-// waitFor polls the screen until cond holds for it.
-func (term *terminal) waitFor(what string, cond func(lines []string) bool) []string {
-	term.t.Helper()
-	var lines []string
-	testkit.WaitFor(term.t, wait, what, func() bool {
-		lines = term.lines()
-		return cond(lines)
-	})
-	return lines
-}
-
-// waitForText polls the screen until it shows every text.
-func (term *terminal) waitForText(texts ...string) []string {
-	term.t.Helper()
-	return term.waitFor(fmt.Sprintf("the screen to show %q", texts), func(lines []string) bool {
-		s := strings.Join(lines, "\n")
-		for _, text := range texts {
-			if !strings.Contains(s, text) {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// keys types keys: tmux key names (Enter, Escape) or literal text.
-func (term *terminal) keys(keys ...string) {
-	term.t.Helper()
-	for _, k := range keys {
-		switch k {
-		case "Enter", "Escape", "BSpace", "Up", "Down", "PageUp", "PageDown", "Home", "End": // tmux's key names
-			term.tmux("send-keys", "-t", "top", k)
-		default:
-			term.tmux("send-keys", "-t", "top", "-l", k)
-		}
-	}
-}
-
-func (term *terminal) format(f string) string {
-	return strings.TrimSpace(term.tmux("display-message", "-p", "-t", "top", f))
-}
+// wait is how long a screen, or a command's output, may take to show what a test waits for.
+const wait = tmuxterm.Wait
 
 // topInShell runs `top` with args the way a person does at a shell prompt: text before it, and after it its exit
 // status and the terminal's modes, so that a test can see that the terminal was given back as it was.
@@ -160,36 +58,36 @@ func pidColumn(lines []string) []string {
 
 // quit presses q and checks that top exits with status 0 and leaves the terminal as it found it: the normal screen
 // back with what was on it, the cursor shown, and the line discipline's cooked mode and echo on.
-func (term *terminal) quit() {
-	term.t.Helper()
-	term.keys("q")
-	term.restored()
+func quit(term *tmuxterm.Terminal) {
+	term.T().Helper()
+	term.Keys("q")
+	restored(term)
 }
 
 // restored checks that top exited with status 0 and gave the terminal back as it found it.
-func (term *terminal) restored() {
-	term.t.Helper()
+func restored(term *tmuxterm.Terminal) {
+	term.T().Helper()
 	// The modes are checked once stty has printed all of them: "top exited" alone can be on screen before them.
-	term.waitForText("top exited ", "modes shown")
-	screen := term.screen()
+	term.WaitForText("top exited ", "modes shown")
+	screen := term.Screen()
 	if !strings.Contains(screen, "top exited 0\n") {
-		term.t.Errorf("top did not exit with status 0:\n%s", screen)
+		term.T().Errorf("top did not exit with status 0:\n%s", screen)
 	}
 	// What was on the screen is back (held-back log lines may follow it), and nothing of top's is left.
 	if !strings.HasPrefix(screen, "before top\n") || strings.Contains(screen, "gpu-pod-exporter top ") || strings.Contains(screen, "q quit") {
-		term.t.Errorf("the screen from before top is not back, or top's screen is left over:\n%s", screen)
+		term.T().Errorf("the screen from before top is not back, or top's screen is left over:\n%s", screen)
 	}
-	if got := term.format("#{alternate_on} #{cursor_flag} #{mouse_any_flag}"); got != "0 1 0" {
-		term.t.Errorf("alternate screen, cursor shown, mouse = %q, want 0 1 0", got)
+	if got := term.Format("#{alternate_on} #{cursor_flag} #{mouse_any_flag}"); got != "0 1 0" {
+		term.T().Errorf("alternate screen, cursor shown, mouse = %q, want 0 1 0", got)
 	}
 	modes := strings.Fields(strings.ReplaceAll(screen, ";", " "))
 	for _, mode := range []string{"icanon", "echo", "isig", "icrnl", "opost"} {
 		if !contains(modes, mode) {
-			term.t.Errorf("terminal mode %s is not restored (stty -a: %s)", mode, screen)
+			term.T().Errorf("terminal mode %s is not restored (stty -a: %s)", mode, screen)
 		}
 	}
-	term.keys("Enter") // the shell reads a line, then ends
-	testkit.WaitFor(term.t, wait, "the shell to end", func() bool { return term.format("#{pane_dead}") == "1" })
+	term.Keys("Enter") // the shell reads a line, then ends
+	testkit.WaitFor(term.T(), wait, "the shell to end", func() bool { return term.Format("#{pane_dead}") == "1" })
 }
 
 // hasRow reports whether a line of the screen has these words, whatever the blanks between them.
@@ -224,8 +122,8 @@ func contains(list []string, s string) bool {
 }
 
 func TestTopOnTheDemoNode(t *testing.T) {
-	term := startTerminal(t, 80, 24, topInShell("--demo")...)
-	lines := term.waitForText("gpu-pod-exporter top", "q quit")
+	term := tmuxterm.Start(t, 80, 24, topInShell("--demo")...)
+	lines := term.WaitForText("gpu-pod-exporter top", "q quit")
 
 	// 80 columns: nothing wrapped, so the title is still the first line and the key help the last.
 	if !strings.HasPrefix(lines[0], "gpu-pod-exporter top ") || !strings.HasSuffix(lines[0], "8 GPUs  15 processes  (simulated)") {
@@ -280,30 +178,30 @@ func TestTopOnTheDemoNode(t *testing.T) {
 	}
 
 	// Rows past the screen scroll: a row with ↓ and j, a page with PgDn, to the end and back.
-	term.keys("Down", "j")
-	lines = term.waitForText("… 2 rows above")
+	term.Keys("Down", "j")
+	lines = term.WaitForText("… 2 rows above")
 	if pids := pidColumn(lines); len(pids) == 0 || pids[0] != "31412" {
 		t.Errorf("two rows down: %v", pids)
 	}
-	term.keys("k", "PageDown") // a page is the 6 rows between the two lines
-	lines = term.waitForText("… 7 rows above")
+	term.Keys("k", "PageDown") // a page is the 6 rows between the two lines
+	lines = term.WaitForText("… 7 rows above")
 	if !matchesLine(lines, `^2:1/0 +45102 li\.wei +python3 +18\.0 GiB +- +9h3[01]m pod vision/resnet…/train$`) {
 		t.Errorf("a page down: no MIG row of GPU 2's instance 1/0 in\n%s", strings.Join(lines, "\n"))
 	}
-	term.keys("End")
-	lines = term.waitForText("… 8 rows above")
+	term.Keys("End")
+	lines = term.WaitForText("… 8 rows above")
 	if pids := pidColumn(lines); len(pids) != 7 || pids[6] != "80412" || strings.Contains(strings.Join(lines, "\n"), "more rows") {
 		t.Errorf("at the end: %v\n%s", pids, strings.Join(lines, "\n"))
 	}
-	term.keys("Home")
-	term.waitFor("the top of the rows", func(lines []string) bool { return lines[22] == "… 8 more rows" })
+	term.Keys("Home")
+	term.WaitFor("the top of the rows", func(lines []string) bool { return lines[22] == "… 8 more rows" })
 
 	// ? shows the keys; any key goes back.
-	term.keys("?")
-	term.waitForText("gpu-pod-exporter top: keys", "PgUp PgDn  Home End", "AGE: how long the process has run.")
-	term.keys("x")
-	term.waitForText("… 8 more rows")
-	if colored := term.tmux("capture-pane", "-p", "-e", "-t", "top"); !strings.Contains(colored, "\x1b[") {
+	term.Keys("?")
+	term.WaitForText("gpu-pod-exporter top: keys", "PgUp PgDn  Home End", "AGE: how long the process has run.")
+	term.Keys("x")
+	term.WaitForText("… 8 more rows")
+	if colored := term.Tmux("capture-pane", "-p", "-e", "-t", "top"); !strings.Contains(colored, "\x1b[") {
 		t.Error("the terminal shows no colours")
 	}
 
@@ -313,39 +211,39 @@ func TestTopOnTheDemoNode(t *testing.T) {
 		{"s", "[61001 51234 31337 40211]"},
 		{"g", "[29876 31337 31412 2811]"},
 	} {
-		term.keys(c.key)
-		term.waitFor("sorting by "+c.key, func(lines []string) bool {
+		term.Keys(c.key)
+		term.WaitFor("sorting by "+c.key, func(lines []string) bool {
 			pids := pidColumn(lines)
 			return len(pids) >= 4 && fmt.Sprint(pids[:4]) == c.want
 		})
 	}
-	lines = term.waitForText("sort GPU")
+	lines = term.WaitForText("sort GPU")
 
 	// Filter by namespace, then by owner; Escape clears it.
-	term.keys("/", "vision")
-	term.waitForText("/ filter by namespace or owner: vision")
-	term.keys("Enter")
-	lines = term.waitForText("/ filter: vision")
+	term.Keys("/", "vision")
+	term.WaitForText("/ filter by namespace or owner: vision")
+	term.Keys("Enter")
+	lines = term.WaitForText("/ filter: vision")
 	if pids := pidColumn(lines); fmt.Sprint(pids) != "[45102 45377 45590]" {
 		t.Errorf("filtered by namespace vision: %v", pids)
 	}
 	// Escape, then a wait: a key that follows Escape at once is read as Alt and that key.
-	term.keys("/", "Escape")
-	term.waitForText("· / filter · ? help · q quit")
-	term.keys("/", "slurm", "Enter")
-	lines = term.waitForText("/ filter: slurm")
+	term.Keys("/", "Escape")
+	term.WaitForText("· / filter · ? help · q quit")
+	term.Keys("/", "slurm", "Enter")
+	lines = term.WaitForText("/ filter: slurm")
 	if pids := pidColumn(lines); fmt.Sprint(pids) != "[61001]" || !matchesLine(lines, `^4 +61001 jdoe +python +60\.0 GiB +93% +18h(0m)? slurm job 88231$`) {
 		t.Errorf("filtered by owner: %v\n%s", pids, strings.Join(lines, "\n"))
 	}
-	term.keys("/", "ollama", "Enter")
-	lines = term.waitForText("/ filter: slurmollama", "no process matches the filter")
-	term.keys("Escape")
-	term.waitFor("the filter to be cleared", func(lines []string) bool { return len(pidColumn(lines)) > 2 })
-	term.waitForText("· / filter · ? help · q quit")
+	term.Keys("/", "ollama", "Enter")
+	lines = term.WaitForText("/ filter: slurmollama", "no process matches the filter")
+	term.Keys("Escape")
+	term.WaitFor("the filter to be cleared", func(lines []string) bool { return len(pidColumn(lines)) > 2 })
+	term.WaitForText("· / filter · ? help · q quit")
 
 	// A larger terminal gets every row and wider bars at once.
-	term.tmux("resize-window", "-t", "top", "-x", "120", "-y", "32")
-	lines = term.waitFor("the view to fill 120×32", func(lines []string) bool {
+	term.Tmux("resize-window", "-t", "top", "-x", "120", "-y", "32")
+	lines = term.WaitFor("the view to fill 120×32", func(lines []string) bool {
 		return len(lines) == 32 && len(pidColumn(lines)) == 15 && strings.HasSuffix(lines[31], "q quit")
 	})
 	if !regexp.MustCompile(`^  0 H100 80GB HBM3 +[█░]{20,} +71% `).MatchString(lines[2]) {
@@ -353,14 +251,14 @@ func TestTopOnTheDemoNode(t *testing.T) {
 	}
 
 	// Group by workload: one row per pod, without its container; triton-llm-0's two processes are one row.
-	term.keys("w")
-	lines = term.waitForText("w ungroup")
+	term.Keys("w")
+	lines = term.WaitForText("w ungroup")
 	if !matchesLine(lines, `^0 +29876 alice +python +4\.0 GiB +3% +1d2h pod data-science/notebook-alice-0$`) ||
 		!matchesLine(lines, `^1 +2 procs triton +tritonserver.* +11\.0 GiB +37% +3d3h pod inference/triton-llm-0$`) {
 		t.Errorf("grouped rows:\n%s", strings.Join(lines, "\n"))
 	}
 
-	term.quit()
+	quit(term)
 }
 
 // nodeFile is a simulated node: a pod with two containers and a Slurm job, allocated by a kubelet.
@@ -409,8 +307,8 @@ allocations:
 func TestTopFollowsAChangingNode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.yaml")
 	write(t, path, nodeFile)
-	term := startTerminal(t, 80, 24, topInShell("--gpu.simulated-config="+path, "--interval=200ms")...)
-	lines := term.waitForText("2 GPUs  3 processes  (simulated)")
+	term := tmuxterm.Start(t, 80, 24, topInShell("--gpu.simulated-config="+path, "--interval=200ms")...)
+	lines := term.WaitForText("2 GPUs  3 processes  (simulated)")
 	// Two containers of one pod share GPU 0: two workloads, as gpu_workloads counts them, and one allocated pod.
 	if !regexp.MustCompile(`^  0 A100-SXM4-80GB .* 42% .* 4/80G 41°C  310W shared ×2  1 pod$`).MatchString(lines[2]) {
 		t.Errorf("GPU 0: %q", lines[2])
@@ -441,7 +339,7 @@ func TestTopFollowsAChangingNode(t *testing.T) {
         identity: {namespace: team-b, pod: sneaky-0, container: jupyter, pod_uid: 0b7e3d1c-0000-4000-8000-000000000002}
 `).Replace(nodeFile)
 	write(t, path, changed)
-	lines = term.waitForText("2 GPUs  4 processes", "! unrequested use: team-b/sneaky-0/jupyter on GPU 1")
+	lines = term.WaitForText("2 GPUs  4 processes", "! unrequested use: team-b/sneaky-0/jupyter on GPU 1")
 	if !regexp.MustCompile(` 97% .* 77°C `).MatchString(lines[2]) || !strings.HasSuffix(lines[3], "shared ×2  none !") {
 		t.Errorf("after the change:\n%s", strings.Join(lines, "\n"))
 	}
@@ -450,20 +348,20 @@ func TestTopFollowsAChangingNode(t *testing.T) {
 	}
 
 	// Grouped, the pod with two containers is one row with its memory and SM summed.
-	term.keys("w", "m")
-	lines = term.waitForText("w ungroup", "sort memory")
+	term.Keys("w", "m")
+	lines = term.WaitForText("w ungroup", "sort memory")
 	rows := pidColumn(lines)
 	if !hasRow(lines, "0 2 procs trainer +1 4.0 GiB 30% pod team-a/llm-0") || len(rows) != 3 || rows[0] != "201" {
 		t.Errorf("grouped by workload:\n%s", strings.Join(lines, "\n"))
 	}
-	term.quit()
+	quit(term)
 }
 
 // SIGTERM (a closed session, kill) ends top as q does: status 0, the terminal restored.
 func TestTopStopsOnSIGTERM(t *testing.T) {
-	term := startTerminal(t, 80, 24, topInShell("--demo")...)
-	term.waitForText("q quit")
-	shell := term.format("#{pane_pid}")
+	term := tmuxterm.Start(t, 80, 24, topInShell("--demo")...)
+	term.WaitForText("q quit")
+	shell := term.Format("#{pane_pid}")
 	children, err := os.ReadFile("/proc/" + shell + "/task/" + shell + "/children")
 	if err != nil {
 		t.Fatal(err)
@@ -475,16 +373,16 @@ func TestTopStopsOnSIGTERM(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	term.restored()
+	restored(term)
 }
 
 // A top that cannot start says why on the terminal, not into a view that never opens.
 func TestTopThatCannotStartSaysWhy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.yaml")
 	write(t, path, "gpus:\n  - colour: green\n")
-	term := startTerminal(t, 80, 24, topInShell("--gpu.simulated-config="+path)...)
-	term.waitForText("gpu-pod-exporter: cannot read GPUs: simulated node file", `unknown key "colour"`, "top exited 1")
-	term.keys("Enter")
+	term := tmuxterm.Start(t, 80, 24, topInShell("--gpu.simulated-config="+path)...)
+	term.WaitForText("gpu-pod-exporter: cannot read GPUs: simulated node file", `unknown key "colour"`, "top exited 1")
+	term.Keys("Enter")
 }
 
 // Into a pipe, top prints plain tables every interval: no escapes, no bars, owners uncut.
