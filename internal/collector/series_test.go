@@ -24,18 +24,8 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/exposition"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
-
-func textOf(t *testing.T, mfs []*dto.MetricFamily) string {
-	t.Helper()
-	var b strings.Builder
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
-}
 
 // Gatherings at the same time give what one alone gives: the shared label pairs are never mixed up.
 func TestConcurrentGatheringsAgree(t *testing.T) {
@@ -83,8 +73,8 @@ func TestGatherIsNormalized(t *testing.T) {
 		}
 		return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool { return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_") })
 	}
-	got := textOf(t, strip(c.Gather()))
-	want := textOf(t, strip(prometheus.Gatherers{c}.Gather()))
+	got := testkit.ExpositionText(t, strip(c.Gather()))
+	want := testkit.ExpositionText(t, strip(prometheus.Gatherers{c}.Gather()))
 	if got != want {
 		t.Error("the collector's exposition is not in the registry's order")
 	}
@@ -146,7 +136,7 @@ func TestLabelSetsCarryOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return mfs, textOf(t, slices.DeleteFunc(slices.Clone(mfs), func(mf *dto.MetricFamily) bool {
+		return mfs, testkit.ExpositionText(t, slices.DeleteFunc(slices.Clone(mfs), func(mf *dto.MetricFamily) bool {
 			return strings.HasPrefix(mf.GetName(), "gpu_pod_exporter_")
 		}))
 	}
@@ -299,7 +289,7 @@ func TestEveryFormatServesTheGathering(t *testing.T) {
 			}
 		}
 		slices.SortFunc(kept, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
-		return textOf(t, kept)
+		return testkit.ExpositionText(t, kept)
 	}
 	mfs, err := c.Gather()
 	if err != nil {

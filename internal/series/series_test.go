@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -34,17 +35,6 @@ func (c constCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- m
 	}
-}
-
-func textOf(t *testing.T, mfs []*dto.MetricFamily) string {
-	t.Helper()
-	var b strings.Builder
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
 }
 
 // gather gathers b with no family from elsewhere, failing the test on an error.
@@ -101,8 +91,8 @@ func TestBatchIsARegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := gather(t, b)
-		w := textOf(t, wantMFs)
-		if got := textOf(t, g.Families()); got != w {
+		w := testkit.ExpositionText(t, wantMFs)
+		if got := testkit.ExpositionText(t, g.Families()); got != w {
 			t.Errorf("batch:\n%s\nregistry:\n%s", got, w)
 		}
 		if got := text(t, g); got != w {
@@ -136,7 +126,7 @@ func TestBatchRefusesWhatARegistryRefuses(t *testing.T) {
 	b.Gauge(again, 7, "other", "x")
 	g, err := b.Gather(nil)
 	want := "# HELP gpu_x x\n# TYPE gpu_x gauge\ngpu_x{a=\"kept\",b=\"x\"} 4\n"
-	if got := textOf(t, g.Families()); got != want {
+	if got := testkit.ExpositionText(t, g.Families()); got != want {
 		t.Errorf("exposition:\n%s", got)
 	}
 	if got := text(t, g); got != want {
@@ -168,7 +158,7 @@ func TestFamiliesFromElsewhereAreMerged(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 	want := "# HELP a a\n# TYPE a gauge\na 1\n# HELP b b\n# TYPE b gauge\nb 2\n# HELP c c\n# TYPE c gauge\nc 3\n# HELP d d\n# TYPE d gauge\nd 2\n"
-	if got := textOf(t, g.Families()); got != want {
+	if got := testkit.ExpositionText(t, g.Families()); got != want {
 		t.Errorf("families:\n%s", got)
 	}
 	if got := text(t, g); got != want {
@@ -260,7 +250,7 @@ func TestReleasedSeriesAreReused(t *testing.T) {
 	}
 	first := gathering(1)
 	kept := gathering(2) // not released: the third gathering must leave it alone
-	keptText, keptFamilies := text(t, kept), textOf(t, kept.Families())
+	keptText, keptFamilies := text(t, kept), testkit.ExpositionText(t, kept.Families())
 	first.Release()
 	first.Release() // twice does nothing
 	third := gathering(3)
@@ -270,7 +260,7 @@ func TestReleasedSeriesAreReused(t *testing.T) {
 	if got, want := text(t, third), text(t, gather(t, b)); got != want {
 		t.Errorf("a gathering on released series:\n%s\nwant:\n%s", got, want)
 	}
-	if text(t, kept) != keptText || textOf(t, kept.Families()) != keptFamilies {
+	if text(t, kept) != keptText || testkit.ExpositionText(t, kept.Families()) != keptFamilies {
 		t.Error("a gathering not released changed")
 	}
 	for i, f := range third.own {

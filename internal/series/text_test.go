@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -68,7 +69,7 @@ func checkText(t *testing.T, families []textFamily) {
 	if (err == nil) != (regErr == nil) {
 		t.Fatalf("error %v, the registry's %v", err, regErr)
 	}
-	if got, want := textOf(t, g.Families()), textOf(t, mfs); got != want {
+	if got, want := testkit.ExpositionText(t, g.Families()), testkit.ExpositionText(t, mfs); got != want {
 		t.Fatalf("families:\n%s\nthe registry's:\n%s", got, want)
 	}
 	for _, format := range textFormats {

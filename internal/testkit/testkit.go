@@ -1,6 +1,6 @@
 // Package testkit is what the tests share: waiting for a condition, recording logs, a buffer that one goroutine
-// writes while another reads, short directories for unix sockets, a gRPC server on one, and a self-signed TLS
-// certificate. Only tests import it.
+// writes while another reads, short directories for unix sockets, a gRPC server on one, a self-signed TLS
+// certificate, and client_golang's text exposition of metric families. Only tests import it.
 package testkit
 
 import (
