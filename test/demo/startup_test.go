@@ -3,7 +3,6 @@
 package demo
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -407,21 +406,8 @@ func TestConnectionLimit(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for i := range 20 {
-		c, err := net.Dial("tcp", e.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+	for range 20 {
+		conns = append(conns, e2eutil.IdleConn(t, e.Addr))
 	}
 	_, families, err := e2eutil.TryScrape(e.Addr)
 	if err != nil {

@@ -3,7 +3,6 @@
 package soak
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -66,21 +65,7 @@ func TestSoakIdleKeepAliveConnections(t *testing.T) {
 	}()
 	peakFDs := 0
 	for i := range n {
-		c, err := net.Dial("tcp", e.Addr)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		conns = append(conns, c)
-		// One request per connection, fully read: the connection is then an idle keep-alive one.
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: soak\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		conns = append(conns, e2eutil.IdleConn(t, e.Addr))
 		if i%500 == 0 {
 			peakFDs = max(peakFDs, openFDs(t, pid))
 		}

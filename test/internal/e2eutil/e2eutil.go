@@ -352,3 +352,25 @@ func ByLabel(res []Sample, label string) map[string]float64 {
 	}
 	return m
 }
+
+// IdleConn opens a connection to addr and makes one request on it, read to the end, so that the server holds it as
+// an idle keep-alive connection. The caller closes it.
+func IdleConn(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: "+addr+"\r\n\r\n"); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return c
+}
