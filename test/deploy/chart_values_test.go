@@ -1,15 +1,8 @@
 package deploy
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -233,7 +226,16 @@ runtimeClassName: nvidia
 // configuration from the rendered Secret and the rendered arguments, and runs the rendered probes against it the way
 // the kubelet does; they pass although an unauthenticated GET is refused.
 func TestHelmWebConfigProbes(t *testing.T) {
-	certPEM, keyPEM := selfSignedCert(t)
+	certFile, keyFile := testkit.WriteSelfSignedCert(t, t.TempDir())
+	certBytes, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyBytes, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM := string(certBytes), string(keyBytes)
 	hash, err := bcrypt.GenerateFromPassword([]byte("scrape-secret"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
@@ -406,32 +408,4 @@ func runProbe(p *corev1.Probe, ports map[string]string) error {
 		return nil
 	}
 	return fmt.Errorf("neither tcpSocket nor httpGet")
-}
-
-// selfSignedCert returns a PEM certificate and key for 127.0.0.1.
-func selfSignedCert(t *testing.T) (certPEM, keyPEM string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "gpu-pod-exporter test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
 }
