@@ -379,10 +379,11 @@ func randomNode(t testing.TB, rng *rand.Rand, readings int) (board, accounted fl
 	l := New()
 	const gpus = 4
 	var (
-		boardEnergy, power                 [gpus]float64
-		hasCounter, hasSM, mig             [gpus]bool
-		seen                               [gpus]bool
-		lastEnergy, lastPower, lastSeconds [gpus]float64
+		boardEnergy, power     [gpus]float64
+		hasCounter, hasSM, mig [gpus]bool
+		seen                   [gpus]bool
+		lastEnergy, lastPower  [gpus]float64
+		lastElapsed            [gpus]time.Duration
 	)
 	for g := range gpus {
 		hasCounter[g], hasSM[g], mig[g] = rng.IntN(3) > 0, rng.IntN(2) > 0, rng.IntN(4) == 0
@@ -391,10 +392,13 @@ func randomNode(t testing.TB, rng *rand.Rand, readings int) (board, accounted fl
 	type counters struct{ energy, sm, mem float64 }
 	prev := map[string]map[string]counters{}
 	gone := 0.0 // energy of workloads that left
-	seconds := 0.0
+	// Time is kept in whole nanoseconds, as a reading's timestamp is: the board's power integral below is then
+	// over the very intervals the ledger sees.
+	var elapsed time.Duration
 	for range readings {
-		dt := 0.5 + rng.Float64()*30
-		seconds += dt
+		step := time.Duration((0.5 + rng.Float64()*30) * float64(time.Second))
+		dt := step.Seconds()
+		elapsed += step
 		var devices []gpu.Device
 		for g := range gpus {
 			p := 50 + rng.Float64()*650
@@ -428,12 +432,14 @@ func randomNode(t testing.TB, rng *rand.Rand, readings int) (board, accounted fl
 				if hasCounter[g] {
 					board += boardEnergy[g] - lastEnergy[g]
 				} else {
-					board += (lastPower[g] + power[g]) / 2 * (seconds - lastSeconds[g])
+					board += (lastPower[g] + power[g]) / 2 * (elapsed - lastElapsed[g]).Seconds()
 				}
 			}
-			seen[g], lastEnergy[g], lastPower[g], lastSeconds[g] = true, boardEnergy[g], power[g], seconds
+			seen[g], lastEnergy[g], lastPower[g], lastElapsed[g] = true, boardEnergy[g], power[g], elapsed
 		}
-		l.Observe(attribute(readingAt(seconds, devices...)))
+		r := readingAt(0, devices...)
+		r.Snapshot.Time = t0.Add(elapsed)
+		l.Observe(attribute(r))
 		l.Each(func(g *GPU) {
 			if g.PowerWatts.Valid && g.listed {
 				sum := g.UnattributedPowerWatts.V
