@@ -8,6 +8,8 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/version"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/clidoc"
 )
 
 // What the command line offers besides the commands that read GPUs: the help that shows the default command's
@@ -37,64 +39,15 @@ func useUsage(app *kingpin.Application, serve *command) {
 	app.UsageTemplate(usageTemplate)
 	app.UsageFuncs(template.FuncMap{
 		"ServeFlags": func() []*kingpin.FlagModel { return serve.clause.Model().Flags },
-		"roff":       roff,
+		"roff":       clidoc.Roff,
 		"version":    func() string { return version.Version },
 		"summary":    func() string { return summary },
 	})
 }
 
 func init() {
-	// Kingpin writes --help-man from this template, with no other way to give one. Its own put the whole
-	// multi-line --version text into .TH and wrote help text unescaped, where a line starting with "." is a request.
-	kingpin.ManPageTemplate = manPageTemplate
-}
-
-// manPageTemplate is the man page, section 1, that --help-man writes and the packages install.
-const manPageTemplate = `{{define "flags" -}}
-{{range .Flags}}{{if not .Hidden -}}
-.TP
-\fB{{if .Short}}\-{{.Short|Char}}, {{end}}\-\-{{.Name|roff}}\fR{{if not .IsBoolFlag}}=\fI{{.FormatPlaceHolder|roff}}\fR{{end}}
-{{.Help|roff}}
-{{end}}{{end -}}
-{{end -}}
-.TH GPU\-POD\-EXPORTER 1 "" "gpu\-pod\-exporter {{version|roff}}" "User Commands"
-.\" Left-aligned and not hyphenated: a long default (a socket's URL) cannot be spread over a justified line, and a
-.\" flag broken at a hyphen would be copied wrong.
-.ad l
-.nh
-.SH NAME
-gpu\-pod\-exporter \- {{summary|roff}}
-.SH SYNOPSIS
-.B gpu\-pod\-exporter
-[\fIcommand\fR] [\fIflags\fR]
-.SH DESCRIPTION
-{{.App.Help|roff}}
-.SH COMMANDS
-{{range .App.FlattenedCommands}}{{if not .Hidden -}}
-.SS {{.FullCommand|roff}}{{if .Default}} (the default){{end}}
-{{.Help|roff}}
-{{template "flags" .}}{{end}}{{end -}}
-.SH "FLAGS OF EVERY COMMAND"
-{{template "flags" .App -}}
-.SH "EXIT STATUS"
-0 after a clean stop (SIGINT, SIGTERM, q in top) or a ps that printed; 2 for a command line that does not parse or a
-flag value that cannot work, with one line on stderr that names the flag; 1 when the exporter cannot start otherwise.
-.SH "SEE ALSO"
-\fBnvidia\-smi\fR(1). The reference of every flag, metric and label: /usr/share/doc/gpu\-pod\-exporter/docs/reference.md
-`
-
-// roff escapes text for a man page: a backslash is an escape there, a line that starts with "." or "'" a request,
-// and "-" a hyphen, which some terminals show as a character that a flag copied from the page cannot have. A path
-// or URL may break after a "/", as it cannot at a hyphen.
-func roff(s string) string {
-	s = strings.NewReplacer(`\`, `\e`, "-", `\-`, "/", `/\:`).Replace(s)
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		if strings.HasPrefix(l, ".") || strings.HasPrefix(l, "'") {
-			lines[i] = `\&` + l
-		}
-	}
-	return strings.Join(lines, "\n")
+	// Kingpin writes --help-man from this template, with no other way to give one.
+	kingpin.ManPageTemplate = clidoc.ManPage
 }
 
 // unknownFlag is the parser's error for a flag the chosen command does not have.

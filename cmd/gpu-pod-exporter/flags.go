@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,6 +117,9 @@ func (v enumValue) Set(s string) error {
 
 func (v enumValue) String() string { return *v.dst }
 
+// Options are the values, for shell completion.
+func (v enumValue) Options() []string { return v.allowed }
+
 // enumFlag registers an enum flag.
 func enumFlag(g flagHost, name, help, def string, dst *string, allowed ...string) *kingpin.FlagClause {
 	c := g.Flag(name, help).Default(def)
@@ -133,29 +135,12 @@ type namedValue struct {
 	kingpin.Value
 }
 
+// Options are the values, for shell completion.
+func (v namedValue) Options() []string { return v.values }
+
 func (v namedValue) Set(s string) error {
 	if err := v.Value.Set(s); err != nil {
 		return &usageError{flag: v.flag, err: err}
-	}
-	return nil
-}
-
-// checkTelemetryPath refuses a metrics path that the HTTP mux would panic on or could never match: one taken by
-// another handler, one with a query or fragment (a request's path never has one), one that a request's path is
-// cleaned of (the mux redirects "/a/../b" to "/b").
-func checkTelemetryPath(path string, taken ...string) error {
-	switch {
-	case !strings.HasPrefix(path, "/"):
-		return flagError("web.telemetry-path", "%q must start with /", path)
-	case strings.ContainsAny(path, " \t{}"):
-		return flagError("web.telemetry-path", "%q is not a plain URL path", path)
-	case strings.ContainsAny(path, "?#"):
-		return flagError("web.telemetry-path", "%q has a query or fragment, which no request's path matches", path)
-	case slices.Contains(taken, path):
-		return flagError("web.telemetry-path", "%s is served by the exporter already", path)
-	}
-	if clean := pathpkg.Clean(path); clean != path && clean+"/" != path {
-		return flagError("web.telemetry-path", "%q is not a clean path (requests for it are redirected to %q)", path, clean)
 	}
 	return nil
 }

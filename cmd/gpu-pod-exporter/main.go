@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/common/version"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/clidoc"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/server"
 )
 
 const program = "gpu_pod_exporter"
@@ -96,7 +98,7 @@ func run(args []string) int {
 	versionCmd := app.Command("version", "Print the version and exit (as --version does).")
 	completionCmd := app.Command("completion", "Print the shell completion script for bash, zsh or fish; the .deb and "+
 		".rpm packages install them. bash: source <(gpu-pod-exporter completion bash).")
-	shell := completionCmd.Arg("shell", strings.Join(completionShells, ", ")).Required().Enum(completionShells...)
+	shell := completionCmd.Arg("shell", strings.Join(clidoc.Shells, ", ")).Required().Enum(clidoc.Shells...)
 	useUsage(app, serve)
 
 	chosen, err := app.Parse(args)
@@ -119,8 +121,8 @@ func run(args []string) int {
 		fmt.Println(version.Print(program))
 		return 0
 	case completionCmd.FullCommand():
-		args := map[string][]string{"help": commandNames(app), completionCmd.FullCommand(): completionShells}
-		if err := writeCompletion(os.Stdout, *shell, newCompletionModel(app, serve.clause.FullCommand(), args)); err != nil {
+		args := map[string][]string{completionCmd.FullCommand(): clidoc.Shells}
+		if err := clidoc.WriteCompletion(os.Stdout, *shell, app, serve.clause.FullCommand(), args); err != nil {
 			fmt.Fprintf(os.Stderr, "gpu-pod-exporter completion: %v\n", err)
 			return 1
 		}
@@ -164,12 +166,12 @@ func run(args []string) int {
 	}
 
 	// The server's sockets before anything else starts: a port taken is then the only line it prints.
-	var ls listeners
+	var ls server.Listeners
 	if cmd == serve {
 		if ls, err = wf.open(); err != nil {
 			return fail(false, logger, "cannot listen", err)
 		}
-		defer ls.close()
+		defer ls.Close()
 	}
 
 	// Reading the cluster from Prometheus needs no GPU, procfs or kubelet of this node.

@@ -1,202 +1,21 @@
 package main
 
 import (
-	"io"
-	"log/slog"
-	"maps"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"testing/synctest"
-	"time"
-
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
-	"golang.org/x/crypto/bcrypt"
 )
 
-func TestTelemetryPath(t *testing.T) {
-	for _, ok := range []string{"/metrics", "/", "/metrics/", "/gpu/metrics"} {
-		if err := checkTelemetryPath(ok, healthzPath, readyzPath); err != nil {
-			t.Errorf("%s: %v", ok, err)
+// The server's flags that cannot work stop it before it listens, with one line that names the flag.
+func TestServerFlagErrors(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"--web.telemetry-path=/healthz", "--web.telemetry-path: /healthz is served by the exporter already"},
+		{"--web.listen-address=9402", `--web.listen-address: "9402" is a port without a host`},
+		{"--web.health-listen-address=nohost", "--web.health-listen-address: "},
+		{"--web.config.file=/nonexistent/web.yml", "--web.config.file: "},
+	} {
+		_, stderr, code := runMain(t, "--demo", c.args)
+		if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d, %q, want 2 and one line with %q", c.args, code, stderr, c.want)
 		}
 	}
-	for _, bad := range []string{"metrics", "", "/healthz", "/readyz", "/metrics?format=text", "/metrics#x",
-		"/a/../metrics", "//metrics", "/metrics/.", "GET /metrics", "/{x}"} {
-		if err := checkTelemetryPath(bad, healthzPath, readyzPath); err == nil || !strings.HasPrefix(err.Error(), "--web.telemetry-path: ") {
-			t.Errorf("%q: %v, want an error naming --web.telemetry-path", bad, err)
-		}
-	}
-}
-
-// writeWebConfig writes a web configuration with a self-signed certificate and the given extra lines.
-func writeWebConfig(t *testing.T, extra string) string {
-	t.Helper()
-	dir := t.TempDir()
-	cert, key := testkit.WriteSelfSignedCert(t, dir)
-	path := filepath.Join(dir, "web.yml")
-	if err := os.WriteFile(path, []byte("tls_server_config:\n  cert_file: "+cert+"\n  key_file: "+key+"\n"+extra), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// HTTP/2 requires an AES-128-GCM suite: with HTTP/2 on, a configuration without one fails the startup check, as it
-// would fail at listen; with HTTP/2 off (the default), it is served.
-func TestWebConfigCheck(t *testing.T) {
-	cbc := "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA]\n"
-	if err := checkWebConfig(writeWebConfig(t, cbc+"http_server_config:\n  http2: true\n")); err == nil ||
-		!strings.Contains(err.Error(), "HTTP/2-required") {
-		t.Errorf("CBC suites only, HTTP/2 on: %v, want the HTTP/2 server's refusal", err)
-	}
-	if err := checkWebConfig(writeWebConfig(t, cbc)); err != nil {
-		t.Errorf("CBC suites only, HTTP/2 off: %v", err)
-	}
-	gcm := "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\nhttp_server_config:\n  http2: true\n"
-	if err := checkWebConfig(writeWebConfig(t, gcm)); err != nil {
-		t.Errorf("a GCM suite, HTTP/2 on: %v", err)
-	}
-	c, err := loadWebConfig(writeWebConfig(t, ""))
-	if err != nil || c.HTTPConfig.HTTP2 {
-		t.Errorf("without http_server_config: HTTP/2 %v (%v), want off", c.HTTPConfig.HTTP2, err)
-	}
-}
-
-// Behind the guard: no credentials 401, a right password 200 (and the configured headers), wrong passwords 401
-// until the client's budget of failed checks is spent, then 429 with Retry-After; the right password still works.
-func TestGuard(t *testing.T) {
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "web.yml")
-	cfg := "basic_auth_users:\n  prometheus: " + string(hash) + "\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n"
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	wc := &webConfigFile{path: path}
-	first, err := wc.current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "metrics") })
-	srv := httptest.NewServer(newGuard(wc, first, next, slog.New(slog.DiscardHandler)))
-	defer srv.Close()
-	get := func(user, password string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest("GET", srv.URL, nil)
-		if user != "" {
-			req.SetBasicAuth(user, password)
-		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
-	if resp := get("", ""); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") != "Basic" {
-		t.Errorf("no credentials: %s %v", resp.Status, resp.Header)
-	}
-	if resp := get("prometheus", "s3cret"); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Frame-Options") != "deny" {
-		t.Errorf("right password: %s %v", resp.Status, resp.Header)
-	}
-	var statuses []int
-	for range 8 {
-		statuses = append(statuses, get("prometheus", "guess").StatusCode)
-	}
-	if want := []int{401, 401, 401, 401, 401, 429, 429, 429}; !slices.Equal(statuses, want) {
-		t.Errorf("wrong passwords: %v, want %v", statuses, want)
-	}
-	if resp := get("nobody", "guess"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("an unknown user from the refused client: %s %v", resp.Status, resp.Header)
-	}
-	if resp := get("prometheus", "s3cret"); resp.StatusCode != http.StatusOK {
-		t.Errorf("right password after the flood: %s", resp.Status)
-	}
-}
-
-func lines(b *testkit.SyncBuffer) []string { return strings.Split(strings.TrimSpace(b.String()), "\n") }
-
-// A flood of failed TLS handshakes is one line when it starts and one a minute after, with the count left out;
-// another kind of line is not held back by it, and after a quiet minute the next handshake error is logged at once.
-func TestServerErrorLogIsRateLimited(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var out testkit.SyncBuffer
-		l := serverErrorLog(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{
-			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-				if a.Key == slog.TimeKey {
-					return slog.Attr{}
-				}
-				return a
-			},
-		})), time.Minute)
-		for i := range 100 {
-			l.Printf("http: TLS handshake error from 10.0.0.%d:4000%d: EOF", i%250, i%10)
-			time.Sleep(100 * time.Millisecond)
-		}
-		l.Printf("http: Accept error: accept tcp [::]:9402: too many open files; retrying in 5ms")
-		if got := lines(&out); len(got) != 2 || !strings.Contains(got[0], "10.0.0.0:40000") || !strings.Contains(got[1], "Accept error") {
-			t.Fatalf("after 10 s of handshake errors and an accept error:\n%s", strings.Join(got, "\n"))
-		}
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		got := lines(&out)
-		if len(got) != 3 || !strings.Contains(got[2], "10.0.0.99:40009") || !strings.Contains(got[2], "similar_lines_left_out=98") {
-			t.Fatalf("a minute later:\n%s", strings.Join(got, "\n"))
-		}
-		time.Sleep(2 * time.Minute)
-		l.Printf("http: TLS handshake error from 10.0.0.7:1: remote error: tls: bad certificate")
-		if got := lines(&out); len(got) != 4 || !strings.Contains(got[3], "bad certificate") {
-			t.Fatalf("after a quiet interval:\n%s", strings.Join(got, "\n"))
-		}
-	})
-}
-
-// A changed web configuration is read again (a new user is let in without a restart) within a second; one that no
-// longer loads is an error, and the file fixed is read again.
-func TestWebConfigIsReadAgainWhenChanged(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "web.yml")
-		writeUsers := func(users string) {
-			if err := os.WriteFile(path, []byte("basic_auth_users:\n"+users), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeUsers("  prometheus: " + string(hash) + "\n")
-		wc := &webConfigFile{path: path}
-		users := func() []string {
-			c, err := wc.current()
-			if err != nil {
-				return []string{"error"}
-			}
-			return slices.Sorted(maps.Keys(c.Users))
-		}
-		if got := users(); !slices.Equal(got, []string{"prometheus"}) {
-			t.Fatalf("users %v", got)
-		}
-		writeUsers("  prometheus: " + string(hash) + "\n  grafana: " + string(hash) + "\n")
-		time.Sleep(recheck)
-		if got := users(); !slices.Equal(got, []string{"grafana", "prometheus"}) {
-			t.Errorf("after a change: users %v", got)
-		}
-		writeUsers("  prometheus: not-a-hash\n")
-		time.Sleep(recheck)
-		if got := users(); !slices.Equal(got, []string{"error"}) {
-			t.Errorf("after a broken change: users %v, want an error", got)
-		}
-		writeUsers("  grafana: " + string(hash) + "\n")
-		time.Sleep(recheck)
-		if got := users(); !slices.Equal(got, []string{"grafana"}) {
-			t.Errorf("after the fix: users %v", got)
-		}
-	})
 }

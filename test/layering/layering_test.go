@@ -46,6 +46,31 @@ var rules = []rule{
 		allowed: func(_, dep string) bool { return !within(dep, "internal/collector") },
 	},
 	{
+		// The HTTP server serves the handlers it is given: it knows nothing of GPUs, processes or their owners, so
+		// that it can be read, tested and hardened on its own. Of the module it uses only what guards a server.
+		name:    "internal/server depends only on internal/connlimit, basicauth, logstate and configfile",
+		applies: func(pkg string) bool { return within(pkg, "internal/server") },
+		allowed: func(pkg, dep string) bool {
+			return within(dep, pkg) || slices.Contains([]string{"internal/connlimit", "internal/basicauth",
+				"internal/logstate", "internal/configfile"}, dep)
+		},
+	},
+	{
+		// The program's edge: the server and the command line's generated documents belong to the program, not to
+		// a package that another could use.
+		name:    "only cmd imports internal/server and internal/clidoc",
+		applies: func(pkg string) bool { return !within(pkg, "cmd") },
+		allowed: func(pkg, dep string) bool {
+			return within(dep, pkg) || !within(dep, "internal/server") && !within(dep, "internal/clidoc")
+		},
+	},
+	{
+		// The completion scripts and the man page are written from kingpin's model alone.
+		name:    "internal/clidoc imports nothing of the module",
+		applies: func(pkg string) bool { return within(pkg, "internal/clidoc") },
+		allowed: func(pkg, dep string) bool { return within(dep, pkg) },
+	},
+	{
 		// A runtime answers what it is asked (internal/runtime); the attribution engine is the one that asks.
 		name:    "internal/runtime and its runtimes do not import internal/attribution",
 		applies: func(pkg string) bool { return within(pkg, "internal/runtime") },

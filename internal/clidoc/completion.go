@@ -1,6 +1,9 @@
-package main
+// Package clidoc writes what shells and man know of the program's command line: the bash, zsh and fish completion
+// scripts and the man page, from kingpin's model of it, so that they cannot drift from the flags.
+package clidoc
 
 import (
+	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -14,11 +17,8 @@ import (
 // commands, each one's flags, and the values of flags that take a fixed set. They complete without running the
 // program, and a flag that takes a path (or any other free value) falls back to the shell's file names.
 
-// optionsValue is a flag value with a fixed set of values, which completion offers.
-type optionsValue interface{ options() []string }
-
-func (v enumValue) options() []string  { return v.allowed }
-func (v namedValue) options() []string { return v.values }
+// Options is a flag value with a fixed set of values, which completion offers.
+type Options interface{ Options() []string }
 
 // completionFlag is one flag as the scripts offer it.
 type completionFlag struct {
@@ -74,8 +74,13 @@ func (m completionModel) ValueFlags() []completionFlag {
 	return out
 }
 
-// newCompletionModel reads the model of app; args gives the words of commands that take some.
+// newCompletionModel reads the model of app; args gives the words of commands that take some, besides help's.
 func newCompletionModel(app *kingpin.Application, defaultCommand string, args map[string][]string) completionModel {
+	args = maps.Clone(args)
+	if args == nil {
+		args = map[string][]string{}
+	}
+	args["help"] = commandNames(app)
 	am := app.Model()
 	m := completionModel{Program: am.Name, Default: defaultCommand, Common: completionFlags(am.Flags)}
 	for _, c := range am.FlattenedCommands() {
@@ -98,8 +103,8 @@ func completionFlags(flags []*kingpin.FlagModel) []completionFlag {
 		if f.Short != 0 {
 			cf.Short = string(f.Short)
 		}
-		if o, ok := f.Value.(optionsValue); ok {
-			cf.Values = o.options()
+		if o, ok := f.Value.(Options); ok {
+			cf.Values = o.Options()
 		}
 		out = append(out, cf)
 	}
@@ -141,8 +146,8 @@ var completionScripts = map[string]*template.Template{
 	"fish": completionTemplate(fishCompletion),
 }
 
-// completionShells are the shells `completion` writes a script for.
-var completionShells = slices.Sorted(maps.Keys(completionScripts))
+// Shells are the shells WriteCompletion writes a script for.
+var Shells = slices.Sorted(maps.Keys(completionScripts))
 
 func completionTemplate(text string) *template.Template {
 	return template.Must(template.New("").Funcs(template.FuncMap{
@@ -160,9 +165,14 @@ func completionTemplate(text string) *template.Template {
 	}).Parse(text))
 }
 
-// writeCompletion writes the completion script of shell for the application.
-func writeCompletion(w io.Writer, shell string, m completionModel) error {
-	return completionScripts[shell].Execute(w, m)
+// WriteCompletion writes the completion script of shell, one of Shells, for app, whose command defaultCommand runs
+// when none is given; args are the words that its commands take, by command (help's are its commands).
+func WriteCompletion(w io.Writer, shell string, app *kingpin.Application, defaultCommand string, args map[string][]string) error {
+	t, ok := completionScripts[shell]
+	if !ok {
+		return fmt.Errorf("no completion for %q (want one of %s)", shell, strings.Join(Shells, ", "))
+	}
+	return t.Execute(w, newCompletionModel(app, defaultCommand, args))
 }
 
 // bashCompletion: bash splits --flag=value at "=" into three words, which the script puts back together.

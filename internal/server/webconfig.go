@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"crypto/tls"
@@ -44,10 +44,10 @@ func loadWebConfig(path string) (*web.Config, error) {
 	return c, nil
 }
 
-// checkWebConfig checks, before the exporter starts, everything its listeners will need of the web configuration:
+// CheckWebConfig checks, before the exporter starts, everything its listeners will need of the web configuration:
 // with HTTP/2 on, TLS settings that the HTTP/2 server refuses (cipher suites without one it requires) would
 // otherwise pass the toolkit's check and stop the exporter at listen.
-func checkWebConfig(path string) error {
+func CheckWebConfig(path string) error {
 	c, err := loadWebConfig(path)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"log"
@@ -8,18 +8,18 @@ import (
 	"time"
 )
 
-// serverLogInterval is how often at most a line of one kind from the HTTP server reaches the log.
-const serverLogInterval = time.Minute
+// errorLogInterval is how often at most a line of one kind from the HTTP server reaches the log.
+const errorLogInterval = time.Minute
 
-// serverErrorLog is the HTTP server's error log, into the exporter's log at WARN. The server writes a line per
+// errorLog is the HTTP server's error log, into the exporter's log at WARN. The server writes a line per
 // connection for what any client can cause (a failed TLS handshake: a port scan, a probe without TLS, a client that
 // does not trust the certificate), so each kind of line is logged when it starts, and after that at most once per
 // interval, with how many like it were left out.
-func serverErrorLog(logger *slog.Logger, every time.Duration) *log.Logger {
+func errorLog(logger *slog.Logger, every time.Duration) *log.Logger {
 	return log.New(&limitedLog{logger: logger, every: every, kinds: map[string]*lineKind{}}, "", 0)
 }
 
-// limitedLog is serverErrorLog's writer; the server writes one line per call.
+// limitedLog is errorLog's writer; the server writes one line per call.
 type limitedLog struct {
 	logger *slog.Logger
 	every  time.Duration
