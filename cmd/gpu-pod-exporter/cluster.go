@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/config"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cluster"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
@@ -113,7 +114,7 @@ func (f *prometheusFlags) check() error {
 	}
 	cfg := config.DefaultHTTPClientConfig
 	if f.httpConfig != "" {
-		c, _, err := config.LoadHTTPConfigFile(f.httpConfig)
+		c, err := configfile.HTTPClient(f.httpConfig)
 		if err != nil {
 			return flagError("http.config.file", "%v", err)
 		}

@@ -30,6 +30,9 @@ func TestPrometheusFlags(t *testing.T) {
 	if err := os.WriteFile(httpConfig, []byte("basic_auth: {username: gpe, password_file: pw}\ntls_config: {insecure_skip_verify: true}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "pw"), []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	f, err := parsePrometheus(t, "--prometheus=https://thanos.example.com/", `--prometheus.selector={cluster="prod", instance=~"gpu-.*"}`,
 		"--prometheus.node-label=node", "--prometheus.scrape-interval=30s", "--prometheus.time=2026-12-01T03:00:00Z",
 		"--http.config.file="+httpConfig)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
@@ -62,10 +63,8 @@ func (f *sourceFlags) check() error {
 		return flagError("gpu.source", "nvml: this binary was %s; use nvidia-smi, or build it on Linux with cgo", withoutNVML)
 	}
 	if f.simulatedConfig != "" {
-		if fi, err := os.Stat(f.simulatedConfig); err != nil {
+		if err := configfile.Check(f.simulatedConfig, simulated.MaxFileBytes); err != nil {
 			return flagError("gpu.simulated-config", "%v", err)
-		} else if fi.IsDir() {
-			return flagError("gpu.simulated-config", "%s is a directory, not a node file", f.simulatedConfig)
 		}
 	}
 	if !f.smiPathSet || !strings.Contains(f.smiPath, "/") {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -10,10 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 	"golang.org/x/crypto/bcrypt"
 )
@@ -199,4 +202,70 @@ func TestWebConfigIsReadAgainWhenChanged(t *testing.T) {
 			t.Errorf("after the fix: users %v", got)
 		}
 	})
+}
+
+// within runs f and fails the test if it has not returned after a few seconds: a read that blocks on a FIFO.
+func within(t *testing.T, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: still blocked after 5 s", what)
+		return nil
+	}
+}
+
+// The web configuration and the TLS files it names are read only if they are regular files within the cap: a FIFO
+// would block the start (and, named by a configuration read again, every TLS handshake), a device would be read
+// until memory ran out.
+func TestWebConfigFilesMustBeRegular(t *testing.T) {
+	dir := t.TempDir()
+	pipe := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{pipe, "/dev/zero"} {
+		if err := within(t, path, func() error { return CheckWebConfig(path) }); !errors.Is(err, configfile.ErrNotRegular) {
+			t.Errorf("the web configuration %s: %v, want a refusal", path, err)
+		}
+	}
+	cert, key := testkit.WriteSelfSignedCert(t, dir)
+	for _, c := range []struct{ name, config string }{
+		{"cert_file", "tls_server_config:\n  cert_file: " + pipe + "\n  key_file: " + key + "\n"},
+		{"key_file", "tls_server_config:\n  cert_file: " + cert + "\n  key_file: /dev/zero\n"},
+		{"client_ca_file", "tls_server_config:\n  cert_file: " + cert + "\n  key_file: " + key +
+			"\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: " + pipe + "\n"},
+	} {
+		path := filepath.Join(dir, c.name+".yml")
+		if err := os.WriteFile(path, []byte(c.config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := within(t, c.name, func() error { return CheckWebConfig(path) }); !errors.Is(err, configfile.ErrNotRegular) {
+			t.Errorf("%s: %v, want a refusal", c.name, err)
+		}
+	}
+
+	// A key file that becomes a FIFO after the start fails the handshakes, and blocks none.
+	wc := &webConfigFile{path: writeWebConfig(t, "")}
+	c, err := wc.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := c.TLSConfig.TLSKeyPath
+	tc := wc.tlsConfig(false)
+	if _, err := tc.GetConfigForClient(nil); err != nil {
+		t.Fatalf("a handshake with the key file in place: %v", err)
+	}
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(keyFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, "a handshake", func() error { _, err := tc.GetConfigForClient(nil); return err }); !errors.Is(err, configfile.ErrNotRegular) {
+		t.Errorf("a handshake with a FIFO for the key file: %v, want a refusal", err)
+	}
 }

@@ -11,12 +11,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/config"
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v2"
 	"golang.org/x/net/http2"
 	"golang.org/x/time/rate"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/basicauth"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 )
 
@@ -27,12 +29,11 @@ import (
 // default is on), since an HTTP/2 client can start a handler per stream far faster than per connection.
 
 // loadWebConfig reads the web configuration file and checks it as exporter-toolkit does: its users' hashes, its
-// headers, its TLS files. It has the toolkit's defaults, but HTTP/2 only when the file says http2: true.
+// headers, its TLS files. It has the toolkit's defaults, but HTTP/2 only when the file says http2: true. The file
+// and the TLS files it names must be regular files within configfile's cap, which is checked before the toolkit
+// reads them.
 func loadWebConfig(path string) (*web.Config, error) {
-	if err := web.Validate(path); err != nil {
-		return nil, err
-	}
-	b, err := os.ReadFile(path)
+	b, err := configfile.Read(path, configfile.MaxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,51 @@ func loadWebConfig(path string) (*web.Config, error) {
 		return nil, err
 	}
 	c.TLSConfig.SetDirectory(filepath.Dir(path))
+	for _, f := range []string{c.TLSConfig.TLSCertPath, c.TLSConfig.TLSKeyPath, c.TLSConfig.ClientCAs} {
+		if f == "" {
+			continue
+		}
+		if err := configfile.Check(f, configfile.MaxBytes); err != nil {
+			return nil, err
+		}
+	}
+	if err := web.Validate(path); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// tlsFilesRead is t with the files it names read, through configfile, into the fields that hold them inline, so
+// that the toolkit makes the TLS configuration from them and reads no file itself.
+func tlsFilesRead(t web.TLSConfig) (web.TLSConfig, error) {
+	for _, f := range []struct {
+		path   *string
+		inline func(string)
+	}{
+		{&t.TLSCertPath, func(s string) { t.TLSCert = s }},
+		{&t.TLSKeyPath, func(s string) { t.TLSKey = config.Secret(s) }},
+		{&t.ClientCAs, func(s string) { t.ClientCAsText = s }},
+	} {
+		if *f.path == "" {
+			continue
+		}
+		b, err := configfile.Read(*f.path, configfile.MaxBytes)
+		if err != nil {
+			return t, err
+		}
+		f.inline(string(b))
+		*f.path = ""
+	}
+	return t, nil
+}
+
+// tlsConfig is the TLS configuration of c, with its files read through configfile.
+func tlsConfig(c *web.Config) (*tls.Config, error) {
+	t, err := tlsFilesRead(c.TLSConfig)
+	if err != nil {
+		return nil, err
+	}
+	return web.ConfigToTLSConfig(&t)
 }
 
 // CheckWebConfig checks, before the exporter starts, everything its listeners will need of the web configuration:
@@ -55,7 +100,7 @@ func CheckWebConfig(path string) error {
 	if !c.TLSConfig.IsEnabled() || !c.HTTPConfig.HTTP2 {
 		return nil
 	}
-	tc, err := web.ConfigToTLSConfig(&c.TLSConfig)
+	tc, err := tlsConfig(c)
 	if err != nil {
 		return err
 	}
@@ -119,7 +164,7 @@ func (f *webConfigFile) tlsConfig(http2 bool) *tls.Config {
 		if err != nil {
 			return nil, err
 		}
-		tc, err := web.ConfigToTLSConfig(&c.TLSConfig)
+		tc, err := tlsConfig(c)
 		if err != nil {
 			return nil, err
 		}

@@ -7,13 +7,14 @@ package simulated
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
@@ -52,17 +53,6 @@ func Demo() *Source {
 // node, eight GPUs with all their processes, health readings and comments, takes 29 KB, so 4 MiB is room for a
 // thousand GPUs.
 const MaxFileBytes = 4 << 20
-
-// readCapped reads at most one byte more than MaxFileBytes of the file at path, so that a file over the cap is
-// seen as such without reading all of it.
-func readCapped(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-}
 
 // Open reads a node file. The file is re-read when its modification time or size changes; a version that does
 // not parse is reported in each snapshot's Errors while the last good version stays in use.
@@ -153,14 +143,15 @@ func (s *Source) reload() error {
 	if s.lastErr != nil && fi.ModTime().Equal(s.failedAt) {
 		return nil
 	}
-	data, err := readCapped(s.path)
-	if err != nil {
-		return fmt.Errorf("reading simulated node file: %w", err)
-	}
-	if len(data) > MaxFileBytes {
+	// A regular file only, read no further than the cap: a FIFO would block the reading, a device never end it.
+	data, err := configfile.Read(s.path, MaxFileBytes)
+	if errors.Is(err, configfile.ErrTooLarge) {
 		s.lastErr = fmt.Errorf("simulated node file %s is larger than %d bytes", s.path, MaxFileBytes)
 		s.failedAt = fi.ModTime()
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading simulated node file: %w", err)
 	}
 	cfg, err := parse(data)
 	if err != nil {

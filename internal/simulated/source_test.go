@@ -2,12 +2,15 @@ package simulated
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
@@ -167,6 +170,26 @@ func TestOpenRefusesOversizedFile(t *testing.T) {
 		}
 		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "larger than 4194304 bytes") || !strings.Contains(err.Error(), path)) {
 			t.Errorf("Open of a %d-byte file = %v, want an error naming the file and the cap", tc.size, err)
+		}
+	}
+}
+
+// A node file that is a FIFO or a device is refused at once: neither blocks the reading nor is read without end.
+func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
+	pipe := filepath.Join(t.TempDir(), "node.yaml")
+	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{pipe, "/dev/zero"} {
+		done := make(chan error, 1)
+		go func() { _, err := Open(path); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, configfile.ErrNotRegular) {
+				t.Errorf("Open(%s) = %v, want a refusal", path, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Open(%s) still blocked after 5 s", path)
 		}
 	}
 }

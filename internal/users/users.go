@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
@@ -94,7 +96,8 @@ func (r *Resolver) reload() {
 	if r.names != nil && fi.ModTime().Equal(r.modTime) && fi.Size() == r.size {
 		return
 	}
-	f, err := os.Open(r.passwd)
+	// A regular file only, of any size (it is read no further than maxPasswd): a FIFO would block the lookup.
+	f, err := configfile.Open(r.passwd, math.MaxInt64)
 	if err != nil {
 		r.loadErr = fmt.Errorf("reading the user database: %w", err)
 		return

@@ -1,11 +1,15 @@
 package users
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 )
 
 // statusSample is the head of a real /proc/<pid>/status (Linux 6.1), where uid 1000 runs a process whose
@@ -117,6 +121,37 @@ func TestResolver(t *testing.T) {
 	check(42, "bob")
 	if r.Err() == nil {
 		t.Error("no error for a missing user database")
+	}
+}
+
+// A user database that is not a regular file (a FIFO under a wrong --path.rootfs) is an error, not a lookup blocked
+// until something writes to it; the process is named by its uid.
+func TestResolverRefusesAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	procfs := filepath.Join(dir, "proc")
+	if err := os.MkdirAll(filepath.Join(procfs, "42"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(procfs, "42", "status"), []byte("Uid:\t5000\t5000\t5000\t5000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	passwd := filepath.Join(dir, "passwd")
+	if err := syscall.Mkfifo(passwd, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := New(procfs, passwd)
+	done := make(chan string, 1)
+	go func() {
+		name, _ := r.User(42)
+		done <- name
+	}()
+	select {
+	case name := <-done:
+		if name != "5000" || !errors.Is(r.Err(), configfile.ErrNotRegular) {
+			t.Errorf("User = %q, Err = %v; want the uid and a refusal", name, r.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lookup is blocked on the FIFO")
 	}
 }
 
