@@ -3,7 +3,7 @@
 # binaries (scripts/release.sh image).
 #
 #   docker build -t gpu-pod-exporter \
-#     --build-arg VERSION=$(git describe --tags | sed 's/^v//') --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg VERSION=$(make -s version) --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg BUILD_DATE=$(date -u +%Y%m%d-%H:%M:%S) .
 #   docker run --rm -p 9402:9402 gpu-pod-exporter --demo
 #

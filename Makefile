@@ -1,6 +1,8 @@
 # Versions come from vX.Y.Z tags; every build path (make, goreleaser, the Dockerfile) stamps the same variables of
 # github.com/prometheus/common/version, which --version and gpu_pod_exporter_build_info show.
-VERSION    ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo $${v\#v} || echo dev)
+# Without a tag (a shallow clone, a fork), "dev". A "#" in the shell command would need an escape that make 4.3
+# passes on to the shell as it is, so the v is stripped by make.
+VERSION    ?= $(patsubst v%,%,$(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo vdev))
 REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null)
 BRANCH     ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null)
 BUILD_USER ?= $(shell id -un 2>/dev/null)@$(shell hostname 2>/dev/null)
@@ -16,10 +18,15 @@ LDFLAGS    := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(
 # default, which setting the variable would otherwise drop.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build test e2e-k8s soak demo release-snapshot bench bench-cluster
+.PHONY: build test e2e-k8s soak demo release-snapshot bench bench-cluster version
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o gpu-pod-exporter ./cmd/gpu-pod-exporter
+
+# The version a build stamps: the vX.Y.Z tag it is at or after, "dev" in a clone without tags. The Dockerfile's
+# build line takes it from here (--build-arg VERSION=$(make -s version)).
+version:
+	@echo $(VERSION)
 
 # The whole test suite (unit, fuzz, end to end); CI runs exactly this.
 test:

@@ -880,6 +880,14 @@ data:
 		!strings.Contains(n, "extraGpuNodeSelectorTerms") || !strings.Contains(n, "presets/eks-managed-node-groups.yaml") {
 		t.Errorf("the notes do not say how to check the scheduled pods:\n%s", n)
 	}
+	// Until the release is published, the default image cannot be pulled: the notes say so, and not when the image
+	// is one's own (TestChartNotesSayWhatIsPublished ties the sentence to the install guide).
+	if n := notes(); !strings.Contains(n, "The image "+imageRepo+":") || !strings.Contains(n, "is not published yet") {
+		t.Errorf("the notes do not say that the default image is not published:\n%s", n)
+	}
+	if n := notes("--set", "image.repository=registry.example.com/gpu-pod-exporter"); strings.Contains(n, "not published") {
+		t.Errorf("the notes say an image of one's own is not published:\n%s", n)
+	}
 	if n := notes("--set", "serviceMonitor.enabled=false", "--set", "hostPID=false"); !strings.Contains(n, "honor_labels: true") ||
 		!strings.Contains(n, "/host/proc") {
 		t.Errorf("the notes without a ServiceMonitor or hostPID:\n%s", n)

@@ -185,7 +185,7 @@ func TestREADMEFirstScreen(t *testing.T) {
 		t.Errorf("the prerequisites do not say that --demo needs no GPU: %s", lines[prereq])
 	}
 	goMod := string(readRepoFile(t, "go.mod"))
-	if m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(goMod); m == nil || !strings.Contains(lines[prereq], "Go "+m[1]) {
+	if m := regexp.MustCompile(`(?m)^go (\S+)$`).FindStringSubmatch(goMod); m == nil || !strings.Contains(lines[prereq], "Go "+m[1]+" ") {
 		t.Errorf("the prerequisites do not name go.mod's Go version %v: %s", m, lines[prereq])
 	}
 	if commands := readmeCommands(readme); !slices.Equal(commands, readmeDemo) {
