@@ -8,21 +8,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// within runs f and fails the test if it has not returned after a few seconds: a read that blocks on a FIFO.
-func within(t *testing.T, what string, f func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s: still blocked after 5 s", what)
-		return nil
-	}
-}
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
+)
 
 func fifo(t *testing.T) string {
 	t.Helper()
@@ -57,7 +45,7 @@ func TestRead(t *testing.T) {
 		}
 		f.Close()
 	}
-	if err := within(t, "a 1 GiB file", func() error { _, err := Read(big, MaxBytes); return err }); !errors.Is(err, ErrTooLarge) ||
+	if err := testkit.Within(t, 5*time.Second, "a 1 GiB file", func() error { _, err := Read(big, MaxBytes); return err }); !errors.Is(err, ErrTooLarge) ||
 		!strings.Contains(err.Error(), "1024 MiB, over the cap of 4 MiB") {
 		t.Errorf("a 1 GiB file: %v", err)
 	}
@@ -66,11 +54,11 @@ func TestRead(t *testing.T) {
 		{"/dev/zero", "a character device"},
 		{dir, "a directory"},
 	} {
-		err := within(t, c.path, func() error { _, err := Read(c.path, MaxBytes); return err })
+		err := testkit.Within(t, 5*time.Second, c.path, func() error { _, err := Read(c.path, MaxBytes); return err })
 		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), c.path) || !strings.Contains(err.Error(), c.kind) {
 			t.Errorf("%s: %v, want ErrNotRegular saying it is %s", c.path, err, c.kind)
 		}
-		if err := within(t, c.path, func() error { return Check(c.path, MaxBytes) }); !errors.Is(err, ErrNotRegular) {
+		if err := testkit.Within(t, 5*time.Second, c.path, func() error { return Check(c.path, MaxBytes) }); !errors.Is(err, ErrNotRegular) {
 			t.Errorf("Check(%s): %v", c.path, err)
 		}
 	}
@@ -104,12 +92,12 @@ func TestHTTPClient(t *testing.T) {
 		"client_secret_file": "oauth2:\n  client_id: x\n  client_secret_file: " + pipe + "\n  token_url: http://127.0.0.1:1/\n",
 		"header files":       "http_headers:\n  X-Scope-OrgID:\n    files: [" + pipe + "]\n",
 	} {
-		err := within(t, name, func() error { _, err := HTTPClient(write(strings.ReplaceAll(name, " ", "_")+".yml", text)); return err })
+		err := testkit.Within(t, 5*time.Second, name, func() error { _, err := HTTPClient(write(strings.ReplaceAll(name, " ", "_")+".yml", text)); return err })
 		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), pipe) {
 			t.Errorf("%s naming a FIFO: %v, want ErrNotRegular naming it", name, err)
 		}
 	}
-	if err := within(t, "/dev/zero", func() error { _, err := HTTPClient("/dev/zero"); return err }); !errors.Is(err, ErrNotRegular) {
+	if err := testkit.Within(t, 5*time.Second, "/dev/zero", func() error { _, err := HTTPClient("/dev/zero"); return err }); !errors.Is(err, ErrNotRegular) {
 		t.Errorf("/dev/zero as the configuration: %v", err)
 	}
 }

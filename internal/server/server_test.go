@@ -204,20 +204,6 @@ func TestWebConfigIsReadAgainWhenChanged(t *testing.T) {
 	})
 }
 
-// within runs f and fails the test if it has not returned after a few seconds: a read that blocks on a FIFO.
-func within(t *testing.T, what string, f func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s: still blocked after 5 s", what)
-		return nil
-	}
-}
-
 // The web configuration and the TLS files it names are read only if they are regular files within the cap: a FIFO
 // would block the start (and, named by a configuration read again, every TLS handshake), a device would be read
 // until memory ran out.
@@ -228,7 +214,7 @@ func TestWebConfigFilesMustBeRegular(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{pipe, "/dev/zero"} {
-		if err := within(t, path, func() error { return CheckWebConfig(path) }); !errors.Is(err, configfile.ErrNotRegular) {
+		if err := testkit.Within(t, 5*time.Second, path, func() error { return CheckWebConfig(path) }); !errors.Is(err, configfile.ErrNotRegular) {
 			t.Errorf("the web configuration %s: %v, want a refusal", path, err)
 		}
 	}
@@ -243,7 +229,7 @@ func TestWebConfigFilesMustBeRegular(t *testing.T) {
 		if err := os.WriteFile(path, []byte(c.config), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := within(t, c.name, func() error { return CheckWebConfig(path) }); !errors.Is(err, configfile.ErrNotRegular) {
+		if err := testkit.Within(t, 5*time.Second, c.name, func() error { return CheckWebConfig(path) }); !errors.Is(err, configfile.ErrNotRegular) {
 			t.Errorf("%s: %v, want a refusal", c.name, err)
 		}
 	}
@@ -265,7 +251,7 @@ func TestWebConfigFilesMustBeRegular(t *testing.T) {
 	if err := syscall.Mkfifo(keyFile, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := within(t, "a handshake", func() error { _, err := tc.GetConfigForClient(nil); return err }); !errors.Is(err, configfile.ErrNotRegular) {
+	if err := testkit.Within(t, 5*time.Second, "a handshake", func() error { _, err := tc.GetConfigForClient(nil); return err }); !errors.Is(err, configfile.ErrNotRegular) {
 		t.Errorf("a handshake with a FIFO for the key file: %v, want a refusal", err)
 	}
 }

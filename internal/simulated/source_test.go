@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 func TestOpenReadsReferenceExample(t *testing.T) {
@@ -181,15 +182,8 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{pipe, "/dev/zero"} {
-		done := make(chan error, 1)
-		go func() { _, err := Open(path); done <- err }()
-		select {
-		case err := <-done:
-			if !errors.Is(err, configfile.ErrNotRegular) {
-				t.Errorf("Open(%s) = %v, want a refusal", path, err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("Open(%s) still blocked after 5 s", path)
+		if err := testkit.Within(t, 5*time.Second, path, func() error { _, err := Open(path); return err }); !errors.Is(err, configfile.ErrNotRegular) {
+			t.Errorf("Open(%s) = %v, want a refusal", path, err)
 		}
 	}
 }

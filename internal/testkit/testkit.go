@@ -49,6 +49,21 @@ func Eventually(limit time.Duration, check func() []string) []string {
 	}
 }
 
+// Within runs f and returns what it returns, and fails the test at once if f has not returned after limit: for a
+// call that must not block (a read of what may be a FIFO), where waiting for it would hang the test instead.
+func Within(t testing.TB, limit time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("%s: still blocked after %s", what, limit)
+		return nil
+	}
+}
+
 // Logs is a slog.Handler that keeps every record, for a test to count what was logged. It is safe for concurrent
 // use; the zero value is ready.
 type Logs struct {

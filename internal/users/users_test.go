@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // statusSample is the head of a real /proc/<pid>/status (Linux 6.1), where uid 1000 runs a process whose
@@ -140,18 +141,13 @@ func TestResolverRefusesAFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := New(procfs, passwd)
-	done := make(chan string, 1)
-	go func() {
-		name, _ := r.User(42)
-		done <- name
-	}()
-	select {
-	case name := <-done:
-		if name != "5000" || !errors.Is(r.Err(), configfile.ErrNotRegular) {
-			t.Errorf("User = %q, Err = %v; want the uid and a refusal", name, r.Err())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the lookup is blocked on the FIFO")
+	var name string
+	testkit.Within(t, 5*time.Second, "a lookup with a FIFO for passwd", func() (err error) {
+		name, err = r.User(42)
+		return err
+	})
+	if name != "5000" || !errors.Is(r.Err(), configfile.ErrNotRegular) {
+		t.Errorf("User = %q, Err = %v; want the uid and a refusal", name, r.Err())
 	}
 }
 
