@@ -66,6 +66,12 @@ go mod download
 # ~/.cache/gpu-pod-exporter (cold: several minutes on 2 cores), then only looked up.
 step "release tools (helm, goreleaser, actionlint, crane)"
 scripts/tools.sh helm goreleaser actionlint crane
+if [ "${E2E:-1}" != 0 ]; then
+	# Thanos, for the cluster view's end-to-end test (test/cluster), built here rather than inside that test, where
+	# a cold build (about 11 CPU-minutes) would share the CPUs and the time limit with every other end-to-end package.
+	step "Thanos (scripts/e2e/build-thanos.sh)"
+	scripts/e2e/build-thanos.sh >/dev/null
+fi
 
 step "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
