@@ -163,3 +163,21 @@ func isHex(s string) bool {
 	}
 	return true
 }
+
+// NVIDIAGPUs counts the NVIDIA GPUs on the PCI bus (vendor 0x10de, class VGA or 3D controller; not NVSwitches),
+// whether or not their driver is loaded: on a node with GPUs of both kinds, the DRM source numbers its GPUs after
+// them.
+func NVIDIAGPUs(sysfs string) int {
+	var f files
+	dir := filepath.Join(sysfs, "bus", "pci", "devices")
+	names, _ := dirNames(dir, 1<<16)
+	n := 0
+	for _, name := range names {
+		vendor, _ := f.text(filepath.Join(dir, name, "vendor"))
+		class, _ := f.text(filepath.Join(dir, name, "class"))
+		if vendor == "0x10de" && (strings.HasPrefix(class, "0x0300") || strings.HasPrefix(class, "0x0302")) {
+			n++
+		}
+	}
+	return n
+}

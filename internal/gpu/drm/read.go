@@ -200,8 +200,14 @@ func (r *deviceReader) hwmon(last energy, now time.Time) energy {
 	if d.driver == "amdgpu" {
 		out.PowerLimitWatts = r.uint(gpu.OpPowerLimit, filepath.Join(d.hwmon, "power1_cap"), micro)
 		out.PowerManagementLimitWatts = out.PowerLimitWatts
-	} else if v := r.uint(gpu.OpPowerLimit, filepath.Join(d.hwmon, "power1_max"), micro); v.Valid && v.V > 0 {
-		out.PowerLimitWatts = v
+	} else {
+		// The card's limit, else the package's (Ponte Vecchio has only the package's, power2_max).
+		for _, ch := range []string{"1", "2"} {
+			if v := r.uint(gpu.OpPowerLimit, filepath.Join(d.hwmon, "power"+ch+"_max"), micro); v.Valid && v.V > 0 {
+				out.PowerLimitWatts = v
+				break
+			}
+		}
 	}
 	// Energy: the card's counter (label "card", energy1 on xe and i915), else the package's (energy2).
 	var e energy

@@ -71,6 +71,9 @@ type Node struct {
 	OtherCards map[int][2]string
 }
 
+// otherVendors are the PCI vendors of the drivers OtherCards may name.
+var otherVendors = map[string]string{"nvidia": "0x10de", "ast": "0x1a03"}
+
 // ErrNeedsRoot is Write's error where device nodes cannot be made.
 var ErrNeedsRoot = errors.New("making DRM device nodes needs CAP_MKNOD (run as root)")
 
@@ -83,7 +86,7 @@ func (n *Node) Write(dir string) (sysfs, procfs string, err error) {
 		w.gpu(sysfs, g)
 	}
 	for card, other := range n.OtherCards {
-		w.card(sysfs, card, -1, other[1], other[0], "0x10de")
+		w.card(sysfs, card, -1, other[1], other[0], otherVendors[other[0]])
 	}
 	for drv, v := range n.ModuleVersions {
 		w.file(filepath.Join(sysfs, "module", drv, "version"), v+"\n")
@@ -155,6 +158,9 @@ func (w *writer) card(sysfs string, card, render int, pci, driver, vendor string
 	if vendor != "" {
 		w.file(filepath.Join(dev, "vendor"), vendor+"\n")
 	}
+	// A display controller's class (0x03), as the PCI core lists it under /sys/bus/pci/devices.
+	w.file(filepath.Join(dev, "class"), "0x030200\n")
+	w.link(filepath.Join(sysfs, "bus", "pci", "devices", pci), relTo(filepath.Join(sysfs, "bus", "pci", "devices"), dev))
 	w.dir(filepath.Join(sysfs, "bus", "pci", "drivers", driver))
 	w.link(filepath.Join(dev, "driver"), relTo(dev, filepath.Join(sysfs, "bus", "pci", "drivers", driver)))
 	nodes := []string{"card" + strconv.Itoa(card)}
