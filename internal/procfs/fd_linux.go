@@ -28,22 +28,39 @@ type DeviceFD struct {
 	Minor uint32
 }
 
-// CharDeviceFDs lists <procfs>/<pid>/fd and appends to dst each open file that is a character device of the given
-// major number, with the device's minor. It stats each file through its fd link, which tells the device without
-// opening it, and reads nothing else: an fd that is a socket, a pipe or a file is looked at and passed over. It
-// looks at no more than limit fds and reports how many it looked at, and whether it stopped at the limit.
+// FDTarget is what an open file of a process is: its file type and, for a device, its device number.
+type FDTarget struct {
+	Mode uint32 // the file type bits (S_IFMT) of st_mode
+	Rdev uint64
+}
+
+// CharDevice reports whether the target is a character device of the given major number, and its minor.
+func (t FDTarget) CharDevice(major uint32) (minor uint32, ok bool) {
+	if t.Mode != unix.S_IFCHR || unix.Major(t.Rdev) != major {
+		return 0, false
+	}
+	return unix.Minor(t.Rdev), true
+}
+
+// FDs lists <procfs>/<pid>/fd and calls each with every fd number, in the order the kernel lists them (increasing),
+// and a function that stats the file the fd refers to through its link: that tells a device from other files
+// without opening it, and costs a system call, which a caller that knows the fd from before can spare. each
+// returns false to stop. It looks at no more than limit fds and reports how many it looked at, and whether it
+// stopped at the limit.
+//
 // Reading another process's fds needs ptrace read access to it (CAP_SYS_PTRACE for processes with capabilities
 // the reader lacks) and, for another user's, CAP_DAC_READ_SEARCH: without them the error is a permission error.
-func (r *Reader) CharDeviceFDs(dst []DeviceFD, pid uint32, major uint32, limit int) (_ []DeviceFD, seen int, truncated bool, err error) {
+func (r *Reader) FDs(pid uint32, limit int, each func(fd int, stat func() (FDTarget, error)) bool) (seen int, truncated bool, err error) {
 	dir := r.pathOf(pid, "fd")
 	dfd, err := ignoringEINTR(func() (int, error) {
 		return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	})
 	if err != nil {
-		return dst, 0, false, &fs.PathError{Op: "open", Path: dir, Err: err}
+		return 0, false, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(dfd)
-	var st unix.Stat_t
+	st := &fdStat{dfd: dfd}
+	stat := st.stat
 	err = r.direntries(dfd, dir, func(name []byte) bool {
 		fd, ok := parseDecimal(name)
 		if !ok {
@@ -54,16 +71,24 @@ func (r *Reader) CharDeviceFDs(dst []DeviceFD, pid uint32, major uint32, limit i
 			return false
 		}
 		seen++
-		// The name is NUL-terminated in the getdents buffer: no copy for the system call.
-		if statat(dfd, name, &st) != nil {
-			return true // closed since it was listed, or a target that cannot be stat'ed: not a device in use
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == major {
-			dst = append(dst, DeviceFD{FD: int(fd), Minor: unix.Minor(st.Rdev)})
-		}
-		return true
+		st.name = name
+		return each(int(fd), stat)
 	})
-	return dst, seen, truncated, err
+	return seen, truncated, err
+}
+
+// fdStat stats one entry of an open fd directory.
+type fdStat struct {
+	dfd  int
+	name []byte // NUL-terminated in the getdents buffer
+	st   unix.Stat_t
+}
+
+func (s *fdStat) stat() (FDTarget, error) {
+	if err := statat(s.dfd, s.name, &s.st); err != nil {
+		return FDTarget{}, err
+	}
+	return FDTarget{Mode: s.st.Mode & unix.S_IFMT, Rdev: s.st.Rdev}, nil
 }
 
 // maxFDInfoFile bounds an fdinfo file: the generic lines and a DRM driver's usage stats, a few dozen lines of
@@ -83,6 +108,20 @@ func (r *Reader) FDInfo(pid uint32, fd int) ([]byte, error) {
 	return r.readFD(f, path, maxFDInfoFile, false)
 }
 
+// OpenFDInfo opens <procfs>/<pid>/fdinfo/<fd> for ReadFDInfo, as every file of a process is opened. Like a kept
+// stat file, it stays tied to its process: each read shows the fd as it is then (another file, if the number was
+// reused), and once the process has exited, reading fails with ESRCH, whoever has its PID now. Close it when done.
+func (r *Reader) OpenFDInfo(pid uint32, fd int) (*KeptFile, error) {
+	r.fdinfo = strconv.AppendInt(append(r.fdinfo[:0], "fdinfo/"...), int64(fd), 10)
+	return r.openFile(pid, string(r.fdinfo))
+}
+
+// ReadFDInfo reads an open fdinfo file from its start, as FDInfo reads one. The bytes are the Reader's, good until
+// its next read.
+func (r *Reader) ReadFDInfo(f *KeptFile) ([]byte, error) {
+	return r.readFD(f.fd, f.path, maxFDInfoFile, true)
+}
+
 // entries calls fn with the name of each entry of the directory at path but . and .., until fn returns false.
 func (r *Reader) entries(path string, fn func(name []byte) bool) error {
 	dfd, err := ignoringEINTR(func() (int, error) {
@@ -99,7 +138,7 @@ func (r *Reader) entries(path string, fn func(name []byte) bool) error {
 // is NUL-terminated in the buffer and valid until the next read.
 func (r *Reader) direntries(dfd int, path string, fn func(name []byte) bool) error {
 	if cap(r.dents) == 0 {
-		r.dents = make([]byte, 16<<10)
+		r.dents = make([]byte, 64<<10) // a node's /proc in one or two calls
 	}
 	buf := r.dents[:cap(r.dents)]
 	for {
@@ -110,6 +149,9 @@ func (r *Reader) direntries(dfd int, path string, fn func(name []byte) bool) err
 		if n <= 0 {
 			return nil
 		}
+		// The kernel fills the buffer with as many entries as fit: room for another name left means the listing
+		// ended, and the call that would return 0 is spared.
+		last := n < len(buf)-maxDirent
 		for off := 0; off < n; {
 			// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name (NUL-terminated).
 			if off+19 > n {
@@ -134,8 +176,14 @@ func (r *Reader) direntries(dfd int, path string, fn func(name []byte) bool) err
 				return nil
 			}
 		}
+		if last {
+			return nil
+		}
 	}
 }
+
+// maxDirent is the largest directory entry: the header and a 255-byte name, aligned.
+const maxDirent = 19 + 256 + 5
 
 // statat stats the file that name, in directory dfd, names or links to. name must be followed by a NUL byte in
 // its backing array, as getdents writes it.

@@ -23,15 +23,20 @@ func TestCharDeviceFDsOnTheKernelsProcfs(t *testing.T) {
 	defer null.Close()
 	r := NewReader("/proc")
 	self := uint32(os.Getpid())
-	fds, seen, cut, err := r.CharDeviceFDs(nil, self, 1, 1<<20)
+	fds, seen, cut, err := charDevices(r, self, 1, 1<<20)
 	if err != nil || cut || seen < 3 {
 		t.Fatalf("%v files, seen %d, cut %v: %v", fds, seen, cut, err)
 	}
-	if !slices.Contains(fds, DeviceFD{FD: int(null.Fd()), Minor: 3}) {
+	if !slices.Contains(fds, [2]int{int(null.Fd()), 3}) {
 		t.Errorf("/dev/null (1:3) at fd %d not found in %v", null.Fd(), fds)
 	}
-	if fds, _, _, _ := r.CharDeviceFDs(nil, self, 226, 1<<20); len(fds) != 0 {
+	if fds, _, _, _ := charDevices(r, self, 226, 1<<20); len(fds) != 0 {
 		t.Errorf("DRM devices found among this test's files: %v", fds)
+	}
+	var listed []int
+	if _, _, err := r.FDs(self, 1<<20, func(fd int, _ func() (FDTarget, error)) bool { listed = append(listed, fd); return true }); err != nil ||
+		!slices.IsSorted(listed) {
+		t.Errorf("fds %v not in increasing order (%v)", listed, err)
 	}
 	info, err := r.FDInfo(self, int(null.Fd()))
 	if err != nil || !slices.Contains([]string{"pos:\t0\n"}, string(info[:7])) {
@@ -59,15 +64,15 @@ func TestCharDeviceFDsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := NewReader(root)
-	fds, seen, cut, err := r.CharDeviceFDs(nil, 42, 1, 4)
+	fds, seen, cut, err := charDevices(r, 42, 1, 4)
 	if err != nil || seen != 4 || !cut || len(fds) != 4 {
 		t.Errorf("limit 4: %v, seen %d, cut %v, %v", fds, seen, cut, err)
 	}
-	fds, seen, cut, err = r.CharDeviceFDs(fds[:0], 42, 1, 100)
+	fds, seen, cut, err = charDevices(r, 42, 1, 100)
 	if err != nil || seen != 10 || cut || len(fds) != 10 {
 		t.Errorf("limit 100: %v, seen %d, cut %v, %v", fds, seen, cut, err)
 	}
-	if _, _, _, err := r.CharDeviceFDs(nil, 43, 1, 100); !Exited(err) {
+	if _, _, _, err := charDevices(r, 43, 1, 100); !Exited(err) {
 		t.Errorf("a missing process: %v, want an exit", err)
 	}
 }
@@ -82,7 +87,7 @@ func TestCharDeviceFDsRefusesASymlinkedDirectory(t *testing.T) {
 	if err := os.Symlink(elsewhere, filepath.Join(dir, "fd")); err != nil {
 		t.Fatal(err)
 	}
-	_, _, _, err := NewReader(root).CharDeviceFDs(nil, 42, 1, 100)
+	_, _, _, err := charDevices(NewReader(root), 42, 1, 100)
 	if !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
 		t.Errorf("a symlinked fd directory: %v", err)
 	}
@@ -113,7 +118,20 @@ func TestCharDeviceFDsPermission(t *testing.T) {
 	} else if err := os.Chmod(fd, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := NewReader(root).CharDeviceFDs(nil, 42, 1, 100); !errors.Is(err, fs.ErrPermission) {
+	if _, _, _, err := charDevices(NewReader(root), 42, 1, 100); !errors.Is(err, fs.ErrPermission) {
 		t.Errorf("unreadable fd directory: %v", err)
 	}
+}
+
+// charDevices lists a process's fds that are character devices of major, as fd and minor pairs.
+func charDevices(r *Reader, pid, major uint32, limit int) (fds [][2]int, seen int, cut bool, err error) {
+	seen, cut, err = r.FDs(pid, limit, func(fd int, stat func() (FDTarget, error)) bool {
+		if t, err := stat(); err == nil {
+			if minor, ok := t.CharDevice(major); ok {
+				fds = append(fds, [2]int{fd, int(minor)})
+			}
+		}
+		return true
+	})
+	return fds, seen, cut, err
 }

@@ -15,10 +15,25 @@ type DeviceFD struct {
 	Minor uint32
 }
 
-// CharDeviceFDs fails: only Linux has the proc filesystem the exporter reads.
-func (r *Reader) CharDeviceFDs(dst []DeviceFD, _ uint32, _ uint32, _ int) ([]DeviceFD, int, bool, error) {
-	return dst, 0, false, errNotLinux
+// FDTarget is what an open file of a process is.
+type FDTarget struct {
+	Mode uint32
+	Rdev uint64
+}
+
+// CharDevice reports false: only Linux has the proc filesystem the exporter reads.
+func (t FDTarget) CharDevice(uint32) (uint32, bool) { return 0, false }
+
+// FDs fails: only Linux has the proc filesystem the exporter reads.
+func (r *Reader) FDs(uint32, int, func(int, func() (FDTarget, error)) bool) (int, bool, error) {
+	return 0, false, errNotLinux
 }
 
 // FDInfo fails: only Linux has the proc filesystem the exporter reads.
 func (r *Reader) FDInfo(uint32, int) ([]byte, error) { return nil, errNotLinux }
+
+// OpenFDInfo fails: only Linux has the proc filesystem the exporter reads.
+func (r *Reader) OpenFDInfo(uint32, int) (*KeptFile, error) { return nil, errNotLinux }
+
+// ReadFDInfo fails: only Linux has the proc filesystem the exporter reads.
+func (r *Reader) ReadFDInfo(*KeptFile) ([]byte, error) { return nil, errNotLinux }

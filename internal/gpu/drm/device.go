@@ -39,11 +39,16 @@ const maxCards = 4096
 // discover lists the DRM devices of the drivers this source reads, sorted by PCI address. known are the devices
 // found before, by card name, which are reused while the card still names the same PCI device.
 func discover(f *files, sysfs, procfs string, known map[string]*device) ([]*device, error) {
-	class := filepath.Join(sysfs, "class", "drm")
-	names, err := dirNames(class, maxCards)
+	names, err := dirNames(filepath.Join(sysfs, "class", "drm"), maxCards)
 	if err != nil {
 		return nil, fmt.Errorf("listing DRM devices: %w", err)
 	}
+	return discoverCards(f, sysfs, procfs, names, known), nil
+}
+
+// discoverCards finds the devices of the cards and render nodes named in /sys/class/drm.
+func discoverCards(f *files, sysfs, procfs string, names []string, known map[string]*device) []*device {
+	class := filepath.Join(sysfs, "class", "drm")
 	renders := make(map[string]int) // PCI address → render node minor
 	var cards []string
 	for _, n := range names {
@@ -79,7 +84,7 @@ func discover(f *files, sysfs, procfs string, known map[string]*device) ([]*devi
 		devs = append(devs, d)
 	}
 	slices.SortFunc(devs, func(a, b *device) int { return strings.Compare(a.pci, b.pci) })
-	return devs, nil
+	return devs
 }
 
 func renderOf(renders map[string]int, pci string) int {

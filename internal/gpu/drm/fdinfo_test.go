@@ -207,13 +207,13 @@ func FuzzParseFDInfo(f *testing.F) {
 		}
 		names := make(map[string]bool)
 		for _, e := range c.Engines {
-			if !validName(e.Name) || names["e"+e.Name] {
+			if !validName([]byte(e.Name)) || names["e"+e.Name] {
 				t.Fatalf("engine name %q invalid or repeated", e.Name)
 			}
 			names["e"+e.Name] = true
 		}
 		for _, r := range c.Regions {
-			if !validName(r.Name) || names["r"+r.Name] {
+			if !validName([]byte(r.Name)) || names["r"+r.Name] {
 				t.Fatalf("region name %q invalid or repeated", r.Name)
 			}
 			names["r"+r.Name] = true

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // KFD, amdgpu's compute driver (/dev/kfd, which ROCm uses), publishes each compute process under
@@ -88,44 +89,73 @@ const (
 	maxKFDFiles     = 256
 )
 
+// kfdFiles remembers each compute process's vram_<gpu_id> files, which KFD creates with the process, one per GPU
+// it may use: a reading opens them without listing the process's directory again. A process's files are listed
+// again when one is gone, and at least every fullLookEvery (a PID reused by another compute process).
+type kfdFiles map[uint32]kfdProcess
+
+type kfdProcess struct {
+	vram   []kfdVRAM
+	listed time.Time
+}
+
+// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology.
+type kfdVRAM struct {
+	path string
+	pci  string
+}
+
 // readKFDProcesses reads every compute process's VRAM per GPU. A process that exits while it is read is left out.
-func readKFDProcesses(f *files, sysfs string, t *kfdTopology) (map[uint32]kfdMemory, error) {
+func readKFDProcesses(f *files, sysfs string, t *kfdTopology, known kfdFiles, now time.Time) (map[uint32]kfdMemory, error) {
 	dir := filepath.Join(kfdDir(sysfs), "proc")
 	pids, err := dirNames(dir, maxKFDProcesses)
 	if err != nil {
 		return nil, fmt.Errorf("listing KFD's compute processes: %w", err)
 	}
 	procs := make(map[uint32]kfdMemory, len(pids))
+	live := make(map[uint32]bool, len(pids))
 	for _, p := range pids {
-		pid, err := strconv.ParseUint(p, 10, 32)
-		if err != nil || pid == 0 {
+		pid64, err := strconv.ParseUint(p, 10, 32)
+		if err != nil || pid64 == 0 {
 			continue
 		}
-		names, err := dirNames(filepath.Join(dir, p), maxKFDFiles)
-		if err != nil {
-			continue // exited
+		pid := uint32(pid64)
+		live[pid] = true
+		k, ok := known[pid]
+		if !ok || now.Sub(k.listed) >= fullLookEvery {
+			names, err := dirNames(filepath.Join(dir, p), maxKFDFiles)
+			if err != nil {
+				delete(known, pid)
+				continue // exited
+			}
+			k = kfdProcess{listed: now}
+			for _, name := range names {
+				id, ok := strings.CutPrefix(name, "vram_")
+				gpuID, err := strconv.ParseUint(id, 10, 64)
+				if pci, ours := t.gpus[gpuID]; ok && err == nil && ours {
+					k.vram = append(k.vram, kfdVRAM{path: filepath.Join(dir, p, name), pci: pci})
+				}
+			}
+			known[pid] = k
 		}
 		var mem kfdMemory
-		for _, name := range names {
-			id, ok := strings.CutPrefix(name, "vram_")
-			if !ok {
-				continue
-			}
-			gpuID, err := strconv.ParseUint(id, 10, 64)
-			pci, known := t.gpus[gpuID]
-			if err != nil || !known {
-				continue
-			}
-			n, err := f.uint(filepath.Join(dir, p, name))
+		for _, v := range k.vram {
+			n, err := f.uint(v.path)
 			if err != nil {
+				delete(known, pid) // gone, or its files changed: listed again next time
 				continue
 			}
 			if mem == nil {
 				mem = make(kfdMemory, 1)
 			}
-			mem[pci] += float64(n)
+			mem[v.pci] += float64(n)
 		}
-		procs[uint32(pid)] = mem
+		procs[pid] = mem
+	}
+	for pid := range known {
+		if !live[pid] {
+			delete(known, pid)
+		}
 	}
 	return procs, nil
 }

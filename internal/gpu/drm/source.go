@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // Config configures a Source. Zero values take the defaults.
@@ -31,16 +31,16 @@ type Config struct {
 type Source struct {
 	cfg   Config
 	files files
-	proc  *procfs.Reader
+	scan  *scanner
 	known map[string]*device
+	cards []string  // /sys/class/drm's entries at the last reading
+	devs  []*device // the GPUs they were
 	topo  *kfdTopology
+	kfd   kfdFiles
 	// Counters of the previous reading, for the rates between two: each client's engine counters and each
 	// device's energy, by PCI address.
 	clients map[rateKey]clientCounters
 	energy  map[string]energy
-	// Reused between readings.
-	pids []uint32
-	fds  []procfs.DeviceFD
 }
 
 // ErrNoDevice is New's error on a node without an amdgpu, i915 or xe GPU.
@@ -55,8 +55,8 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Source{cfg: cfg, proc: procfs.NewReader(cfg.ProcFS), known: make(map[string]*device),
-		clients: make(map[rateKey]clientCounters), energy: make(map[string]energy)}
+	s := &Source{cfg: cfg, scan: newScanner(cfg.ProcFS), known: make(map[string]*device),
+		clients: make(map[rateKey]clientCounters), energy: make(map[string]energy), kfd: make(kfdFiles)}
 	devs, err := discover(&s.files, cfg.SysFS, cfg.ProcFS, s.known)
 	if err != nil {
 		return nil, err
@@ -83,19 +83,20 @@ func Present(sysfs string) []string {
 // Name implements gpu.Source.
 func (s *Source) Name() string { return "drm" }
 
-// Close implements gpu.Source.
-func (s *Source) Close() error { return nil }
+// Close implements gpu.Source: it closes the files kept open from one reading to the next.
+func (s *Source) Close() error {
+	s.scan.closeAll()
+	s.files.closeAll()
+	return nil
+}
 
 // Snapshot implements gpu.Source.
 func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	now := s.cfg.Now()
-	devs, err := discover(&s.files, s.cfg.SysFS, s.cfg.ProcFS, s.known)
+	s.files.reading(now)
+	devs, err := s.devices()
 	if err != nil {
 		return nil, err
-	}
-	clear(s.known)
-	for _, d := range devs {
-		s.known[d.card] = d
 	}
 	snap := &gpu.Snapshot{Time: now, Devices: make([]gpu.Device, len(devs))}
 	energies := make(map[string]energy, len(devs))
@@ -117,14 +118,13 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	var kfd map[uint32]kfdMemory
 	kfdListed := true
 	if amd {
-		kfd, err = s.readKFD(devs)
+		kfd, err = s.readKFD(devs, now)
 		if err != nil {
 			kfdListed = false
 			snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: gpu.OpProcesses, Err: err})
 		}
 	}
-	var sc scan
-	sc, s.pids, s.fds = scanProcesses(ctx, s.proc, s.pids, s.fds, devs, s.cfg.MaxFDsPerProcess, s.cfg.MaxFDsPerReading)
+	sc := s.scan.scan(ctx, devs, s.cfg.MaxFDsPerProcess, s.cfg.MaxFDsPerReading, now)
 	snap.Errors = append(snap.Errors, sc.errors(s.cfg)...)
 	listed := sc.err == nil && sc.denied == 0 && !sc.truncated
 	for i, d := range devs {
@@ -134,8 +134,27 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	return snap, nil
 }
 
+// devices lists the GPUs: again only when /sys/class/drm lists other entries than at the last reading (a GPU
+// bound or unbound, a driver reloaded), the device links being what they were while the entries are.
+func (s *Source) devices() ([]*device, error) {
+	names, err := dirNames(filepath.Join(s.cfg.SysFS, "class", "drm"), maxCards)
+	if err != nil {
+		return nil, fmt.Errorf("listing DRM devices: %w", err)
+	}
+	if s.cards != nil && slices.Equal(names, s.cards) {
+		return s.devs, nil
+	}
+	devs := discoverCards(&s.files, s.cfg.SysFS, s.cfg.ProcFS, names, s.known)
+	clear(s.known)
+	for _, d := range devs {
+		s.known[d.card] = d
+	}
+	s.cards, s.devs = names, devs
+	return devs, nil
+}
+
 // readKFD reads the compute processes' VRAM; nil, nil where the kernel has no KFD.
-func (s *Source) readKFD(devs []*device) (map[uint32]kfdMemory, error) {
+func (s *Source) readKFD(devs []*device, now time.Time) (map[uint32]kfdMemory, error) {
 	renders := make(map[int]string, len(devs))
 	for _, d := range devs {
 		if d.render >= 0 {
@@ -147,7 +166,7 @@ func (s *Source) readKFD(devs []*device) (map[uint32]kfdMemory, error) {
 		return nil, err
 	}
 	s.topo = t
-	return readKFDProcesses(&s.files, s.cfg.SysFS, t)
+	return readKFDProcesses(&s.files, s.cfg.SysFS, t, s.kfd, now)
 }
 
 // errors says what kept the scan of open files from being complete.
@@ -174,9 +193,15 @@ func (sc scan) errors(cfg Config) []gpu.DeviceError {
 	return out
 }
 
-// deviceMemory matches the device-local memory regions of each driver's fdinfo: amdgpu's vram, xe's vram0, vram1
-// (one per tile), i915's local0, local1. The others (gtt, system, stolen, cpu) are host memory.
-var deviceMemory = regexp.MustCompile(`^(vram[0-9]*|local[0-9]+)$`)
+// deviceMemory reports whether a memory region of a driver's fdinfo is the device's own memory: amdgpu's vram,
+// xe's vram0, vram1 (one per tile), i915's local0, local1. The others (gtt, system, stolen, cpu) are host memory.
+func deviceMemory(region string) bool {
+	if n, ok := strings.CutPrefix(region, "vram"); ok {
+		return strings.TrimLeft(n, "0123456789") == ""
+	}
+	n, ok := strings.CutPrefix(region, "local")
+	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
+}
 
 // usage is one process's use of one device, summed over its clients.
 type usage struct {
@@ -225,7 +250,7 @@ func (s *Source) assemble(snap *gpu.Snapshot, devs []*device, kfd map[uint32]kfd
 		d := devs[c.dev]
 		u := use(c.pid, c.dev)
 		for _, r := range c.Regions {
-			if r.HasResident && deviceMemory.MatchString(r.Name) {
+			if r.HasResident && deviceMemory(r.Name) {
 				u.drmVRAM += float64(r.Resident)
 				u.hasDRM = true
 			}

@@ -9,36 +9,104 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
-// files reads the small attribute files of sysfs (and procfs's osrelease) through one buffer. sysfs reports a
-// size of 4096 for every attribute, so os.ReadFile's size guess is wasted work at a few dozen files per GPU per
-// reading. It opens the file itself, never a symlink in its last component, nor anything but a regular file,
-// and reads at most maxAttr bytes: a --path.sysfs that is not the kernel's must not make the exporter hang on a
-// FIFO or read a large file into memory. Directories in the path may be symlinks, as sysfs's device links are.
+// files reads the small attribute files of sysfs (and procfs's osrelease) through one buffer. It opens a file
+// itself, never a symlink in its last component, nor anything but a regular file, and reads at most maxAttr bytes:
+// a --path.sysfs that is not the kernel's must not make the exporter hang on a FIFO or read a large file into
+// memory. Directories in the path may be symlinks, as sysfs's device links are.
+//
+// A file read at a reading stays open for the next one, which reads it again from its start (sysfs calls the
+// driver's show function at each read from offset 0) with one system call instead of four; one not read at a
+// reading is closed after it (sweep), as is one whose read fails. A file that is absent is not looked for again
+// for fullLookEvery: what a driver publishes does not change while it is loaded.
 type files struct {
-	buf []byte
+	buf    []byte
+	now    time.Time
+	reads  uint64 // the reading, for sweep
+	kept   map[string]*keptAttr
+	absent map[string]time.Time // when the file was found missing
+}
+
+type keptAttr struct {
+	fd       int
+	lastRead uint64
 }
 
 // maxAttr bounds one attribute: a sysfs attribute is at most a page; KFD's topology properties, the longest file
 // read, are about 1.5 KB.
 const maxAttr = 8 << 10
 
+// maxKeptAttrs bounds the attribute files kept open: a few dozen per GPU, one per compute process and GPU.
+const maxKeptAttrs = 1 << 13
+
 var errNotRegular = errors.New("not a regular file, as sysfs attributes are")
+
+// reading starts a reading at now: the files kept open from the last one and not read at it are closed.
+func (f *files) reading(now time.Time) {
+	f.now = now
+	for path, k := range f.kept {
+		if k.lastRead != f.reads {
+			syscall.Close(k.fd)
+			delete(f.kept, path)
+		}
+	}
+	f.reads++
+}
 
 // read returns the contents of the file at path, valid until the next read.
 func (f *files) read(path string) ([]byte, error) {
-	fd, err := open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer syscall.Close(fd)
 	if f.buf == nil {
 		f.buf = make([]byte, maxAttr+1)
 	}
+	if k, ok := f.kept[path]; ok {
+		b, err := f.readFD(k.fd, path, true)
+		if err != nil {
+			syscall.Close(k.fd)
+			delete(f.kept, path)
+			return nil, err
+		}
+		k.lastRead = f.reads
+		return b, nil
+	}
+	if t, ok := f.absent[path]; ok && f.now.Sub(t) < fullLookEvery {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+	}
+	fd, err := open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !f.now.IsZero() {
+			if f.absent == nil {
+				f.absent = make(map[string]time.Time)
+			}
+			f.absent[path] = f.now
+		}
+		return nil, err
+	}
+	delete(f.absent, path)
+	b, err := f.readFD(fd, path, false)
+	if err != nil || f.now.IsZero() || len(f.kept) >= maxKeptAttrs {
+		syscall.Close(fd)
+		return b, err
+	}
+	if f.kept == nil {
+		f.kept = make(map[string]*keptAttr)
+	}
+	f.kept[path] = &keptAttr{fd: fd, lastRead: f.reads}
+	return b, nil
+}
+
+// readFD reads an open file whole, from its start (pread) when it was read before.
+func (f *files) readFD(fd int, path string, again bool) ([]byte, error) {
 	n := 0
 	for n < len(f.buf) {
-		m, err := syscall.Read(fd, f.buf[n:])
+		var m int
+		var err error
+		if again {
+			m, err = syscall.Pread(fd, f.buf[n:], int64(n))
+		} else {
+			m, err = syscall.Read(fd, f.buf[n:])
+		}
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -49,8 +117,21 @@ func (f *files) read(path string) ([]byte, error) {
 			return f.buf[:n], nil
 		}
 		n += m
+		if n < len(f.buf) && m < 4096 {
+			// sysfs writes an attribute whole at the first read, and a small regular file comes whole too: the
+			// read that would return 0 is spared. A read that filled a page or the buffer goes on.
+			return f.buf[:n], nil
+		}
 	}
 	return nil, fmt.Errorf("%s: larger than %d bytes", path, maxAttr)
+}
+
+// closeAll closes the files kept open.
+func (f *files) closeAll() {
+	for path, k := range f.kept {
+		syscall.Close(k.fd)
+		delete(f.kept, path)
+	}
 }
 
 func open(path string) (int, error) {
