@@ -95,7 +95,7 @@ func (c *Client) parseLine(line []byte) {
 	}
 	key, value := line[:colon], trimSpace(line[colon+1:])
 	k, ok := bytes.CutPrefix(key, []byte("drm-"))
-	if !ok || bytes.ContainsAny(key, " \t\r\v\f") {
+	if !ok || hasSpace(k) {
 		return
 	}
 	switch {
@@ -105,7 +105,9 @@ func (c *Client) parseLine(line []byte) {
 		}
 	case string(k) == "pdev":
 		if c.PDev == "" {
-			if pdev, ok := gpu.ParsePCIBusID(string(value)); ok {
+			if canonicalPCI(value) {
+				c.PDev = string(value) // as the kernel prints it (pci_name): the common case, without a reformat
+			} else if pdev, ok := gpu.ParsePCIBusID(string(value)); ok {
 				c.PDev = pdev
 			}
 		}
@@ -301,8 +303,11 @@ var (
 // is not read.
 func parseWithUnit(value []byte, units []unit) (uint64, bool) {
 	num, rest := value, []byte(nil)
-	if i := bytes.IndexAny(value, " \t"); i >= 0 {
-		num, rest = value[:i], trimSpace(value[i:])
+	for i, c := range value {
+		if c == ' ' || c == '\t' {
+			num, rest = value[:i], trimSpace(value[i:])
+			break
+		}
 	}
 	n, ok := parseUint(num)
 	if !ok {
@@ -333,4 +338,40 @@ func parseUint(b []byte) (uint64, bool) {
 	return n, err == nil
 }
 
-func trimSpace(b []byte) []byte { return bytes.Trim(b, " \t\r\n\v\f") }
+// trimSpace trims ASCII white space, as bytes.TrimSpace does for ASCII, without its set's construction per call.
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func hasSpace(b []byte) bool {
+	for _, c := range b {
+		if isSpace(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// canonicalPCI says whether b is a PCI address in gpu.ParsePCIBusID's form, dddd:bb:dd.f in lower-case hex with a
+// device number up to 1f and a function up to 7, which it would return unchanged.
+func canonicalPCI(b []byte) bool {
+	if len(b) != 12 || b[4] != ':' || b[7] != ':' || b[10] != '.' || b[8] > '1' || b[11] < '0' || b[11] > '7' {
+		return false
+	}
+	for _, i := range []int{0, 1, 2, 3, 5, 6, 8, 9} {
+		if c := b[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'
+}

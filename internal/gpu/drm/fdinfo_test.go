@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
 
 func readCorpus(t testing.TB, name string) []byte {
@@ -222,6 +224,22 @@ func FuzzParseFDInfo(f *testing.F) {
 		noise := append([]byte("pos:\t0\nflags:\t02\npasid:\t1\namd-evicted-vram:\t0 KiB\ndrm foo:\t1\n"), b...)
 		if again, err := ParseFDInfo(noise); err != nil || !reflect.DeepEqual(again, c) {
 			t.Fatalf("other keys changed the result:\n%+v\n%+v (%v)", c, again, err)
+		}
+	})
+}
+
+// canonicalPCI's fast path agrees with gpu.ParsePCIBusID wherever it is taken.
+func FuzzCanonicalPCI(f *testing.F) {
+	for _, s := range []string{"0000:05:00.0", "0000:c1:1f.7", "0000:C1:00.0", "0000:05:20.0", "0000:05:00.8",
+		"10000:05:00.0", "0000:05:00.0 ", "0000:g5:00.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !canonicalPCI([]byte(s)) {
+			return
+		}
+		if got, ok := gpu.ParsePCIBusID(s); !ok || got != s {
+			t.Errorf("canonicalPCI(%q), but ParsePCIBusID gives %q, %v", s, got, ok)
 		}
 	})
 }
