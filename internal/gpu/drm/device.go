@@ -30,6 +30,23 @@ type device struct {
 	name    string
 	uuid    string
 	version string // the driver's version: the module's, else the kernel's release
+	paths   map[attrKey]string
+}
+
+type attrKey struct{ dir, name string }
+
+// path is filepath.Join(dir, name), joined once per device: a reading reads a few dozen attributes of each.
+func (d *device) path(dir, name string) string {
+	k := attrKey{dir, name}
+	if p, ok := d.paths[k]; ok {
+		return p
+	}
+	if d.paths == nil {
+		d.paths = make(map[attrKey]string)
+	}
+	p := filepath.Join(dir, name)
+	d.paths[k] = p
+	return p
 }
 
 // maxCards bounds the entries of /sys/class/drm read: a card, its connectors and render node each have one, a few

@@ -131,8 +131,11 @@ func readKFDProcesses(f *files, sysfs string, t *kfdTopology, known kfdFiles, no
 			k = kfdProcess{listed: now}
 			for _, name := range names {
 				id, ok := strings.CutPrefix(name, "vram_")
+				if !ok {
+					continue // pasid, sdma_<gpu_id>, stats_<gpu_id>
+				}
 				gpuID, err := strconv.ParseUint(id, 10, 64)
-				if pci, ours := t.gpus[gpuID]; ok && err == nil && ours {
+				if pci, ours := t.gpus[gpuID]; err == nil && ours {
 					k.vram = append(k.vram, kfdVRAM{path: filepath.Join(dir, p, name), pci: pci})
 				}
 			}

@@ -2,7 +2,6 @@ package drm
 
 import (
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -63,9 +62,9 @@ func readDevice(f *files, d *device, out *gpu.Device, last energy, now time.Time
 	if d.driver == "amdgpu" {
 		// amdgpu_pm.c: gpu_busy_percent and mem_busy_percent, percent of the time the GPU and its memory were busy
 		// over the SMU's last sample.
-		out.UtilizationRatio = r.uint(gpu.OpUtilization, filepath.Join(d.dir, "gpu_busy_percent"), percent)
-		out.MemoryUtilizationRatio = r.uint(gpu.OpUtilization, filepath.Join(d.dir, "mem_busy_percent"), percent)
-		out.PCIe.Replays = r.uint(gpu.OpPCIe, filepath.Join(d.dir, "pcie_replay_count"), 1)
+		out.UtilizationRatio = r.uint(gpu.OpUtilization, d.path(d.dir, "gpu_busy_percent"), percent)
+		out.MemoryUtilizationRatio = r.uint(gpu.OpUtilization, d.path(d.dir, "mem_busy_percent"), percent)
+		out.PCIe.Replays = r.uint(gpu.OpPCIe, d.path(d.dir, "pcie_replay_count"), 1)
 	}
 	r.clocks()
 	r.pcie()
@@ -79,8 +78,8 @@ func (r *deviceReader) memory() {
 	d, out := r.d, r.out
 	switch d.driver {
 	case "amdgpu":
-		out.MemoryTotalBytes = r.uint(gpu.OpMemory, filepath.Join(d.dir, "mem_info_vram_total"), 1)
-		out.MemoryUsedBytes = r.uint(gpu.OpMemory, filepath.Join(d.dir, "mem_info_vram_used"), 1)
+		out.MemoryTotalBytes = r.uint(gpu.OpMemory, d.path(d.dir, "mem_info_vram_total"), 1)
+		out.MemoryUsedBytes = r.uint(gpu.OpMemory, d.path(d.dir, "mem_info_vram_used"), 1)
 		if out.MemoryTotalBytes.Valid && out.MemoryUsedBytes.Valid {
 			out.MemoryFreeBytes = gpu.Known(max(out.MemoryTotalBytes.V-out.MemoryUsedBytes.V, 0))
 		}
@@ -111,13 +110,13 @@ func (r *deviceReader) clocks() {
 	switch d.driver {
 	case "amdgpu":
 		if d.hwmon != "" {
-			add("graphics", r.uint(gpu.OpClocks, filepath.Join(d.hwmon, "freq1_input"), 1))
-			add("memory", r.uint(gpu.OpClocks, filepath.Join(d.hwmon, "freq2_input"), 1))
+			add("graphics", r.uint(gpu.OpClocks, d.path(d.hwmon, "freq1_input"), 1))
+			add("memory", r.uint(gpu.OpClocks, d.path(d.hwmon, "freq2_input"), 1))
 		}
 	case "xe":
-		add("graphics", r.uint(gpu.OpClocks, filepath.Join(d.dir, "tile0", "gt0", "freq0", "act_freq"), mega))
+		add("graphics", r.uint(gpu.OpClocks, d.path(d.dir, "tile0/gt0/freq0/act_freq"), mega))
 	case "i915":
-		add("graphics", r.uint(gpu.OpClocks, filepath.Join(d.cardDir, "gt_act_freq_mhz"), mega))
+		add("graphics", r.uint(gpu.OpClocks, d.path(d.cardDir, "gt_act_freq_mhz"), mega))
 	}
 }
 
@@ -128,10 +127,10 @@ var pcieSpeeds = map[string]float64{"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32
 // pcie reads the link's generation and width now and at most, from the PCI core's attributes of the device.
 func (r *deviceReader) pcie() {
 	d, p := r.d, &r.out.PCIe
-	p.Width = r.uint(gpu.OpPCIe, filepath.Join(d.dir, "current_link_width"), 1)
-	p.MaxWidth = r.uint(gpu.OpPCIe, filepath.Join(d.dir, "max_link_width"), 1)
-	p.Generation = r.speed(filepath.Join(d.dir, "current_link_speed"))
-	p.MaxGeneration = r.speed(filepath.Join(d.dir, "max_link_speed"))
+	p.Width = r.uint(gpu.OpPCIe, d.path(d.dir, "current_link_width"), 1)
+	p.MaxWidth = r.uint(gpu.OpPCIe, d.path(d.dir, "max_link_width"), 1)
+	p.Generation = r.speed(d.path(d.dir, "current_link_speed"))
+	p.MaxGeneration = r.speed(d.path(d.dir, "max_link_speed"))
 }
 
 func (r *deviceReader) speed(path string) gpu.Value {
@@ -159,6 +158,14 @@ var temperatureLabels = map[string]struct {
 	"edge": {rank: 0}, "junction": {rank: 1}, "pkg": {rank: 2}, "mem": {memory: true}, "vram": {memory: true},
 }
 
+// The hwmon temperature channels read, 1 to 8, and their labels.
+var (
+	tempInputs = [8]string{"temp1_input", "temp2_input", "temp3_input", "temp4_input", "temp5_input", "temp6_input",
+		"temp7_input", "temp8_input"}
+	tempLabels = [8]string{"temp1_label", "temp2_label", "temp3_label", "temp4_label", "temp5_label", "temp6_label",
+		"temp7_label", "temp8_label"}
+)
+
 // hwmon reads the device's hardware monitor (Documentation/hwmon/sysfs-interface.rst units: millidegrees,
 // microwatts, microjoules): temperatures, power, power limit, energy and fan.
 func (r *deviceReader) hwmon(last energy, now time.Time) energy {
@@ -167,17 +174,18 @@ func (r *deviceReader) hwmon(last energy, now time.Time) energy {
 		return energy{}
 	}
 	core := 99
-	for ch := 1; ch <= 8; ch++ {
-		input := filepath.Join(d.hwmon, "temp"+strconv.Itoa(ch)+"_input")
-		label, err := r.f.text(filepath.Join(d.hwmon, "temp"+strconv.Itoa(ch)+"_label"))
+	for ch := range tempInputs {
+		input := d.path(d.hwmon, tempInputs[ch])
+		label, err := r.f.read(d.path(d.hwmon, tempLabels[ch]))
 		if err != nil {
-			label = ""
-			if ch != 1 {
+			label = nil
+			if ch != 0 {
 				continue // an unlabelled temperature other than the first is not one this reader knows
 			}
 		}
-		kind, known := temperatureLabels[label]
-		if label != "" && !known {
+		label = trimSpace(label)
+		kind, known := temperatureLabels[string(label)]
+		if len(label) > 0 && !known {
 			continue
 		}
 		switch {
@@ -191,19 +199,19 @@ func (r *deviceReader) hwmon(last energy, now time.Time) energy {
 	}
 	// Power drawn: amdgpu's power1_average, else power1_input (not every product has both). Intel's drivers publish
 	// no power reading, but an energy counter: the power between two readings is the counter's rate.
-	out.PowerUsageWatts = r.uint(gpu.OpPowerUsage, filepath.Join(d.hwmon, "power1_average"), micro)
+	out.PowerUsageWatts = r.uint(gpu.OpPowerUsage, d.path(d.hwmon, "power1_average"), micro)
 	if !out.PowerUsageWatts.Valid {
-		out.PowerUsageWatts = r.uint(gpu.OpPowerUsage, filepath.Join(d.hwmon, "power1_input"), micro)
+		out.PowerUsageWatts = r.uint(gpu.OpPowerUsage, d.path(d.hwmon, "power1_input"), micro)
 	}
 	// The power limit: amdgpu's power1_cap, the one limit it has, set by the administrator or its default; Intel's
 	// power1_max, the card's sustained limit (PL1), where 0 means no limit.
 	if d.driver == "amdgpu" {
-		out.PowerLimitWatts = r.uint(gpu.OpPowerLimit, filepath.Join(d.hwmon, "power1_cap"), micro)
+		out.PowerLimitWatts = r.uint(gpu.OpPowerLimit, d.path(d.hwmon, "power1_cap"), micro)
 		out.PowerManagementLimitWatts = out.PowerLimitWatts
 	} else {
 		// The card's limit, else the package's (Ponte Vecchio has only the package's, power2_max).
-		for _, ch := range []string{"1", "2"} {
-			if v := r.uint(gpu.OpPowerLimit, filepath.Join(d.hwmon, "power"+ch+"_max"), micro); v.Valid && v.V > 0 {
+		for _, name := range []string{"power1_max", "power2_max"} {
+			if v := r.uint(gpu.OpPowerLimit, d.path(d.hwmon, name), micro); v.Valid && v.V > 0 {
 				out.PowerLimitWatts = v
 				break
 			}
@@ -211,8 +219,8 @@ func (r *deviceReader) hwmon(last energy, now time.Time) energy {
 	}
 	// Energy: the card's counter (label "card", energy1 on xe and i915), else the package's (energy2).
 	var e energy
-	for _, ch := range []string{"1", "2"} {
-		if v := r.uint(gpu.OpEnergy, filepath.Join(d.hwmon, "energy"+ch+"_input"), micro); v.Valid {
+	for _, name := range []string{"energy1_input", "energy2_input"} {
+		if v := r.uint(gpu.OpEnergy, d.path(d.hwmon, name), micro); v.Valid {
 			out.EnergyJoules, e = v, energy{joules: v.V, at: now}
 			break
 		}
@@ -221,7 +229,7 @@ func (r *deviceReader) hwmon(last energy, now time.Time) energy {
 		out.PowerUsageWatts = gpu.Known((e.joules - last.joules) / now.Sub(last.at).Seconds())
 	}
 	// amdgpu's pwm1, the fan's duty cycle 0-255; Instinct boards have no fan of their own.
-	if v := r.uint(gpu.OpFanSpeed, filepath.Join(d.hwmon, "pwm1"), -255); v.Valid {
+	if v := r.uint(gpu.OpFanSpeed, d.path(d.hwmon, "pwm1"), -255); v.Valid {
 		out.FanSpeedRatio = gpu.Known(min(v.V, 1))
 	}
 	return e

@@ -41,6 +41,10 @@ const maxAttr = 8 << 10
 // maxKeptAttrs bounds the attribute files kept open: a few dozen per GPU, one per compute process and GPU.
 const maxKeptAttrs = 1 << 13
 
+// errAbsent is the error of a file found missing within fullLookEvery: the same value each time, since a reading
+// asks for a dozen files a driver does not publish, and absent files are not reported.
+var errAbsent = fmt.Errorf("not published by the driver (looked for within the last minute): %w", fs.ErrNotExist)
+
 var errNotRegular = errors.New("not a regular file, as sysfs attributes are")
 
 // reading starts a reading at now: the files kept open from the last one and not read at it are closed.
@@ -71,7 +75,7 @@ func (f *files) read(path string) ([]byte, error) {
 		return b, nil
 	}
 	if t, ok := f.absent[path]; ok && f.now.Sub(t) < fullLookEvery {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+		return nil, errAbsent
 	}
 	fd, err := open(path)
 	if err != nil {
