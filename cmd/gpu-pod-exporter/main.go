@@ -101,6 +101,7 @@ func run(args []string) int {
 	shell := completionCmd.Arg("shell", strings.Join(clidoc.Shells, ", ")).Required().Enum(clidoc.Shells...)
 	useUsage(app, serve)
 
+	args = sf.takeDemoValue(args)
 	chosen, err := app.Parse(args)
 	if err != nil {
 		msg, try := err.Error(), "--help"
@@ -182,7 +183,7 @@ func run(args []string) int {
 		return tf.runCluster(ctx, &tpf)
 	}
 
-	source, err := sf.open(ctx, logger)
+	source, err := sf.open(ctx, logger, af.procfs)
 	if err != nil {
 		return fail(cmd.forPerson, logger, "cannot read GPUs", err)
 	}
@@ -221,9 +222,7 @@ func run(args []string) int {
 	defer allocs.stop()
 	opts.Allocations = allocs.source
 	self := append([]prometheus.Collector{attributor}, allocs.self...)
-	if c, ok := source.(prometheus.Collector); ok { // sources with self-metrics (NVML's XID watcher)
-		self = append(self, c)
-	}
+	self = append(self, sourceCollectors(source)...) // sources with self-metrics (NVML's XID watcher)
 	summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
 	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, ls, rf.timeout, hangups, summary)
 }

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/drm"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/mixed"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 )
@@ -28,17 +33,25 @@ type sourceFlags struct {
 	sourceSet       bool
 	simulatedConfig string
 	demo            bool
+	demoPreset      string // the built-in node --demo=<name> asked for; "" for --demo alone
 	smiPath         string
 	smiPathSet      bool
 	smiTimeout      time.Duration
+	sysfs           string
+	sysfsSet        bool
 }
 
 func (f *sourceFlags) register(app flagHost) {
-	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi; with NVML, nvidia-smi where installed lists the processes NVML cannot), nvml, nvidia-smi or simulated.",
-		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated").IsSetByUser(&f.sourceSet)
+	enumFlag(app, "gpu.source", "Where GPU data comes from: auto (NVML if libnvidia-ml.so.1 loads, else nvidia-smi; with NVML, "+
+		"nvidia-smi where installed lists the processes NVML cannot; AMD and Intel GPUs through the kernel's DRM interfaces, "+
+		"alone or next to NVIDIA's), nvml, nvidia-smi, drm (AMD and Intel GPUs only) or simulated.",
+		"auto", &f.source, "auto", "nvml", "nvidia-smi", "drm", "simulated").IsSetByUser(&f.sourceSet)
 	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").PlaceHolder("FILE").
 		StringVar(&f.simulatedConfig)
-	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
+	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed: --demo (NVIDIA GPUs), --demo="+
+		strings.Join(demoPresets(), " or --demo=")+".").BoolVar(&f.demo)
+	app.Flag("path.sysfs", "The host's sysfs, for the drm source's GPUs (/sys/class/drm, hwmon, KFD).").
+		Default("/sys").IsSetByUser(&f.sysfsSet).StringVar(&f.sysfs)
 	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").
 		IsSetByUser(&f.smiPathSet).StringVar(&f.smiPath)
 	durationFlag(app, "nvidia-smi.timeout", "Deadline of one nvidia-smi run.", nvidiasmi.DefaultTimeout, &f.smiTimeout)
@@ -50,6 +63,9 @@ func (f *sourceFlags) warnings() []string { return nil }
 // be built in to be asked for; a simulated node file must exist, and an nvidia-smi given as a path must be an
 // executable file, so that "not executable" is not reported as "not found" at the first reading.
 func (f *sourceFlags) check() error {
+	if f.demoPreset != "" && !slices.Contains(demoPresets(), f.demoPreset) {
+		return flagError("demo", "%q is not a built-in node (%s)", f.demoPreset, strings.Join(demoPresets(), ", "))
+	}
 	switch {
 	case f.demo && f.sourceSet && f.source != "simulated":
 		return flagError("gpu.source", "%s conflicts with --demo, which reads the built-in simulated node: drop one of them", f.source)
@@ -61,6 +77,13 @@ func (f *sourceFlags) check() error {
 		return flagError("gpu.source", "simulated needs --gpu.simulated-config=FILE (or use --demo)")
 	case f.source == "nvml" && withoutNVML != "":
 		return flagError("gpu.source", "nvml: this binary was %s; use nvidia-smi, or build it on Linux with cgo", withoutNVML)
+	}
+	if f.sysfsSet || f.source == "drm" {
+		if fi, err := os.Stat(f.sysfs); err != nil {
+			return flagError("path.sysfs", "%v", err)
+		} else if !fi.IsDir() {
+			return flagError("path.sysfs", "%s is not a directory", f.sysfs)
+		}
 	}
 	if f.simulatedConfig != "" {
 		if err := configfile.Check(f.simulatedConfig, simulated.MaxFileBytes); err != nil {
@@ -82,10 +105,12 @@ func (f *sourceFlags) check() error {
 	return nil
 }
 
-func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source, error) {
+// open opens the source the flags ask for; procfs is the host's proc filesystem, where the drm source reads the
+// processes' open DRM files.
+func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procfs string) (gpu.Source, error) {
 	switch {
 	case f.demo:
-		return simulated.Demo(), nil
+		return simulated.Preset(f.demoPreset)
 	case f.simulatedConfig != "":
 		return simulated.Open(f.simulatedConfig)
 	}
@@ -94,24 +119,56 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 		return openNVML(logger, nil)
 	case "nvidia-smi":
 		return f.openNvidiaSMI(logger)
+	case "drm":
+		return f.openDRM(procfs, 0)
 	}
-	// auto: NVML when the library loads; nvidia-smi only when it does not, since any other NVML failure (no
-	// permission on /dev/nvidia*, a driver mismatch) would fail nvidia-smi too and must be seen as it is. Where
-	// nvidia-smi is installed, it also lists the processes of GPUs whose lists NVML cannot read.
+	// auto: the NVIDIA GPUs' source, and the AMD and Intel GPUs' through DRM where sysfs has any; both on a node
+	// with both.
+	nvidia, noNvidia, nvErr := f.openNvidia(logger)
+	drivers := drm.Present(f.sysfs)
+	switch {
+	case len(drivers) == 0:
+		return nvidia, nvErr
+	case nvErr != nil && !noNvidia:
+		return nil, nvErr // an NVIDIA driver that fails (a mismatch, no permission) is the node's problem to see
+	}
+	first := 0
+	if nvidia != nil {
+		first = drm.NVIDIAGPUs(f.sysfs)
+	}
+	d, err := f.openDRM(procfs, first)
+	if err != nil {
+		if nvidia != nil {
+			_ = nvidia.Close()
+		}
+		return nil, err
+	}
+	if nvidia == nil {
+		logger.Info("no NVIDIA driver: reading the GPUs through the kernel's DRM interfaces", "drivers", strings.Join(drivers, ","))
+		return d, nil
+	}
+	return mixed.New(nvidia, d), nil
+}
+
+// openNvidia opens the NVIDIA GPUs' source for --gpu.source=auto: NVML when the library loads; nvidia-smi only
+// when it does not, since any other NVML failure (no permission on /dev/nvidia*, a driver mismatch) would fail
+// nvidia-smi too and must be seen as it is. Where nvidia-smi is installed, it also lists the processes of GPUs
+// whose lists NVML cannot read. none says that neither is there: a node without an NVIDIA driver.
+func (f *sourceFlags) openNvidia(logger *slog.Logger) (src gpu.Source, none bool, err error) {
 	var smi gpu.Source
 	smiSource, smiErr := f.openNvidiaSMI(logger)
 	if smiErr == nil {
 		smi = smiSource
 	}
-	src, err := openNVML(logger, smi)
+	src, err = openNVML(logger, smi)
 	if !nvmlUnavailable(err) {
 		if err != nil && smi != nil {
 			_ = smi.Close()
 		}
-		return src, err
+		return src, false, err
 	}
 	if smiErr != nil {
-		return nil, fmt.Errorf("no GPU source: %v; and %v", err, smiErr)
+		return nil, true, fmt.Errorf("no GPU source: %v; and %v", err, smiErr)
 	}
 	if withoutNVML != "" {
 		// Not the node's doing but the build's: said louder, since every reading lacks what only NVML has.
@@ -119,9 +176,51 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source
 	} else {
 		logger.Info("NVML not available, reading GPUs with nvidia-smi", "reason", err)
 	}
-	return smi, nil
+	return smi, false, nil
+}
+
+// sourceCollectors are the self-metrics of the sources read (NVML's XID watcher), a mixed node's included.
+func sourceCollectors(src gpu.Source) []prometheus.Collector {
+	var out []prometheus.Collector
+	srcs := []gpu.Source{src}
+	if m, ok := src.(*mixed.Source); ok {
+		srcs = m.Sources()
+	}
+	for _, s := range srcs {
+		if c, ok := s.(prometheus.Collector); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// openDRM opens the DRM source, its GPUs numbered from first.
+func (f *sourceFlags) openDRM(procfs string, first int) (gpu.Source, error) {
+	return drm.New(drm.Config{SysFS: f.sysfs, ProcFS: procfs, FirstIndex: first})
 }
 
 func (f *sourceFlags) openNvidiaSMI(logger *slog.Logger) (gpu.Source, error) {
 	return nvidiasmi.New(nvidiasmi.Config{Path: f.smiPath, Timeout: f.smiTimeout, Logger: logger})
+}
+
+// takeDemoValue takes the value of --demo=<name> out of the command line, before kingpin parses it: --demo is a
+// boolean flag (kingpin's booleans take no value), which stands alone for the built-in NVIDIA node and names one of
+// the other built-in nodes with a value. check validates the name.
+func (f *sourceFlags) takeDemoValue(args []string) []string {
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		if a == "--" {
+			return append(out, args[len(out):]...)
+		}
+		if name, ok := strings.CutPrefix(a, "--demo="); ok && name != "true" && name != "false" {
+			f.demoPreset, a = name, "--demo"
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// demoPresets are the names --demo takes besides none.
+func demoPresets() []string {
+	return slices.DeleteFunc(simulated.Presets(), func(s string) bool { return s == "" })
 }

@@ -133,14 +133,23 @@ type devices struct {
 	byUUID  map[string]target
 	byIndex map[int]*gpu.Device
 	byMinor map[int]*gpu.Device
+	byPCI   map[string]*gpu.Device // AMD's device plugin, in the kernel's form of the address
+	byCard  map[string]*gpu.Device // Intel's device plugin
 }
 
 func indexDevices(snap *gpu.Snapshot) devices {
-	ds := devices{byUUID: make(map[string]target), byIndex: make(map[int]*gpu.Device), byMinor: make(map[int]*gpu.Device)}
+	ds := devices{byUUID: make(map[string]target), byIndex: make(map[int]*gpu.Device), byMinor: make(map[int]*gpu.Device),
+		byPCI: make(map[string]*gpu.Device), byCard: make(map[string]*gpu.Device)}
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
 		ds.byUUID[d.UUID] = target{dev: d, gi: -1, ci: -1}
 		ds.byIndex[d.Index] = d
+		if pci, ok := gpu.ParsePCIBusID(d.PCIBusID); ok {
+			ds.byPCI[pci] = d
+		}
+		if d.DRMCard != "" {
+			ds.byCard[d.DRMCard] = d
+		}
 		if d.MinorNumber.Valid {
 			ds.byMinor[int(d.MinorNumber.V)] = d
 		}
@@ -154,6 +163,12 @@ func indexDevices(snap *gpu.Snapshot) devices {
 // resolve finds the device an allocated device ID names.
 func (ds devices) resolve(ref kubelet.DeviceRef) (target, bool) {
 	switch {
+	case ref.PCIBusID != "":
+		d, ok := ds.byPCI[ref.PCIBusID]
+		return target{dev: d, gi: -1, ci: -1}, ok
+	case ref.DRMCard != "":
+		d, ok := ds.byCard[ref.DRMCard]
+		return target{dev: d, gi: -1, ci: -1}, ok
 	case ref.Minor >= 0:
 		d, ok := ds.byMinor[ref.Minor]
 		if !ok {

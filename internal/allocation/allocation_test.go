@@ -41,6 +41,25 @@ func TestResolveDeviceIDs(t *testing.T) {
 	}
 }
 
+// AMD's device plugin names GPUs by PCI address, whatever form the source writes it in; Intel's by DRM card. On a
+// node with both, NVIDIA's names resolve as before: a minor number or an index never matches a DRM card.
+func TestResolveAMDAndIntelDeviceIDs(t *testing.T) {
+	snap := &gpu.Snapshot{Devices: []gpu.Device{
+		{Index: 0, UUID: "GPU-n0", PCIBusID: "00000000:18:00.0", MinorNumber: gpu.Known(0)},
+		{Index: 1, UUID: "GPU-2c5ab07d91e3f640", PCIBusID: "0000:26:00.0", Vendor: gpu.VendorAMD, DRMCard: "card1", MinorNumber: gpu.Known(1)},
+		{Index: 2, UUID: "PCI-0000:83:00.0", PCIBusID: "0000:83:00.0", Vendor: gpu.VendorIntel, DRMCard: "card2", MinorNumber: gpu.Known(2)},
+	}}
+	ds := indexDevices(snap)
+	for id, want := range map[string]string{
+		"0000:26:00.0": "1//", "0000:18:00.0": "0//", "0000:83:00.0": "2//", "card2-0": "2//", "card2-3": "2//",
+		"card1-0": "1//", "0000:27:00.0": "unmapped", "card0-0": "unmapped", "amdgpu_xcp_30": "unmapped",
+	} {
+		if got := resolved(ds, kubelet.ParseDeviceID(id)); got != want {
+			t.Errorf("%s resolves to %s, want %s", id, got, want)
+		}
+	}
+}
+
 // DRA device names resolve through the minor number, and MIG devices through their placement, or their profile
 // where the source has no placement and the profile is unique on the GPU. Nothing else is guessed.
 func TestResolveDRADeviceNames(t *testing.T) {

@@ -70,11 +70,19 @@ const (
 var deviceFamilies = []deviceFamily{
 	{
 		name: "gpu_info", typ: gauge, sources: fromAll,
-		help:   "GPU identity; always 1. simulated=\"true\" when the data does not come from real hardware.",
-		labels: []string{"name", "pci_bus_id", "driver_version", "cuda_version", "mig_mode", "simulated"},
+		help: "GPU identity; always 1. vendor is nvidia, amd or intel; simulated=\"true\" when the data does not come " +
+			"from real hardware.",
+		labels: []string{"name", "vendor", "pci_bus_id", "driver_version", "cuda_version", "mig_mode", "simulated"},
 		series: func(s *deviceSeries, r *reading.Reading, d *gpu.Device) {
 			snap := r.Snapshot
-			s.add(1, d.Name, d.PCIBusID, snap.DriverVersion, snap.CUDAVersion, string(d.MIGMode), strconv.FormatBool(snap.Simulated))
+			driver, cuda := snap.DriverVersion, snap.CUDAVersion
+			if d.DriverVersion != "" { // a node whose GPUs have drivers of their own: CUDA is NVIDIA's only
+				driver, cuda = d.DriverVersion, ""
+				if d.Vendor == gpu.VendorNVIDIA {
+					cuda = snap.CUDAVersion
+				}
+			}
+			s.add(1, d.Name, d.Vendor, d.PCIBusID, driver, cuda, string(d.MIGMode), strconv.FormatBool(snap.Simulated))
 		},
 	},
 	{

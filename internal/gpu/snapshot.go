@@ -1,6 +1,6 @@
 // Package gpu defines what every GPU source produces: one point-in-time Snapshot of the node's devices, MIG
-// instances and GPU processes. Sources (NVML, nvidia-smi, simulated) live in subpackages; attribution and metrics
-// only ever see a Snapshot.
+// instances and GPU processes. Sources (NVML, nvidia-smi, the kernel's DRM interfaces, simulated) live in
+// subpackages; attribution and metrics only ever see a Snapshot.
 package gpu
 
 import (
@@ -12,7 +12,8 @@ import (
 // (reading.Reader makes concurrent scrapes share one reading), so a source needs no locking or sharing of its own,
 // and the Snapshot it returns belongs to the caller.
 type Source interface {
-	// Name is the source's name in flags and self-metrics: "nvml", "nvidia-smi" or "simulated".
+	// Name is the source's name in flags and self-metrics: "nvml", "nvidia-smi", "drm", "simulated", or a
+	// mixed node's two joined by "+" ("nvml+drm").
 	Name() string
 	// Snapshot reads every device once, and returns by ctx's deadline as far as the driver lets it. A failure of
 	// one device is reported in Snapshot.Errors and the other devices are still returned; an error return means
@@ -55,9 +56,17 @@ type Snapshot struct {
 // Device is one physical GPU.
 type Device struct {
 	Index    int
-	UUID     string // GPU-…
+	UUID     string // GPU-…; for GPUs that the DRM source reads: GPU-<amdgpu's unique_id>, else PCI-<PCI address>
 	Name     string
 	PCIBusID string
+	// Vendor is VendorNVIDIA, VendorAMD or VendorIntel: on a node with GPUs of several vendors, it tells them apart.
+	Vendor string
+	// DriverVersion is the version of this GPU's driver, where it differs from the snapshot's (a node whose GPUs
+	// have several drivers); empty: Snapshot.DriverVersion.
+	DriverVersion string
+	// DRMCard is the GPU's DRM card, card<N> of /dev/dri and /sys/class/drm, for the GPUs that the DRM source reads:
+	// Intel's device plugin names GPUs by it. Empty for the others.
+	DRMCard string
 	// MinorNumber is the N of /dev/nvidiaN. It can differ from Index; NVIDIA's DRA driver names GPUs by it.
 	MinorNumber Value
 	MIGMode     MIGMode
@@ -105,6 +114,13 @@ type Device struct {
 	ProcessesListed bool
 	Processes       []Process
 }
+
+// The vendors of GPUs, as gpu_info's vendor label writes them.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+	VendorIntel  = "intel"
+)
 
 // MIGMode is a GPU's current MIG mode, as the gpu_info metric's mig_mode label writes it.
 type MIGMode string

@@ -3,7 +3,14 @@ package kubelet
 import (
 	"strconv"
 	"strings"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
+
+// DefaultResources are the extended resources of the GPU device plugins whose device IDs ParseDeviceID reads:
+// NVIDIA's (whole GPUs or their shared replicas, and MIG devices), AMD's (ROCm/k8s-device-plugin) and Intel's
+// (intel-device-plugins-for-kubernetes, one resource per kernel driver).
+var DefaultResources = []string{"nvidia.com/gpu", "nvidia.com/mig-*", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe"}
 
 // DeviceRef is what a device plugin's device ID, or a DRA device name, says about the GPU behind it. They name
 // devices in different ways; the collector resolves a DeviceRef against the GPU snapshot, where UUIDs, indices and
@@ -22,10 +29,17 @@ type DeviceRef struct {
 	Minor int
 	// MIG is set for a MIG device of GPU Minor named by its placement (NVIDIA DRA device names); nil otherwise.
 	MIG *MIGPlacement
+	// PCIBusID is the GPU's PCI address, in the kernel's form (0000:05:00.0), for AMD's device plugin; empty
+	// otherwise.
+	PCIBusID string
+	// DRMCard is the GPU's DRM card (card1), for Intel's device plugin; empty otherwise.
+	DRMCard string
 }
 
 // Known reports whether the ID named a GPU in a form this package understands.
-func (r DeviceRef) Known() bool { return r.UUID != "" || r.Index >= 0 || r.Minor >= 0 }
+func (r DeviceRef) Known() bool {
+	return r.UUID != "" || r.Index >= 0 || r.Minor >= 0 || r.PCIBusID != "" || r.DRMCard != ""
+}
 
 // ParseDeviceID reads a device ID as the kubelet reports it for a GPU resource:
 //
@@ -36,8 +50,12 @@ func (r DeviceRef) Known() bool { return r.UUID != "" || r.Index >= 0 || r.Minor
 //	<n>, <n>::<r>              GPU index n (deviceIDStrategy=index)
 //	<n>:<m>                    MIG device m of GPU n (deviceIDStrategy=index)
 //	nvidia<n>, nvidia<n>/<x>   GPU index n, whole or a shared slice of it (GKE's device plugin)
+//	<domain>:<bus>:<dev>.<fn>  the GPU at that PCI address (AMD's device plugin, amd.com/gpu)
+//	card<n>-<i>                replica i of the GPU of DRM card n (Intel's device plugin, gpu.intel.com/i915
+//	                           and gpu.intel.com/xe; one replica unless -shared-dev-num shares the card)
 //
-// Anything else is returned with Known() false.
+// Anything else is returned with Known() false: AMD's compute partitions (amdgpu_xcp_<n>), which the DRM
+// source does not read as GPUs of their own, among them.
 func ParseDeviceID(id string) DeviceRef {
 	ref := DeviceRef{Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}
 	id = strings.TrimSpace(id)
@@ -62,6 +80,15 @@ func ParseDeviceID(id string) DeviceRef {
 	case strings.HasPrefix(id, "nvidia"):
 		n, _, _ := strings.Cut(strings.TrimPrefix(id, "nvidia"), "/")
 		ref.Index = index(n)
+	case strings.HasPrefix(id, "card"):
+		card, replica, ok := strings.Cut(id, "-")
+		if ok && index(strings.TrimPrefix(card, "card")) >= 0 && index(replica) >= 0 {
+			ref.DRMCard = card
+		}
+	case strings.Count(id, ":") == 2:
+		if pci, ok := gpu.ParsePCIBusID(id); ok {
+			ref.PCIBusID = pci
+		}
 	default:
 		gpuIdx, mig, isMIG := strings.Cut(id, ":")
 		ref.Index = index(gpuIdx)

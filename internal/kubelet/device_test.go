@@ -1,6 +1,10 @@
 package kubelet
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
 
 func TestParseDeviceID(t *testing.T) {
 	for _, tc := range []struct {
@@ -17,12 +21,19 @@ func TestParseDeviceID(t *testing.T) {
 		{"1:2", DeviceRef{Index: 1, MIGIndex: 2, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
 		{"nvidia2", DeviceRef{Index: 2, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
 		{"nvidia0/vgpu3", DeviceRef{Index: 0, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		// AMD's device plugin: the PCI address, in the kernel's form whatever the case.
+		{"0000:26:00.0", DeviceRef{PCIBusID: "0000:26:00.0", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"0000:C6:00.0", DeviceRef{PCIBusID: "0000:c6:00.0", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		// Intel's: the DRM card and a replica of it.
+		{"card1-0", DeviceRef{DRMCard: "card1", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
+		{"card12-3", DeviceRef{DRMCard: "card12", Index: -1, MIGIndex: -1, GPUInstance: -1, ComputeInstance: -1, Minor: -1}},
 	} {
 		if got := ParseDeviceID(tc.id); got != tc.want || !got.Known() {
 			t.Errorf("ParseDeviceID(%q) = %+v, want %+v", tc.id, got, tc.want)
 		}
 	}
-	for _, id := range []string{"", "fpga0", "-1", "1:x", "x:1", "nvidia", "nvidiax", "MIG-GPU-abc/1", "MIG-GPU-abc/x/0", "99999999", "::1"} {
+	for _, id := range []string{"", "fpga0", "-1", "1:x", "x:1", "nvidia", "nvidiax", "MIG-GPU-abc/1", "MIG-GPU-abc/x/0", "99999999", "::1",
+		"amdgpu_xcp_30", "0000:26:00", "0000:26:00.8", "1:2:3", "card", "card1", "card-0", "cardx-0", "card1-", "card1-x", "all"} {
 		if got := ParseDeviceID(id); got.Known() {
 			t.Errorf("ParseDeviceID(%q) = %+v, want unknown", id, got)
 		}
@@ -30,7 +41,7 @@ func TestParseDeviceID(t *testing.T) {
 }
 
 func FuzzParseDeviceID(f *testing.F) {
-	for _, s := range []string{"GPU-a::1", "MIG-GPU-a/1/2", "0:1", "nvidia0/vgpu1"} {
+	for _, s := range []string{"GPU-a::1", "MIG-GPU-a/1/2", "0:1", "nvidia0/vgpu1", "0000:26:00.0", "card1-0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
@@ -40,6 +51,20 @@ func FuzzParseDeviceID(f *testing.F) {
 		}
 		if r.UUID != "" && r.Index >= 0 {
 			t.Errorf("%q: both UUID and index: %+v", id, r)
+		}
+		names := 0
+		for _, named := range []bool{r.UUID != "", r.Index >= 0, r.Minor >= 0, r.PCIBusID != "", r.DRMCard != ""} {
+			if named {
+				names++
+			}
+		}
+		if names > 1 {
+			t.Errorf("%q: names a GPU in more than one way: %+v", id, r)
+		}
+		if r.PCIBusID != "" {
+			if pci, ok := gpu.ParsePCIBusID(r.PCIBusID); !ok || pci != r.PCIBusID {
+				t.Errorf("%q: PCI address %q is not in the kernel's form", id, r.PCIBusID)
+			}
 		}
 	})
 }

@@ -27,10 +27,6 @@ import (
 // DefaultEndpoint is where the kubelet serves the PodResources API.
 const DefaultEndpoint = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 
-// DefaultResources are the extended resources of NVIDIA's device plugin: whole GPUs (or their shared replicas) and
-// MIG devices.
-var DefaultResources = []string{"nvidia.com/gpu", "nvidia.com/mig-*"}
-
 // Defaults for the zero values of Config.
 const (
 	DefaultInterval = 10 * time.Second

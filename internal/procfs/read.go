@@ -22,9 +22,11 @@ import (
 // points at, nor anything but a regular file: a --path.procfs that is not the kernel's (a fake tree, a mistaken
 // mount) must not make the exporter read /etc/shadow into a label, nor hang on a FIFO.
 type Reader struct {
-	root string
-	path []byte
-	buf  []byte
+	root   string
+	path   []byte
+	buf    []byte
+	fdinfo []byte // "fdinfo/<fd>", built per read (fd_linux.go)
+	dents  []byte // getdents buffer (fd_linux.go)
 }
 
 // maxCommFile is the most the kernel writes to <pid>/comm: a process's name is at most TASK_COMM_LEN-1 (15) bytes

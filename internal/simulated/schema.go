@@ -46,6 +46,9 @@ type claimConfig struct {
 type gpuConfig struct {
 	UUID                    string                 `yaml:"uuid"`
 	Name                    string                 `yaml:"name"`
+	Vendor                  vendor                 `yaml:"vendor"`
+	DriverVersion           string                 `yaml:"driver_version"`
+	DRMCard                 string                 `yaml:"drm_card"`
 	PCIBusID                string                 `yaml:"pci_bus_id"`
 	MinorNumber             *int                   `yaml:"minor_number"`
 	MIGMode                 migMode                `yaml:"mig_mode"`
@@ -233,4 +236,16 @@ func (m *migMode) UnmarshalYAML(n *yaml.Node) error {
 		return nil
 	}
 	return fmt.Errorf("line %d: mig_mode %q must be enabled or disabled", n.Line, n.Value)
+}
+
+// vendor is a GPU's vendor; empty is NVIDIA's, as every node file before vendors were named.
+type vendor string
+
+func (v *vendor) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Value {
+	case gpu.VendorNVIDIA, gpu.VendorAMD, gpu.VendorIntel:
+		*v = vendor(n.Value)
+		return nil
+	}
+	return fmt.Errorf("line %d: vendor %q must be nvidia, amd or intel", n.Line, n.Value)
 }

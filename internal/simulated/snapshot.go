@@ -1,6 +1,7 @@
 package simulated
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,6 +23,9 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 			Index:                   i,
 			UUID:                    g.UUID,
 			Name:                    g.Name,
+			Vendor:                  cmp.Or(string(g.Vendor), gpu.VendorNVIDIA),
+			DriverVersion:           g.DriverVersion,
+			DRMCard:                 g.DRMCard,
 			PCIBusID:                g.PCIBusID,
 			MinorNumber:             gpu.Known(float64(i)),
 			MIGMode:                 gpu.MIGMode(g.MIGMode),

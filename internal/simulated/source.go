@@ -9,7 +9,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,8 +21,36 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet"
 )
 
-//go:embed demo.yaml
-var demoYAML []byte
+// The built-in nodes, each a file of its own.
+var (
+	//go:embed demo.yaml
+	demoYAML []byte
+	//go:embed amd.yaml
+	amdYAML []byte
+	//go:embed mixed.yaml
+	mixedYAML []byte
+)
+
+// presets are the built-in nodes by the name --demo takes: "" for --demo alone.
+var presets = map[string][]byte{"": demoYAML, "amd": amdYAML, "mixed": mixedYAML}
+
+// Presets are the names of the built-in nodes, "" (--demo alone, the NVIDIA node) first.
+func Presets() []string { return slices.Sorted(maps.Keys(presets)) }
+
+// Preset returns a built-in node by name: "" is the demo node (Demo), "amd" eight AMD Instinct MI300X, "mixed"
+// NVIDIA, AMD and Intel GPUs on one node.
+func Preset(name string) (*Source, error) {
+	data, ok := presets[name]
+	if !ok {
+		return nil, fmt.Errorf("no built-in node %q", name)
+	}
+	cfg, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("built-in node %q is invalid: %w", name, err)
+	}
+	now := time.Now()
+	return &Source{cfg: cfg, now: time.Now, loaded: now, opened: now}, nil
+}
 
 // Source is a simulated node.
 type Source struct {
@@ -41,12 +71,11 @@ type Source struct {
 // Demo returns the built-in demo node: seven H100s and a workstation card, shared by pods, MPS, MIG, a Slurm job,
 // a service and a plain container.
 func Demo() *Source {
-	cfg, err := parse(demoYAML)
+	s, err := Preset("")
 	if err != nil {
-		panic("built-in demo node is invalid: " + err.Error())
+		panic(err)
 	}
-	now := time.Now()
-	return &Source{cfg: cfg, now: time.Now, loaded: now, opened: now}
+	return s
 }
 
 // MaxFileBytes bounds a simulated node file. Parsing YAML costs several times the file's size in memory; the demo

@@ -15,6 +15,44 @@ import (
 
 var uuidPattern = regexp.MustCompile(`^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
+// The UUIDs of the GPUs the DRM source reads: amdgpu's 64-bit unique ID, or the PCI address where the driver
+// publishes none (Intel's).
+var (
+	amdUUIDPattern = regexp.MustCompile(`^GPU-[0-9a-f]{16}$`)
+	drmCardPattern = regexp.MustCompile(`^card[0-9]{1,6}$`)
+)
+
+// validateIdentity checks a GPU's UUID in its vendor's form, and that only the GPUs the DRM source reads (AMD's
+// and Intel's) have a DRM card, by which Intel's device plugin names them.
+func validateIdentity(g gpuConfig) error {
+	switch g.Vendor {
+	case gpu.VendorAMD:
+		if !amdUUIDPattern.MatchString(g.UUID) && g.UUID != "PCI-"+g.PCIBusID {
+			return fmt.Errorf("uuid: %q is not an AMD GPU's UUID (GPU- and 16 hex digits of amdgpu's unique_id, or PCI-<pci_bus_id>)", g.UUID)
+		}
+	case gpu.VendorIntel:
+		if g.UUID != "PCI-"+g.PCIBusID {
+			return fmt.Errorf("uuid: %q is not an Intel GPU's UUID (PCI-<pci_bus_id>)", g.UUID)
+		}
+	default:
+		if !uuidPattern.MatchString(g.UUID) {
+			return fmt.Errorf("uuid: %q is not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", g.UUID)
+		}
+		if g.DRMCard != "" {
+			return errors.New("drm_card: only AMD's and Intel's GPUs are read as DRM cards")
+		}
+	}
+	if g.DRMCard != "" && !drmCardPattern.MatchString(g.DRMCard) {
+		return fmt.Errorf("drm_card: %q is not a DRM card (card<N>)", g.DRMCard)
+	}
+	if g.Vendor == gpu.VendorAMD || g.Vendor == gpu.VendorIntel {
+		if _, ok := gpu.ParsePCIBusID(g.PCIBusID); !ok {
+			return fmt.Errorf("pci_bus_id: %q is required for an AMD or Intel GPU, as domain:bus:device.function", g.PCIBusID)
+		}
+	}
+	return nil
+}
+
 // parse reads a node file strictly: unknown keys, wrong types and out-of-range values are errors that name the key
 // or value and its line.
 func parse(data []byte) (*nodeConfig, error) {
@@ -65,8 +103,8 @@ func validate(cfg *nodeConfig) error {
 			return fmt.Errorf("gpus[%d].minor_number: %d is negative or another GPU's", i, minor)
 		}
 		minors[minor] = true
-		if !uuidPattern.MatchString(g.UUID) {
-			return fmt.Errorf("gpus[%d].uuid: %q is not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", i, g.UUID)
+		if err := validateIdentity(g); err != nil {
+			return fmt.Errorf("gpus[%d].%w", i, err)
 		}
 		if uuids[g.UUID] {
 			return fmt.Errorf("gpus[%d].uuid: %s appears twice", i, g.UUID)

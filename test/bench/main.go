@@ -1,5 +1,6 @@
 // Command bench measures the real gpu-pod-exporter binary on generated nodes of any size: it writes a fake procfs
-// and a simulated node (or an nvidia-smi fixture with a fake nvidia-smi that only cats it), starts the binary,
+// and a simulated node (or an nvidia-smi fixture with a fake nvidia-smi that only cats it, or the sysfs and fds of
+// eight MI300X for the drm source), starts the binary,
 // scrapes it the way Prometheus does (gzip, Prometheus' Accept header), sequentially and with N concurrent
 // scrapers, and prints one Markdown table: p50, p99, exporter CPU per scrape (utime+stime of the exporter and its
 // children, from /proc/<pid>/stat), peak RSS (VmHWM), anonymous RSS after the run (RssAnon: the heap, stacks and
@@ -37,7 +38,8 @@ const clockTicks = 100
 func main() {
 	binary := flag.String("binary", "./gpu-pod-exporter", "the exporter binary to measure")
 	sizes := flag.String("sizes", "1,8,64,512,2048", "process counts, comma-separated")
-	cases := flag.String("cases", "simulated,nvidia-smi,procfs,demo", "what to measure: simulated (in-process source), nvidia-smi (fake that cats a fixture), procfs (the simulated source listing real processes, read through /proc), demo (idle --demo)")
+	cases := flag.String("cases", "simulated,nvidia-smi,procfs,demo", "what to measure: simulated (in-process source), nvidia-smi (fake that cats a fixture), procfs (the simulated source listing real processes, read through /proc), drm (eight MI300X read by the drm source from a fake sysfs and procfs; needs root), demo (idle --demo)")
+	drmOthers := flag.Int("drm-others", 256, "processes of the drm case that use no GPU, whose open files the drm source looks through too")
 	concurrency := flag.String("concurrency", "8,20", "concurrent scrapers, comma-separated (each after the sequential run)")
 	fixture := flag.String("fixture", "internal/gpu/nvidiasmi/testdata/500farm__4-geforce-rtx-3090.xml", "nvidia-smi fixture for the nvidia-smi case")
 	seconds := flag.Float64("seconds", 3, "rough length of each measurement")
@@ -76,6 +78,16 @@ func main() {
 	if want["procfs"] {
 		for _, n := range ints(*procSizes) {
 			measureRealProcesses(work, *binary, n, ints(*concurrency), *seconds)
+		}
+	}
+	if want["drm"] {
+		for _, n := range ints(*sizes) {
+			dir := filepath.Join(work, fmt.Sprintf("drm-%d", n))
+			nd, err := newDRMNode(dir, n, *drmOthers)
+			if err != nil {
+				fail(err)
+			}
+			measure(nd, *binary, "drm", "drm", ints(*concurrency), *seconds)
 		}
 	}
 	if want["demo"] {
@@ -124,9 +136,12 @@ func measure(n *node, binary, name, source string, concurrency []int, seconds fl
 	dir := n.dir
 	args := []string{"--path.procfs=" + n.procfs, "--runtime.endpoint=unix://" + filepath.Join(dir, "no-cri.sock"),
 		"--docker.host=unix://" + filepath.Join(dir, "no-docker.sock"), "--podman.host=unix://" + filepath.Join(dir, "no-podman.sock")}
-	if source == "simulated" {
+	switch source {
+	case "simulated":
 		args = append(args, "--gpu.simulated-config="+n.simulated)
-	} else {
+	case "drm":
+		args = append(args, "--gpu.source=drm", "--path.sysfs="+n.sysfs)
+	default:
 		args = append(args, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+n.smi)
 	}
 	e := start(binary, args...)

@@ -20,6 +20,7 @@ const firstPID = 100000
 type node struct {
 	dir        string
 	procfs     string
+	sysfs      string // the drm source's node only
 	simulated  string // simulated node file
 	smi        string // fake nvidia-smi
 	gpus, pids int

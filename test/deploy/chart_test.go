@@ -544,8 +544,10 @@ func checkCommon(t *testing.T, r *rendered) {
 			t.Error("privileged without the reason for it, the driver's directory mounted from the node")
 		}
 	}
-	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+	// Nothing added, but with drm.enabled the two that reading other processes' DRM files needs.
+	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		len(sc.Capabilities.Add) != 0 && !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"SYS_PTRACE", "DAC_READ_SEARCH"}) {
+		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added (SYS_PTRACE and DAC_READ_SEARCH with drm.enabled)", sc.Capabilities)
 	}
 	if psc := pod.SecurityContext; psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("pod securityContext %+v, want the RuntimeDefault seccomp profile", psc)

@@ -26,6 +26,13 @@ const presetsDir = chartDir + "/presets"
 
 // presetChecks are each preset's own checks, by file name; a preset without an entry fails TestHelmPresets.
 var presetChecks = map[string]func(t *testing.T, r *rendered){
+	"amd-gpu.yaml": func(t *testing.T, r *rendered) {
+		checkDRMPreset(t, r, map[string]string{"feature.node.kubernetes.io/amd-gpu": "true"},
+			map[string]string{"feature.node.kubernetes.io/amd-vgpu": "true"})
+	},
+	"intel-gpu.yaml": func(t *testing.T, r *rendered) {
+		checkDRMPreset(t, r, map[string]string{"intel.feature.node.kubernetes.io/gpu": "true"})
+	},
 	"gke.yaml": func(t *testing.T, r *rendered) {
 		pod := r.daemonSet.Spec.Template.Spec
 		c := exporterContainer(t, r.daemonSet)
@@ -226,5 +233,27 @@ func TestHelmProcessUser(t *testing.T) {
 	}
 	if !slices.Equal(users, []string{me.Username}) {
 		t.Errorf("user labels %q, want the test process's owner %q from the node's passwd", users, me.Username)
+	}
+}
+
+// checkDRMPreset: the AMD and Intel presets run on their vendors' nodes (each set of labels a node may have) and
+// still on NVIDIA's, with the two capabilities that reading other processes' DRM files needs and no others.
+func checkDRMPreset(t *testing.T, r *rendered, nodes ...map[string]string) {
+	t.Helper()
+	pod := r.daemonSet.Spec.Template.Spec
+	checkGPUNodeAffinity(t, pod)
+	terms := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for _, labels := range nodes {
+		labels["kubernetes.io/os"] = "linux"
+		if !matchesNodeSelectorTerms(terms, labels) {
+			t.Errorf("a node labelled %v does not match", labels)
+		}
+	}
+	if matchesNodeSelectorTerms(terms, map[string]string{"kubernetes.io/os": "linux", "feature.node.kubernetes.io/pci-8086.present": "true"}) {
+		t.Error("a node with any Intel PCI device (every Intel server) matches")
+	}
+	c := exporterContainer(t, r.daemonSet)
+	if add := c.SecurityContext.Capabilities.Add; !slices.Equal(add, []corev1.Capability{"SYS_PTRACE", "DAC_READ_SEARCH"}) {
+		t.Errorf("capabilities added %v, want SYS_PTRACE and DAC_READ_SEARCH", add)
 	}
 }

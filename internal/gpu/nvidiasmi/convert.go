@@ -21,6 +21,7 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 		UUID:     uuid,
 		Name:     text(x.ProductName),
 		PCIBusID: cmp.Or(text(x.PCI.BusID), text(x.ID)),
+		Vendor:   gpu.VendorNVIDIA,
 		MIGMode:  migMode(x.CurrentMIG),
 
 		MinorNumber: minorNumber(x.MinorNumber),

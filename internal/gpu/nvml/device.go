@@ -69,7 +69,7 @@ func (s *Source) readDevice(i int, names map[uint32]string) (*gpu.Device, []gpu.
 		return nil, []gpu.DeviceError{s.fail(i, s.xid.uuidOf(i), gpu.OpDevice, fmt.Errorf("reading UUID of GPU %d: %w", i, ret))}
 	}
 	r := &deviceReader{s: s, index: i, uuid: uuid}
-	d := &gpu.Device{Index: i, UUID: uuid}
+	d := &gpu.Device{Index: i, UUID: uuid, Vendor: gpu.VendorNVIDIA}
 
 	r.readIdentity(h, d)
 	mem := r.readMemory(h, gpu.OpMemory)

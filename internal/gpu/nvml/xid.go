@@ -239,7 +239,7 @@ func (w *xidWatcher) unreadGPUs(seen map[string]bool) []gpu.Device {
 	var out []gpu.Device
 	for uuid, index := range w.registered {
 		if !seen[uuid] && len(w.counts[uuid]) > 0 {
-			out = append(out, gpu.Device{Index: index, UUID: uuid})
+			out = append(out, gpu.Device{Index: index, UUID: uuid, Vendor: gpu.VendorNVIDIA})
 		}
 	}
 	w.mu.Unlock()

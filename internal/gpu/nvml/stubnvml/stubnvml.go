@@ -116,6 +116,7 @@ func (v Variant) Device(index int) gpu.Device {
 		Index:                   index,
 		UUID:                    fmt.Sprintf("GPU-stub-%d", index),
 		Name:                    v.GPUName,
+		Vendor:                  gpu.VendorNVIDIA,
 		PCIBusID:                fmt.Sprintf("00000000:%02X:00.0", 0x18+index),
 		MinorNumber:             k(float64(2*index + 1)),
 		MIGMode:                 gpu.MIGDisabled,

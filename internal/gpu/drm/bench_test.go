@@ -1,0 +1,99 @@
+package drm
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/drm/drmfake"
+)
+
+// BenchmarkSnapshot reads an 8-GPU MI300X node with 512 or 2048 ROCm processes (a render node open among six other
+// files, a DRM client and KFD's VRAM each) and 256 processes of no GPU with 24 files each: the source's own cost per
+// reading, on a fake tree (a real procfs's fd links cost less to stat than the fake's symlinks).
+func BenchmarkSnapshot(b *testing.B) {
+	for _, n := range []int{512, 2048} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) { benchmarkSnapshot(b, n) })
+	}
+}
+
+func benchmarkSnapshot(b *testing.B, procs int) {
+	mi := drmfake.NewMI300X()
+	node := mi.Node(false)
+	node.Processes = nil
+	for i := range procs {
+		g := mi.GPUs[i%8]
+		c := drmfake.AMDGPUClient{PDev: g.PCI, ID: uint64(10000 + i), VRAM: 258 << 20, GTT: 8 << 20}
+		node.Processes = append(node.Processes, drmfake.Process{PID: uint32(100000 + i), Other: 6,
+			DRM: []drmfake.File{{Minor: g.Render, FDInfo: c.FDInfo()}}, KFD: map[uint64]uint64{g.KFDGPUID: 256 << 20}})
+	}
+	for i := range 256 {
+		node.Processes = append(node.Processes, drmfake.Process{PID: uint32(2000 + i), Other: 24})
+	}
+	sysfs, procfs, err := node.Write(b.TempDir())
+	if errors.Is(err, drmfake.ErrNeedsRoot) {
+		b.Skip(err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Config{SysFS: sysfs, ProcFS: procfs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Snapshot(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		snap, err := s.Snapshot(b.Context())
+		if err != nil || len(snap.Devices[0].Processes) != procs/8 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParseFDInfo parses an amdgpu client's fdinfo of a 6.12 kernel: 29 lines, 18 of them memory keys.
+func BenchmarkParseFDInfo(b *testing.B) {
+	in := readCorpus(b, "amdgpu-6.12.txt")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseFDInfo(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A reading of a node with 64 ROCm processes stays within an allocation budget: a few allocations per process (its
+// client, its engines and regions, its entry in the snapshot), none per line of fdinfo or per attribute file.
+func TestSnapshotAllocations(t *testing.T) {
+	mi := drmfake.NewMI300X()
+	node := mi.Node(false)
+	node.Processes = nil
+	for i := range 64 {
+		g := mi.GPUs[i%8]
+		c := drmfake.AMDGPUClient{PDev: g.PCI, ID: uint64(10000 + i), VRAM: 258 << 20, GTT: 8 << 20}
+		node.Processes = append(node.Processes, drmfake.Process{PID: uint32(100000 + i), Other: 6,
+			DRM: []drmfake.File{{Minor: g.Render, FDInfo: c.FDInfo()}}, KFD: map[uint64]uint64{g.KFDGPUID: 256 << 20}})
+	}
+	_, sysfs, procfs := writeNode(t, node)
+	c := newClock()
+	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	snapshot(t, s)
+	const budget = 800
+	allocs := testing.AllocsPerRun(20, func() {
+		c.t = c.t.Add(time.Second)
+		if _, err := s.Snapshot(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("%.0f allocations per reading of 8 GPUs and 64 processes", allocs)
+	if allocs > budget {
+		t.Errorf("%.0f allocations per reading, over the budget of %d", allocs, budget)
+	}
+}

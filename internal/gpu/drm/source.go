@@ -1,0 +1,344 @@
+package drm
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
+
+// Config configures a Source. Zero values take the defaults.
+type Config struct {
+	SysFS  string // default /sys
+	ProcFS string // default /proc
+	// FirstIndex is the gpu index of the first device (in PCI order): on a node that also has NVIDIA GPUs, it
+	// follows theirs.
+	FirstIndex int
+	// Bounds on the open files looked at per process and per reading; DefaultMaxFDsPerProcess and
+	// DefaultMaxFDsPerReading by default.
+	MaxFDsPerProcess, MaxFDsPerReading int
+	Now                                func() time.Time
+}
+
+// Source reads the node's amdgpu, i915 and xe GPUs (gpu.Source). Like every source it is called one Snapshot at
+// a time.
+type Source struct {
+	cfg   Config
+	files files
+	scan  *scanner
+	known map[string]*device
+	cards []string  // /sys/class/drm's entries at the last reading
+	devs  []*device // the GPUs they were
+	topo  *kfdTopology
+	kfd   kfdFiles
+	// Counters of the previous reading, for the rates between two: each client's engine counters and each
+	// device's energy, by PCI address.
+	clients map[rateKey]clientCounters
+	energy  map[string]energy
+}
+
+// ErrNoDevice is New's error on a node without an amdgpu, i915 or xe GPU.
+var ErrNoDevice = errors.New("no GPU of the amdgpu, i915 or xe driver in /sys/class/drm")
+
+// New opens the source, which needs at least one GPU of its drivers.
+func New(cfg Config) (*Source, error) {
+	cfg.SysFS = cmp.Or(cfg.SysFS, "/sys")
+	cfg.ProcFS = cmp.Or(cfg.ProcFS, "/proc")
+	cfg.MaxFDsPerProcess = cmp.Or(cfg.MaxFDsPerProcess, DefaultMaxFDsPerProcess)
+	cfg.MaxFDsPerReading = cmp.Or(cfg.MaxFDsPerReading, DefaultMaxFDsPerReading)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Source{cfg: cfg, scan: newScanner(cfg.ProcFS), known: make(map[string]*device),
+		clients: make(map[rateKey]clientCounters), energy: make(map[string]energy), kfd: make(kfdFiles)}
+	devs, err := discover(&s.files, cfg.SysFS, cfg.ProcFS, s.known)
+	if err != nil {
+		return nil, err
+	}
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("%w (under %s)", ErrNoDevice, cfg.SysFS)
+	}
+	return s, nil
+}
+
+// Present reports which drivers of this source drive GPUs in sysfs, for --gpu.source=auto.
+func Present(sysfs string) []string {
+	var f files
+	devs, _ := discover(&f, sysfs, "", nil)
+	var drivers []string
+	for _, d := range devs {
+		if !slices.Contains(drivers, d.driver) {
+			drivers = append(drivers, d.driver)
+		}
+	}
+	return drivers
+}
+
+// Name implements gpu.Source.
+func (s *Source) Name() string { return "drm" }
+
+// Close implements gpu.Source: it closes the files kept open from one reading to the next.
+func (s *Source) Close() error {
+	s.scan.closeAll()
+	s.files.closeAll()
+	return nil
+}
+
+// Snapshot implements gpu.Source.
+func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
+	now := s.cfg.Now()
+	s.files.reading(now)
+	devs, err := s.devices()
+	if err != nil {
+		return nil, err
+	}
+	snap := &gpu.Snapshot{Time: now, Devices: make([]gpu.Device, len(devs))}
+	energies := make(map[string]energy, len(devs))
+	amd := false
+	for i, d := range devs {
+		out := &snap.Devices[i]
+		*out = gpu.Device{Index: s.cfg.FirstIndex + i, UUID: d.uuid, Name: d.name, PCIBusID: d.pci, Vendor: d.vendor,
+			DriverVersion: d.version, DRMCard: d.card, MinorNumber: gpu.Known(float64(d.minor))}
+		errs, e := readDevice(&s.files, d, out, s.energy[d.pci], now)
+		snap.Errors = append(snap.Errors, errs...)
+		energies[d.pci] = e
+		amd = amd || d.driver == "amdgpu"
+	}
+	s.energy = energies
+	if len(devs) > 0 {
+		snap.DriverVersion = devs[0].version
+	}
+
+	var kfd map[uint32]kfdMemory
+	kfdListed := true
+	if amd {
+		kfd, err = s.readKFD(devs, now)
+		if err != nil {
+			kfdListed = false
+			snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: gpu.OpProcesses, Err: err})
+		}
+	}
+	sc := s.scan.scan(ctx, devs, s.cfg.MaxFDsPerProcess, s.cfg.MaxFDsPerReading, now)
+	snap.Errors = append(snap.Errors, sc.errors(s.cfg)...)
+	listed := sc.err == nil && sc.denied == 0 && !sc.truncated
+	for i, d := range devs {
+		snap.Devices[i].ProcessesListed = listed && (d.driver != "amdgpu" || kfdListed)
+	}
+	s.assemble(snap, devs, kfd, sc.clients, now)
+	return snap, nil
+}
+
+// devices lists the GPUs: again only when /sys/class/drm lists other entries than at the last reading (a GPU
+// bound or unbound, a driver reloaded), the device links being what they were while the entries are.
+func (s *Source) devices() ([]*device, error) {
+	names, err := dirNames(filepath.Join(s.cfg.SysFS, "class", "drm"), maxCards)
+	if err != nil {
+		return nil, fmt.Errorf("listing DRM devices: %w", err)
+	}
+	if s.cards != nil && slices.Equal(names, s.cards) {
+		return s.devs, nil
+	}
+	devs := discoverCards(&s.files, s.cfg.SysFS, s.cfg.ProcFS, names, s.known)
+	clear(s.known)
+	for _, d := range devs {
+		s.known[d.card] = d
+	}
+	s.cards, s.devs = names, devs
+	return devs, nil
+}
+
+// readKFD reads the compute processes' VRAM; nil, nil where the kernel has no KFD.
+func (s *Source) readKFD(devs []*device, now time.Time) (map[uint32]kfdMemory, error) {
+	renders := make(map[int]string, len(devs))
+	for _, d := range devs {
+		if d.render >= 0 {
+			renders[d.render] = d.pci
+		}
+	}
+	t, err := readKFDTopology(&s.files, s.cfg.SysFS, renders, s.topo)
+	if err != nil || t == nil {
+		return nil, err
+	}
+	s.topo = t
+	return readKFDProcesses(&s.files, s.cfg.SysFS, t, s.kfd, now)
+}
+
+// errors says what kept the scan of open files from being complete.
+func (sc scan) errors(cfg Config) []gpu.DeviceError {
+	var errs []error
+	if sc.err != nil {
+		errs = append(errs, sc.err)
+	}
+	if sc.denied > 0 {
+		errs = append(errs, fmt.Errorf("the open files of %d processes could not be read (permission denied): reading "+
+			"other processes' DRM clients needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH", sc.denied))
+	}
+	if sc.truncated {
+		errs = append(errs, fmt.Errorf("stopped looking at processes' open files after %d of them (or at the "+
+			"reading's deadline): %d processes were not looked at", cfg.MaxFDsPerReading, sc.cut))
+	} else if sc.cut > 0 {
+		errs = append(errs, fmt.Errorf("%d processes have more than %d open files, of which only the first were "+
+			"looked at", sc.cut, cfg.MaxFDsPerProcess))
+	}
+	out := make([]gpu.DeviceError, len(errs))
+	for i, err := range errs {
+		out[i] = gpu.DeviceError{Index: -1, Operation: gpu.OpProcesses, Err: err}
+	}
+	return out
+}
+
+// deviceMemory reports whether a memory region of a driver's fdinfo is the device's own memory: amdgpu's vram,
+// xe's vram0, vram1 (one per tile), i915's local0, local1. The others (gtt, system, stolen, cpu) are host memory.
+func deviceMemory(region string) bool {
+	if n, ok := strings.CutPrefix(region, "vram"); ok {
+		return strings.TrimLeft(n, "0123456789") == ""
+	}
+	n, ok := strings.CutPrefix(region, "local")
+	return ok && n != "" && strings.TrimLeft(n, "0123456789") == ""
+}
+
+// usage is one process's use of one device, summed over its clients.
+type usage struct {
+	pid     uint32
+	dev     int
+	kfd     bool
+	kfdVRAM float64
+	drmVRAM float64
+	hasDRM  bool // a DRM client with device memory
+	// The busy fraction of each kind of engine between the last two readings, the engines of one kind summed over
+	// the process's clients; rated: at least one client was seen at the previous reading.
+	busy                 [numKinds]float64
+	hasBusy              [numKinds]bool
+	rated                bool
+	usedGraphics, usedCC bool // the client ever used a graphics, or a compute, engine
+}
+
+// assemble builds each device's process list from KFD's compute processes and the DRM clients, and keeps the
+// clients' counters for the next reading's rates.
+func (s *Source) assemble(snap *gpu.Snapshot, devs []*device, kfd map[uint32]kfdMemory, clients []client, now time.Time) {
+	byPCI := make(map[string]int, len(devs))
+	for i, d := range devs {
+		byPCI[d.pci] = i
+	}
+	uses := make(map[[2]uint32]*usage)
+	use := func(pid uint32, dev int) *usage {
+		k := [2]uint32{pid, uint32(dev)}
+		u := uses[k]
+		if u == nil {
+			u = &usage{pid: pid, dev: dev}
+			uses[k] = u
+		}
+		return u
+	}
+	for pid, mem := range kfd {
+		for pci, bytes := range mem {
+			if dev, ok := byPCI[pci]; ok && bytes > 0 {
+				u := use(pid, dev)
+				u.kfd, u.kfdVRAM = true, bytes
+			}
+		}
+	}
+	next := make(map[rateKey]clientCounters, len(clients))
+	for i := range clients {
+		c := &clients[i]
+		d := devs[c.dev]
+		u := use(c.pid, c.dev)
+		for _, r := range c.Regions {
+			if r.HasResident && deviceMemory(r.Name) {
+				u.drmVRAM += float64(r.Resident)
+				u.hasDRM = true
+			}
+		}
+		key := c.rateKey(d.pci)
+		cur := countersOf(&c.Client)
+		prev, rated := s.clients[key]
+		next[key] = cur.atLeast(prev, rated)
+		for _, e := range c.Engines {
+			kind := engineKinds[e.Name]
+			if e.BusyNS > 0 || e.Cycles > 0 {
+				u.usedGraphics = u.usedGraphics || kind == graphicsEngine
+				u.usedCC = u.usedCC || kind == computeEngine
+			}
+		}
+		if !rated {
+			continue
+		}
+		u.rated = true
+		for _, e := range c.Engines {
+			kind := engineKinds[e.Name]
+			pe, found := prev.engine(e.Name)
+			if !found && d.driver == "amdgpu" {
+				// amdgpu prints an engine once the client used it: not printed before, it had been idle.
+				pe, found = Engine{Name: e.Name, HasBusyNS: true}, true
+			}
+			if f, ok := fraction(pe, found, e, now.Sub(prev.at)); ok && kind != otherEngine {
+				u.busy[kind] += f
+				u.hasBusy[kind] = true
+			}
+		}
+	}
+	for k, c := range next {
+		c.at = now
+		next[k] = c
+	}
+	s.clients = next
+
+	ordered := make([]*usage, 0, len(uses))
+	for _, u := range uses {
+		ordered = append(ordered, u)
+	}
+	slices.SortFunc(ordered, func(a, b *usage) int { return cmp.Or(cmp.Compare(a.dev, b.dev), cmp.Compare(a.pid, b.pid)) })
+	for _, u := range ordered {
+		d := &snap.Devices[u.dev]
+		d.Processes = append(d.Processes, u.process(devs[u.dev].driver))
+	}
+}
+
+// process turns a process's use of a device into the snapshot's terms.
+func (u *usage) process(driver string) gpu.Process {
+	p := gpu.Process{PID: u.pid, Type: gpu.ProcessGraphics}
+	switch {
+	case u.kfd && u.usedGraphics:
+		p.Type = gpu.ProcessComputeAndGraphics
+	case u.kfd, u.usedCC && !u.usedGraphics:
+		p.Type = gpu.ProcessCompute
+	}
+	// KFD counts the VRAM a compute process allocated through it; on recent kernels the process's DRM file, whose
+	// address space KFD uses, counts the same buffers and any others: the larger is the process's.
+	if u.kfd || u.hasDRM {
+		p.UsedMemoryBytes = gpu.Known(max(u.kfdVRAM, u.drmVRAM))
+	}
+	if !u.rated {
+		return p
+	}
+	// amdgpu prints an engine only once the client used it (amdgpu_fdinfo.c): an engine not printed was idle.
+	idleUnlisted := driver == "amdgpu"
+	ratio := func(kinds ...engineKind) gpu.Value {
+		var v gpu.Value
+		for _, k := range kinds {
+			if u.hasBusy[k] {
+				v = gpu.Known(max(v.V, min(u.busy[k], 1)))
+			}
+		}
+		if !v.Valid && idleUnlisted {
+			v = gpu.Known(0)
+		}
+		return v
+	}
+	// The compute work of a KFD (ROCm) process does not pass through its DRM file, whose engine times therefore
+	// say nothing of it: its SM utilization is unknown rather than the DRM file's.
+	if !u.kfd {
+		p.SMUtilizationRatio = ratio(graphicsEngine, computeEngine)
+	}
+	p.EncoderUtilizationRatio = ratio(encodeEngine, videoEngine)
+	p.DecoderUtilizationRatio = ratio(decodeEngine, videoEngine)
+	return p
+}
+
+var _ gpu.Source = (*Source)(nil)
