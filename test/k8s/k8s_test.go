@@ -86,9 +86,9 @@ func pciBusID(i int) string { return fmt.Sprintf("00000000:%02X:00.0", 0x18+i) }
 type workload struct {
 	pod, container string
 	qos            corev1.PodQOSClass
-	uid, id        string // pod UID and container ID, from the API server
-	pid            int    // the container's host PID
-	gpu            string // the UUID the node file puts its process on; "" for none
+	uid, id        string  // pod UID and container ID, from the API server
+	pid            int     // the container's host PID
+	gpu            string  // the UUID the node file puts its process on; "" for none
 	sm             float64 // its process's SM utilization
 }
 

@@ -50,7 +50,9 @@ func startKEDA(t *testing.T, c *cluster, bin string) {
 	}
 	testkit.WaitFor(t, 60*time.Second, "KEDA's CRDs to be established", func() bool {
 		var crd struct {
-			Status struct{ Conditions []struct{ Type, Status string } }
+			Status struct {
+				Conditions []struct{ Type, Status string }
+			}
 		}
 		if c.kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/scaledobjects.keda.sh", &crd) != nil {
 			return false
@@ -120,7 +122,9 @@ spec:
 `))
 	adapter.waitReady(t, 120*time.Second, func() bool {
 		var svc struct {
-			Status struct{ Conditions []struct{ Type, Status, Message string } }
+			Status struct {
+				Conditions []struct{ Type, Status, Message string }
+			}
 		}
 		if c.kube.get("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io", &svc) != nil {
 			return false
