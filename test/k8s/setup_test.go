@@ -47,10 +47,17 @@ func script(t *testing.T, timeout time.Duration, name string, env ...string) str
 // k8sBinaries builds (once; cached) the Kubernetes binaries and returns their directory.
 func k8sBinaries(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("GPE_K8S_BIN"); d != "" {
+	return builtTools(t, "GPE_K8S_BIN", "build-k8s.sh", 40*time.Minute)
+}
+
+// builtTools is the directory that the variable env names, else the one the build script scripts/e2e/NAME prints
+// on its last line after building what it caches.
+func builtTools(t *testing.T, env, name string, timeout time.Duration) string {
+	t.Helper()
+	if d := os.Getenv(env); d != "" {
 		return d
 	}
-	out := strings.TrimSpace(script(t, 40*time.Minute, "build-k8s.sh"))
+	out := strings.TrimSpace(script(t, timeout, name))
 	return out[strings.LastIndexByte(out, '\n')+1:]
 }
 
