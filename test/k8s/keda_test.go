@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,11 +25,7 @@ const kedaNS = "keda"
 // also holds KEDA's CRDs in crds/.
 func kedaBinaries(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("GPE_KEDA_BIN"); d != "" {
-		return d
-	}
-	out := strings.TrimSpace(script(t, 60*time.Minute, "build-keda.sh"))
-	return out[strings.LastIndexByte(out, '\n')+1:]
+	return builtTools(t, "GPE_KEDA_BIN", "build-keda.sh", 60*time.Minute)
 }
 
 // startKEDA runs KEDA as its manifests do, but as processes of the host like the control plane: its CRDs, the
@@ -49,20 +44,7 @@ func startKEDA(t *testing.T, c *cluster, bin string) {
 		createYAML(t, c, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", readFile(t, f))
 	}
 	testkit.WaitFor(t, 60*time.Second, "KEDA's CRDs to be established", func() bool {
-		var crd struct {
-			Status struct {
-				Conditions []struct{ Type, Status string }
-			}
-		}
-		if c.kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/scaledobjects.keda.sh", &crd) != nil {
-			return false
-		}
-		for _, cond := range crd.Status.Conditions {
-			if cond.Type == "Established" && cond.Status == "True" {
-				return true
-			}
-		}
-		return false
+		return c.hasCondition("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/scaledobjects.keda.sh", "Established")
 	})
 	createNamespace(t, c, kedaNS, nil)
 
@@ -121,22 +103,27 @@ spec:
   caBundle: `+base64.StdEncoding.EncodeToString(readFile(t, filepath.Join(certs, "ca.crt")))+`
 `))
 	adapter.waitReady(t, 120*time.Second, func() bool {
-		var svc struct {
-			Status struct {
-				Conditions []struct{ Type, Status, Message string }
-			}
-		}
-		if c.kube.get("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io", &svc) != nil {
-			return false
-		}
-		for _, cond := range svc.Status.Conditions {
-			if cond.Type == "Available" && cond.Status == "True" {
-				return true
-			}
-		}
-		return false
+		return c.hasCondition("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io", "Available")
 	})
 	t.Logf("KEDA's operator and metrics API server ready, external.metrics.k8s.io available, in %s", time.Since(begin).Round(100*time.Millisecond))
+}
+
+// hasCondition reports whether the object at path has the status condition typ, True.
+func (c *cluster) hasCondition(path, typ string) bool {
+	var obj struct {
+		Status struct {
+			Conditions []struct{ Type, Status string }
+		}
+	}
+	if c.kube.get(path, &obj) != nil {
+		return false
+	}
+	for _, cond := range obj.Status.Conditions {
+		if cond.Type == typ && cond.Status == "True" {
+			return true
+		}
+	}
+	return false
 }
 
 // createYAML posts an object written in YAML.
