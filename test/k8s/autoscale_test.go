@@ -113,12 +113,19 @@ func testAutoscaling(t *testing.T, c *cluster, prom, image string, base []*workl
 	t.Logf("scale up 1 -> %d: busy in %s, perGPU in %s after the load rose", maxReplicas, up[busyApp].Round(time.Second), up[perGPUApp].Round(time.Second))
 
 	t.Run("contrast", func(t *testing.T) {
-		// What the HPAs read: idle's own pods use nothing; the per-GPU signal charges perGPU's pods busy's work.
-		if v, ok := hpaMetric(c, idleApp); !ok || v != 0 {
-			t.Errorf("idle's HPA reads %v (present %v), want 0", v, ok)
+		// What the HPAs read (once they have read at the new replica count): busy's pods their load, idle's nothing.
+		var busy, idle float64
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			busy, _ = hpaMetric(c, busyApp)
+			idle, _ = hpaMetric(c, idleApp)
+			if math.Abs(busy-busyLoad) < 0.01 && idle == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Second)
 		}
-		if v, ok := hpaMetric(c, busyApp); !ok || math.Abs(v-busyLoad) > 0.01 {
-			t.Errorf("busy's HPA reads %v (present %v), want its pods' SM use %v", v, ok, busyLoad)
+		if math.Abs(busy-busyLoad) >= 0.01 || idle != 0 {
+			t.Errorf("the HPAs read %v for busy, want its pods' SM use %v, and %v for idle, want 0", busy, busyLoad, idle)
 		}
 		// The same two questions asked of idle's pods in Prometheus: per pod, nothing; per GPU, busy's load on each.
 		own := e2eutil.Query(t, prom, perPodQuery(example, idleApp))
