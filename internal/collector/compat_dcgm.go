@@ -56,7 +56,7 @@ type dcgmField struct {
 	share     func(d *gpu.Device, p *gpu.Process) gpu.Value
 	shareHelp string
 	// busy splits a field that measures how busy the GPU was by the pods' shares of that activity
-	// (activity.share); shareHelp says which.
+	// (activity.shares); shareHelp says which.
 	busy *activity
 	// estimate stands in for the value where the GPU has none, with --compat.dcgm-gr-engine-estimate only: an
 	// estimate of the field from a reading the GPU does have.
@@ -146,8 +146,8 @@ func estimated(f dcgmField, estimate func(d *gpu.Device) gpu.Value) dcgmField {
 }
 
 // shares is how much of the entity's activity of this kind was each process's: its sample over the larger of the
-// sum of all processes' samples (those outside Kubernetes too) and the GPU's own utilization, nil where the GPU
-// has none (a GPU instance). Time-sliced processes take turns, so their samples add up to about the GPU's
+// sum of all processes' samples (those outside Kubernetes too) and the GPU's own utilization (perGPU; a GPU
+// instance has none of its own). Time-sliced processes take turns, so their samples add up to about the GPU's
 // utilization and each gets the part of the busy time it ran; processes that overlap (MPS) add up to more, and
 // share what the GPU measured in proportion. An unknown sample is unknown; a GPU that did nothing gives 0.
 func (a *activity) shares(d *gpu.Device, processes []gpu.Process, perGPU bool) func(p *gpu.Process) gpu.Value {
