@@ -104,6 +104,13 @@ func (d *daemon) stop() {
 	}
 }
 
+// stopDaemon stops a daemon before the cluster stops, and forgets it, so that alive does not take its exit for a
+// crash.
+func (c *cluster) stopDaemon(d *daemon) {
+	d.stop()
+	delete(c.daemons, d.name)
+}
+
 // tail is the end of the daemon's log.
 func (d *daemon) tail(n int) string {
 	b, _ := os.ReadFile(d.log)

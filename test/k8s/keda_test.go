@@ -71,7 +71,7 @@ func startKEDA(t *testing.T, c *cluster, bin string) {
 		"--metrics-bind-address=127.0.0.1:"+port(t), "--health-probe-bind-address=127.0.0.1:"+probePort,
 		"--metrics-service-bind-address=127.0.0.1:"+grpcPort, "--cert-dir="+certs, "--ca-dir="+certs,
 		"--zap-log-level=info", "--zap-encoder=console")
-	t.Cleanup(operator.stop)
+	t.Cleanup(func() { c.stopDaemon(operator) })
 	operator.waitReady(t, 120*time.Second, func() bool {
 		_, err := e2eutil.Get("http://127.0.0.1:" + probePort + "/readyz")
 		return err == nil
@@ -82,7 +82,7 @@ func startKEDA(t *testing.T, c *cluster, bin string) {
 		"--tls-cert-file="+filepath.Join(certs, "tls.crt"), "--tls-private-key-file="+filepath.Join(certs, "tls.key"),
 		"--lister-kubeconfig="+kubeconfig, "--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
 		"--metrics-service-address=127.0.0.1:"+grpcPort, "--port="+port(t), "--zap-log-level=info", "--zap-encoder=console")
-	t.Cleanup(adapter.stop)
+	t.Cleanup(func() { c.stopDaemon(adapter) })
 
 	createYAML(t, c, "/api/v1/namespaces/"+kedaNS+"/services", []byte(`
 apiVersion: v1
