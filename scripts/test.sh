@@ -39,6 +39,8 @@ command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 command -v rpm >/dev/null && command -v cpio >/dev/null || need+=(rpm cpio)
 command -v shellcheck >/dev/null || need+=(shellcheck)
 command -v tmux >/dev/null || need+=(tmux) # the terminal that test/top drives `top` in
+# The Alertmanager that test/alerting routes the alerts through (deploy/alertmanager/alertmanager.yml).
+command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 # The man page and the shell completions: groff and man render the page, each shell runs its completion script.
 command -v groff >/dev/null || need+=(groff-base)
 command -v man >/dev/null || need+=(man-db)

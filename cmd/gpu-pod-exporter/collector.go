@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
@@ -9,9 +10,10 @@ import (
 
 // collectorFlags choose which families beyond the default ones the server writes.
 type collectorFlags struct {
-	noChecks
-	processes bool
-	compat    compatFlag
+	processes   bool
+	compat      compatFlag
+	dcgmVersion string
+	dcgmGREst   bool
 }
 
 func (f *collectorFlags) register(serve flagHost) {
@@ -19,6 +21,33 @@ func (f *collectorFlags) register(serve flagHost) {
 	serve.Flag("compat", "Also write other exporters' metrics, so that their dashboards keep working: a comma-separated "+
 		"list of nvidiasmi (nvidia-smi exporter: nvidiasmi_process_used_memory_bytes) and dcgm (dcgm-exporter's "+
 		"default DCGM_FI_DEV_* counters). See docs/compat.md.").PlaceHolder("nvidiasmi,dcgm").SetValue(&f.compat)
+	serve.Flag("compat.dcgm-version", "The dcgm-exporter release whose names --compat=dcgm writes (its host label is "+
+		"Hostname up to 4.8.2, hostname from 4.8.3). See docs/compat.md.").Default(collector.DefaultDCGMVersion).StringVar(&f.dcgmVersion)
+	serve.Flag("compat.dcgm-gr-engine-estimate", "With --compat=dcgm, write DCGM_FI_PROF_GR_ENGINE_ACTIVE on GPUs "+
+		"without a performance monitor (before Hopper) from the driver's utilization: an estimate, for tools such as "+
+		"OpenCost that read that field. See docs/compat.md.").Default("false").BoolVar(&f.dcgmGREst)
+}
+
+func (f *collectorFlags) check() error {
+	if err := collector.ParseDCGMVersion(f.dcgmVersion); err != nil {
+		return flagError("compat.dcgm-version", "%v", err)
+	}
+	return nil
+}
+
+// warnings: the dcgm flags tune --compat=dcgm and do nothing without it.
+func (f *collectorFlags) warnings() []string {
+	if slices.Contains(f.compat, collector.CompatDCGM) {
+		return nil
+	}
+	var w []string
+	if f.dcgmVersion != collector.DefaultDCGMVersion {
+		w = append(w, "--compat.dcgm-version has no effect without --compat=dcgm")
+	}
+	if f.dcgmGREst {
+		w = append(w, "--compat.dcgm-gr-engine-estimate has no effect without --compat=dcgm")
+	}
+	return w
 }
 
 // apply sets the options these flags choose. dcgm-exporter's Hostname is the node's name: NODE_NAME, which its Helm
@@ -26,6 +55,7 @@ func (f *collectorFlags) register(serve flagHost) {
 func (f *collectorFlags) apply(opts *collector.Options) {
 	opts.Processes = f.processes
 	opts.Compat = f.compat
+	opts.CompatDCGM = collector.DCGMOptions{Version: f.dcgmVersion, EstimateGREngineActive: f.dcgmGREst}
 	opts.CompatHostname = os.Getenv("NODE_NAME")
 	if opts.CompatHostname == "" {
 		opts.CompatHostname, _ = os.Hostname()

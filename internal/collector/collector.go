@@ -26,8 +26,10 @@ type Options struct {
 	ProcessUser bool
 	// Compat lists the compatibility outputs to add (--compat): CompatNvidiasmi, CompatDCGM. See docs/compat.md.
 	Compat []string
-	// CompatHostname is the Hostname label of --compat=dcgm.
+	// CompatHostname is the host label of --compat=dcgm: the node's name.
 	CompatHostname string
+	// CompatDCGM tunes --compat=dcgm: the dcgm-exporter version whose names it writes, the estimate before Hopper.
+	CompatDCGM DCGMOptions
 	// Allocations are the kubelet's GPU allocations (gpu_allocation_*, gpu_unrequested_use); nil: not exported.
 	Allocations allocation.Source
 }

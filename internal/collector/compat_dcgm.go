@@ -34,7 +34,7 @@ func compatParts(opts Options) []part {
 		parts = append(parts, newNvidiasmiMetrics())
 	}
 	if slices.Contains(opts.Compat, CompatDCGM) {
-		parts = append(parts, newDCGMMetrics(opts.CompatHostname))
+		parts = append(parts, newDCGMMetrics(opts.CompatHostname, opts.CompatDCGM))
 	}
 	return parts
 }
@@ -51,9 +51,16 @@ type dcgmField struct {
 	// value is the whole GPU's value, in the family's unit; nil: the family's own value.
 	value func(d *gpu.Device) gpu.Value
 	// share is a process's part of the GPU's value, in the family's unit, for a field that adds up across the pods
-	// of a GPU (see dcgmMetrics.split); shareHelp says how it is taken. nil: the field is not split.
+	// of a GPU (see dcgmMetrics.split); shareHelp says how it is taken. nil: the field is not split, unless busy
+	// is set.
 	share     func(d *gpu.Device, p *gpu.Process) gpu.Value
 	shareHelp string
+	// busy splits a field that measures how busy the GPU was by the pods' shares of that activity
+	// (activity.shares); shareHelp says which.
+	busy *activity
+	// estimate stands in for the value where the GPU has none, with --compat.dcgm-gr-engine-estimate only: an
+	// estimate of the field from a reading the GPU does have.
+	estimate func(d *gpu.Device) gpu.Value
 	// instance is a GPU instance's value, in the family's unit, for a field that a GPU in MIG mode writes per GPU
 	// instance; the GPU's own series keeps what no GPU instance has, so that its series still add up to the GPU's
 	// value. nil: the GPU's own series alone has the field.
@@ -92,8 +99,75 @@ func (c conversion) of(v gpu.Value) gpu.Value {
 	return gpu.Known(c.apply(v.V))
 }
 
-// dcgmSharedHelp ends the help of a field that is split between the pods of a GPU.
-const dcgmSharedHelp = " On a GPU shared by several pods, each pod's series has its share and the series without a pod the rest."
+// dcgmSharedHelp ends the help of a field that is split between the pods of a GPU; dcgmEstimateHelp that of a
+// field estimated where the GPU has no reading.
+const (
+	dcgmSharedHelp   = " On a GPU shared by several pods, each pod's series has its share and the series without a pod the rest."
+	dcgmEstimateHelp = " Before Hopper (no performance monitor) an estimate: the GPU's utilization (--compat.dcgm-gr-engine-estimate)."
+)
+
+// DCGMOptions tune --compat=dcgm.
+type DCGMOptions struct {
+	// Version is the dcgm-exporter release whose names to write (--compat.dcgm-version); empty is
+	// DefaultDCGMVersion. ParseDCGMVersion checks it.
+	Version string
+	// EstimateGREngineActive writes DCGM_FI_PROF_GR_ENGINE_ACTIVE from the GPU's utilization where the
+	// performance monitor has no reading (--compat.dcgm-gr-engine-estimate).
+	EstimateGREngineActive bool
+}
+
+// activity is a kind of work whose share of the GPU's time the driver samples per process as well as per GPU:
+// SM (kernels), memory bandwidth, the encoder, the decoder.
+type activity struct {
+	process func(p *gpu.Process) gpu.Value
+	device  func(d *gpu.Device) gpu.Value
+}
+
+var (
+	smActivity      = &activity{func(p *gpu.Process) gpu.Value { return p.SMUtilizationRatio }, func(d *gpu.Device) gpu.Value { return d.UtilizationRatio }}
+	memoryActivity  = &activity{func(p *gpu.Process) gpu.Value { return p.MemoryUtilizationRatio }, func(d *gpu.Device) gpu.Value { return d.MemoryUtilizationRatio }}
+	encoderActivity = &activity{func(p *gpu.Process) gpu.Value { return p.EncoderUtilizationRatio }, func(d *gpu.Device) gpu.Value { return d.EncoderUtilizationRatio }}
+	decoderActivity = &activity{func(p *gpu.Process) gpu.Value { return p.DecoderUtilizationRatio }, func(d *gpu.Device) gpu.Value { return d.DecoderUtilizationRatio }}
+)
+
+// smShareHelp says how the fields split by SM share are split.
+const smShareHelp = " A pod's share is its part of the GPU's busy time, by its processes' SM utilization."
+
+// splitBySM makes a field that measures how busy the GPU was split between the pods by their SM shares.
+func splitBySM(f dcgmField) dcgmField {
+	f.busy, f.shareHelp = smActivity, smShareHelp
+	return f
+}
+
+// estimated gives a field a stand-in for GPUs that have no reading of it (--compat.dcgm-gr-engine-estimate).
+func estimated(f dcgmField, estimate func(d *gpu.Device) gpu.Value) dcgmField {
+	f.estimate = estimate
+	return f
+}
+
+// shares is how much of the entity's activity of this kind was each process's: its sample over the larger of the
+// sum of all processes' samples (those outside Kubernetes too) and the GPU's own utilization (perGPU; a GPU
+// instance has none of its own). Time-sliced processes take turns, so their samples add up to about the GPU's
+// utilization and each gets the part of the busy time it ran; processes that overlap (MPS) add up to more, and
+// share what the GPU measured in proportion. An unknown sample is unknown; a GPU that did nothing gives 0.
+func (a *activity) shares(d *gpu.Device, processes []gpu.Process, perGPU bool) func(p *gpu.Process) gpu.Value {
+	busy := 0.0
+	for i := range processes {
+		if v := a.process(&processes[i]); v.Valid && v.V > 0 {
+			busy += v.V
+		}
+	}
+	if g := a.device(d); perGPU && g.Valid && g.V > busy {
+		busy = g.V
+	}
+	return func(p *gpu.Process) gpu.Value {
+		v := a.process(p)
+		if !v.Valid || busy <= 0 || v.V <= 0 {
+			return gpu.Value{V: 0, Valid: v.Valid}
+		}
+		return gpu.Known(v.V / busy)
+	}
+}
 
 // dcgmMetrics is --compat=dcgm: the fields of dcgm-exporter's default counter set that the device families give.
 // dcgm-exporter writes one series per GPU (per GPU instance in MIG mode) carrying the pod that the kubelet allocated
@@ -101,6 +175,7 @@ const dcgmSharedHelp = " On a GPU shared by several pods, each pod's series has 
 // GPU the series still tell the truth when added up: see split and docs/compat.md.
 type dcgmMetrics struct {
 	hostname string
+	estimate bool // --compat.dcgm-gr-engine-estimate
 	fields   []dcgmField
 	families []*deviceFamily // of each field
 	byField  []*series.Desc
@@ -113,15 +188,27 @@ type rateKey struct {
 	field int
 }
 
-func newDCGMMetrics(hostname string) *dcgmMetrics {
-	labels := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
+// newDCGMMetrics is --compat=dcgm with the names of opts.Version, which the command line has checked
+// (ParseDCGMVersion): an unknown version is a programming error.
+func newDCGMMetrics(hostname string, opts DCGMOptions) *dcgmMetrics {
+	if opts.Version == "" {
+		opts.Version = DefaultDCGMVersion
+	}
+	version, err := parseDCGMVersion(opts.Version)
+	if err != nil {
+		panic(err)
+	}
+	labels := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", version.hostname, "DCGM_FI_DRIVER_VERSION",
 		"GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod", "container"}
-	m := &dcgmMetrics{hostname: hostname, rates: rate.New[rateKey]()}
+	m := &dcgmMetrics{hostname: hostname, estimate: opts.EstimateGREngineActive, rates: rate.New[rateKey]()}
 	for i := range deviceFamilies {
 		for _, f := range deviceFamilies[i].dcgm {
 			help := f.help
-			if f.share != nil {
+			if f.share != nil || f.busy != nil {
 				help += dcgmSharedHelp + f.shareHelp
+			}
+			if f.estimate != nil && opts.EstimateGREngineActive {
+				help += dcgmEstimateHelp
 			}
 			m.fields = append(m.fields, f)
 			m.families = append(m.families, &deviceFamilies[i])
@@ -207,6 +294,9 @@ func (m *dcgmMetrics) whole(i int, d *gpu.Device, at time.Time) gpu.Value {
 	} else {
 		v = m.families[i].value(d)
 	}
+	if !v.Valid && m.estimate && f.estimate != nil {
+		v = f.estimate(d)
+	}
 	if f.rate {
 		v = m.rates.Rate(rateKey{d.UUID, i}, v, at)
 	}
@@ -216,11 +306,14 @@ func (m *dcgmMetrics) whole(i int, d *gpu.Device, at time.Time) gpu.Value {
 // split splits an entity (a GPU, or a GPU instance) between the pods whose processes run on it. With no pod, it
 // is one series without pod labels, as in dcgm-exporter; with one pod and nothing else, one series with the pod's
 // labels. Otherwise (several pods, or a pod and processes outside Kubernetes) each pod gets a series with its part
-// of each field that has a share, and the series without pod labels keeps the rest and every other field, once: so
-// that summing a GPU's series gives the GPU's value, and a field that does not add up (temperature, clocks) is not
-// repeated. Where a pod's part of a field is unknown, the field is not split: the GPU's series keeps all of it.
-// Parts that add up to more than the whole (per-process and per-GPU samples differ) are scaled down to it. Docker
-// and Podman containers outside Kubernetes count as pods: they have a container label.
+// of each field that adds up, and the series without pod labels keeps the rest and every other field, once: so that
+// summing a GPU's series gives the GPU's value, and a field that does not add up (temperature, clocks) is not
+// repeated. This is the one rule for every such field; only the part differs: a pod's own amount (memory; power
+// times its SM utilization), or for a field that measures how busy the GPU was (utilization, engine and SM
+// activity) the GPU's value times the pod's share of that activity (activity.shares). Where a pod's part of a field
+// is unknown, the field is not split: the GPU's series keeps all of it. Parts that add up to more than the whole
+// (per-process and per-GPU samples differ) are scaled down to it. Docker and Podman containers outside Kubernetes
+// count as pods: they have a container label.
 func (m *dcgmMetrics) split(d *gpu.Device, e dcgmSeries, processes []gpu.Process, r *reading.Reading) []dcgmSeries {
 	type key struct{ namespace, pod, container string }
 	var pods []key
@@ -251,16 +344,30 @@ func (m *dcgmMetrics) split(d *gpu.Device, e dcgmSeries, processes []gpu.Process
 		out[i] = dcgmSeries{profile: e.profile, instance: e.instance, namespace: k.namespace, pod: k.pod, container: k.container,
 			v: make([]gpu.Value, len(m.fields))}
 	}
+	shares := map[*activity]func(p *gpu.Process) gpu.Value{}
 	for f, field := range m.fields {
 		whole := e.v[f]
-		if field.share == nil || !whole.Valid {
+		if !whole.Valid || (field.share == nil && field.busy == nil) {
 			continue
+		}
+		part := func(p *gpu.Process) gpu.Value { return field.convert.of(field.share(d, p)) }
+		if field.busy != nil {
+			share, ok := shares[field.busy]
+			if !ok {
+				// A GPU instance has no utilization of its own: its processes' samples are all there is.
+				share = field.busy.shares(d, processes, e.instance == "")
+				shares[field.busy] = share
+			}
+			part = func(p *gpu.Process) gpu.Value {
+				s := share(p)
+				return gpu.Value{V: whole.V * s.V, Valid: s.Valid}
+			}
 		}
 		parts := make([]float64, len(pods))
 		sum, known := 0.0, true
 		for i, k := range pods {
 			for _, p := range byPod[k] {
-				v := field.convert.of(field.share(d, p))
+				v := part(p)
 				known = known && v.Valid
 				parts[i] += v.V
 			}

@@ -97,8 +97,9 @@ var deviceFamilies = []deviceFamily{
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryUsedBytes },
 		dcgm: []dcgmField{{
 			name: "DCGM_FI_DEV_FB_USED", typ: gauge, convert: toMiB, help: "Framebuffer memory used (in MiB).",
-			share:    func(_ *gpu.Device, p *gpu.Process) gpu.Value { return p.UsedMemoryBytes },
-			instance: func(m *gpu.MIGInstance) gpu.Value { return m.MemoryUsedBytes },
+			share:     func(_ *gpu.Device, p *gpu.Process) gpu.Value { return p.UsedMemoryBytes },
+			shareHelp: " A pod's share is its processes' memory.",
+			instance:  func(m *gpu.MIGInstance) gpu.Value { return m.MemoryUsedBytes },
 		}},
 	},
 	{
@@ -125,8 +126,7 @@ var deviceFamilies = []deviceFamily{
 		value: func(d *gpu.Device) gpu.Value { return d.UtilizationRatio },
 		dcgm: []dcgmField{{
 			name: "DCGM_FI_DEV_GPU_UTIL", typ: gauge, convert: toPercent, help: "GPU utilization (in %).",
-			share:     func(_ *gpu.Device, p *gpu.Process) gpu.Value { return p.SMUtilizationRatio },
-			shareHelp: " A pod's share is its SM utilization.",
+			busy: smActivity, shareHelp: smShareHelp,
 		}},
 	},
 	{
@@ -135,7 +135,7 @@ var deviceFamilies = []deviceFamily{
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryUtilizationRatio },
 		dcgm: []dcgmField{{
 			name: "DCGM_FI_DEV_MEM_COPY_UTIL", typ: gauge, convert: toPercent, help: "Memory utilization (in %).",
-			share: func(_ *gpu.Device, p *gpu.Process) gpu.Value { return p.MemoryUtilizationRatio },
+			busy: memoryActivity, shareHelp: " A pod's share is its part of the memory's busy time, by its processes' memory utilization.",
 		}},
 	},
 	{
@@ -144,7 +144,7 @@ var deviceFamilies = []deviceFamily{
 		value: func(d *gpu.Device) gpu.Value { return d.EncoderUtilizationRatio },
 		dcgm: []dcgmField{{
 			name: "DCGM_FI_DEV_ENC_UTIL", typ: gauge, convert: toPercent, help: "Encoder utilization (in %).",
-			share: func(_ *gpu.Device, p *gpu.Process) gpu.Value { return p.EncoderUtilizationRatio },
+			busy: encoderActivity, shareHelp: " A pod's share is its part of the encoder's busy time, by its processes' encoder utilization.",
 		}},
 	},
 	{
@@ -153,7 +153,7 @@ var deviceFamilies = []deviceFamily{
 		value: func(d *gpu.Device) gpu.Value { return d.DecoderUtilizationRatio },
 		dcgm: []dcgmField{{
 			name: "DCGM_FI_DEV_DEC_UTIL", typ: gauge, convert: toPercent, help: "Decoder utilization (in %).",
-			share: func(_ *gpu.Device, p *gpu.Process) gpu.Value { return p.DecoderUtilizationRatio },
+			busy: decoderActivity, shareHelp: " A pod's share is its part of the decoder's busy time, by its processes' decoder utilization.",
 		}},
 	},
 	{
@@ -505,15 +505,16 @@ var deviceFamilies = []deviceFamily{
 		name: "gpu_graphics_engine_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
 		help:  "Fraction of the time in which a graphics or compute engine was busy" + monitorHelp,
 		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, graphicsEngineActive) },
-		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gauge, "Ratio of time the graphics engine is active.",
-			graphicsEngineActive, true)},
+		dcgm: []dcgmField{estimated(splitBySM(profilingField("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gauge,
+			"Ratio of time the graphics engine is active.", graphicsEngineActive, true)),
+			func(d *gpu.Device) gpu.Value { return d.UtilizationRatio })},
 	},
 	{
 		name: "gpu_sm_active_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,
 		help:  "Fraction of the time in which an SM had at least one warp resident, averaged over the SMs" + monitorHelp,
 		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, smActive) },
-		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_SM_ACTIVE", gauge, "The ratio of cycles an SM has at least 1 warp assigned.",
-			smActive, true)},
+		dcgm: []dcgmField{splitBySM(profilingField("DCGM_FI_PROF_SM_ACTIVE", gauge,
+			"The ratio of cycles an SM has at least 1 warp assigned.", smActive, true))},
 	},
 	{
 		name: "gpu_sm_occupancy_ratio", typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated,

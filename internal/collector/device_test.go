@@ -59,8 +59,9 @@ func TestDeviceFamilyRows(t *testing.T) {
 			if d.value == nil && f.value == nil {
 				t.Errorf("%s: %s needs a value function: the family has labels", f.name, d.name)
 			}
-			if d.share == nil && d.shareHelp != "" {
-				t.Errorf("%s: %s says how its share is taken, but is not split", f.name, d.name)
+			if split := d.share != nil || d.busy != nil; split != (d.shareHelp != "") || (d.share != nil && d.busy != nil) {
+				t.Errorf("%s: %s is split (by an amount %v, by a share of the busy time %v) but says how %q", f.name, d.name,
+					d.share != nil, d.busy != nil, d.shareHelp)
 			}
 		}
 	}

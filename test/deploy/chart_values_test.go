@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -173,6 +174,11 @@ func TestHelmValuesSchemaRejectsUnknownKeys(t *testing.T) {
 		{"port: 9500\n", "port"},
 		{"serviceMonitor: {labels: {release: kube-prometheus-stack}}\n", "labels"},
 		{"nvidia: {runtimeClassName: nvidia}\n", "runtimeClassName"},
+		// Typos in the compatibility and autoscaling blocks.
+		{"compat: {dcgm: {enable: true}}\n", "enable"},
+		{"compat: {dcgm: {enabled: true, verison: 4.8.3}}\n", "verison"},
+		{"compat: {dcgmExporter: true}\n", "dcgmExporter"},
+		{"prometheusAdapter: {enabled: true, namepsace: monitoring}\n", "namepsace"},
 	} {
 		out, err := runErr(t, helm(t), "template", "gpe", chartDir, "--kube-version", kubeVersion, "--values", valuesFile(t, tc.values))
 		if err == nil {
@@ -181,6 +187,13 @@ func TestHelmValuesSchemaRejectsUnknownKeys(t *testing.T) {
 		}
 		if !strings.Contains(string(out), "'"+tc.key+"'") || !strings.Contains(string(out), "not allowed") {
 			t.Errorf("values %q: the error does not name %q:\n%s", tc.values, tc.key, out)
+		}
+	}
+	// A dcgm-exporter version that is not one, and a block given the wrong shape.
+	for _, values := range []string{"compat: {dcgm: {enabled: true, version: latest}}\n", "compat: {dcgm: true}\n",
+		"prometheusAdapter: {enabled: \"yes\"}\n"} {
+		if out, err := runErr(t, helm(t), "template", "gpe", chartDir, "--kube-version", kubeVersion, "--values", valuesFile(t, values)); err == nil {
+			t.Errorf("values %q rendered without an error:\n%.300s", values, out)
 		}
 	}
 	// Wrong types are rejected too.
@@ -408,4 +421,62 @@ func runProbe(p *corev1.Probe, ports map[string]string) error {
 		return nil
 	}
 	return fmt.Errorf("neither tcpSocket nor httpGet")
+}
+
+// The compatibility block renders the --compat flags, which the exporter accepts, and nothing while off.
+func TestHelmCompatValues(t *testing.T) {
+	c := exporterContainer(t, template(t, "gpe", "monitoring").daemonSet)
+	for _, arg := range c.Args {
+		if strings.HasPrefix(arg, "--compat") {
+			t.Errorf("default values render %s; the compatibility outputs are off by default", arg)
+		}
+	}
+	r := template(t, "gpe", "monitoring", "--values", valuesFile(t, `
+compat:
+  nvidiasmi: true
+  dcgm: {enabled: true, version: 4.6.0-4.8.3, grEngineActiveEstimate: true}
+`))
+	checkCommon(t, r)
+	c = exporterContainer(t, r.daemonSet)
+	for _, want := range []string{"--compat=nvidiasmi,dcgm", "--compat.dcgm-version=4.6.0-4.8.3", "--compat.dcgm-gr-engine-estimate"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("args %q lack %s", c.Args, want)
+		}
+	}
+	checkArgsAccepted(t, c.Args)
+	// The version and the estimate tune --compat=dcgm and are not rendered without it.
+	c = exporterContainer(t, template(t, "gpe", "monitoring", "--set", "compat.nvidiasmi=true",
+		"--set", "compat.dcgm.version=4.8.3", "--set", "compat.dcgm.grEngineActiveEstimate=true").daemonSet)
+	if !slices.Contains(c.Args, "--compat=nvidiasmi") || hasArgPrefix(c.Args, "--compat.dcgm") {
+		t.Errorf("with dcgm off, args %q", c.Args)
+	}
+}
+
+// The prometheus-adapter block renders deploy/prometheus-adapter/config.yaml as a ConfigMap, in the adapter's
+// namespace when given, under the key the prometheus-community chart's rules.existing mounts; nothing by default.
+func TestHelmPrometheusAdapterValues(t *testing.T) {
+	for _, cm := range template(t, "gpe", "monitoring").configMaps {
+		if strings.HasSuffix(cm.Name, "-prometheus-adapter") {
+			t.Errorf("default values render ConfigMap %s", cm.Name)
+		}
+	}
+	for _, ns := range []string{"", "custom-metrics"} {
+		r := template(t, "gpe", "monitoring", "--set", "prometheusAdapter.enabled=true", "--set", "prometheusAdapter.namespace="+ns)
+		var found bool
+		for _, cm := range r.configMaps {
+			if cm.Name != "gpe-gpu-pod-exporter-prometheus-adapter" {
+				continue
+			}
+			found = true
+			if want := cmp.Or(ns, "monitoring"); cm.Namespace != want {
+				t.Errorf("namespace %q: the ConfigMap is in %q, want %q", ns, cm.Namespace, want)
+			}
+			if cm.Data["config.yaml"] != strings.TrimRight(string(readRepoFile(t, "deploy/prometheus-adapter/config.yaml")), "\n") {
+				t.Errorf("the ConfigMap's config.yaml is not deploy/prometheus-adapter/config.yaml:\n%s", cm.Data["config.yaml"])
+			}
+		}
+		if !found {
+			t.Errorf("prometheusAdapter.enabled: no ConfigMap gpe-gpu-pod-exporter-prometheus-adapter among %v", r.kinds)
+		}
+	}
 }

@@ -45,10 +45,11 @@ func plainManifests(t *testing.T) map[string][]byte {
 	}
 }
 
-// TestChartCopiesInSync: a chart cannot read files outside its directory, so it holds copies of the dashboard and
-// of the rules file. It runs before TestPlainManifestsInSync, which renders them, so that one -update run suffices.
+// TestChartCopiesInSync: a chart cannot read files outside its directory, so it holds copies of the dashboard, the
+// rules file and the prometheus-adapter rules. It runs before TestPlainManifestsInSync, which renders them, so that one -update run suffices.
 func TestChartCopiesInSync(t *testing.T) {
-	copies := map[string]string{chartDir + "/files/rules.yml": "deploy/prometheus/rules.yml"}
+	copies := map[string]string{chartDir + "/files/rules.yml": "deploy/prometheus/rules.yml",
+		chartDir + "/files/prometheus-adapter.yaml": "deploy/prometheus-adapter/config.yaml"}
 	for _, file := range dashboardFiles {
 		copies[chartDir+"/files/"+filepath.Base(file)] = file
 	}

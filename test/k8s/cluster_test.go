@@ -56,12 +56,19 @@ type daemon struct {
 
 func (c *cluster) start(t *testing.T, name string, args ...string) *daemon {
 	t.Helper()
+	return c.startEnv(t, name, nil, args...)
+}
+
+// startEnv is start with these variables added to the environment.
+func (c *cluster) startEnv(t *testing.T, name string, env []string, args ...string) *daemon {
+	t.Helper()
 	logPath := filepath.Join(c.dir, "logs", name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -95,6 +102,13 @@ func (d *daemon) stop() {
 		d.cmd.Process.Kill()
 		<-d.done
 	}
+}
+
+// stopDaemon stops a daemon before the cluster stops, and forgets it, so that alive does not take its exit for a
+// crash.
+func (c *cluster) stopDaemon(d *daemon) {
+	d.stop()
+	delete(c.daemons, d.name)
 }
 
 // tail is the end of the daemon's log.
@@ -193,7 +207,14 @@ func startCluster(t *testing.T, work, bin string, runtimes map[string]string) *c
 		// Services get addresses from this range, but nothing routes them: no kube-proxy, and every pod is on the
 		// host network. The endpoint reconciler would publish the loopback address, which Endpoints reject.
 		"--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none",
-		"--cert-dir="+filepath.Join(c.dir, "apiserver"), "--profiling=false", "--v=1")
+		"--cert-dir="+filepath.Join(c.dir, "apiserver"), "--profiling=false",
+		// The aggregation layer, for KEDA's metrics API server (external.metrics.k8s.io): the API server proxies
+		// to it with the front proxy's client certificate and the user in request headers, which it trusts.
+		"--requestheader-client-ca-file="+filepath.Join(pki, "front-proxy-ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client", "--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+filepath.Join(pki, "front-proxy-client.crt"),
+		"--proxy-client-key-file="+filepath.Join(pki, "front-proxy-client.key"), "--v=1")
 	c.kube = newKubeClient(t, c.apiURL, filepath.Join(pki, "ca.crt"), c.token)
 	took = api.waitReady(t, 90*time.Second, func() bool {
 		body, err := c.kube.raw("GET", "/readyz", nil)
@@ -451,35 +472,56 @@ func (k *kubeClient) get(path string, out any) error { return k.do("GET", path, 
 
 // --- certificates and tokens --------------------------------------------------------------------------------------
 
-// writePKI writes a CA, the API server's serving certificate for 127.0.0.1 signed by it, and the service-account
-// signing key.
+// writePKI writes a CA, the API server's serving certificate for 127.0.0.1 signed by it, the service-account
+// signing key, and the front proxy's CA and client certificate, with which the API server proxies to aggregated API
+// servers.
 func writePKI(t *testing.T, dir string) {
-	caKey := newKey(t)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpu-pod-exporter e2e CA"},
+	writeCA(t, dir, "ca", "gpu-pod-exporter e2e CA").issue(t, dir, "apiserver", &x509.Certificate{
+		Subject: pkix.Name{CommonName: "kube-apiserver"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+	})
+	writeKey(t, filepath.Join(dir, "sa.key"), newKey(t))
+	writeCA(t, dir, "front-proxy-ca", "gpu-pod-exporter e2e front proxy CA").issue(t, dir, "front-proxy-client",
+		&x509.Certificate{Subject: pkix.Name{CommonName: "front-proxy-client"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+}
+
+// certAuthority is a CA that issues certificates for the test.
+type certAuthority struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// writeCA creates a CA and writes its certificate to dir/name.crt.
+func writeCA(t *testing.T, dir, name, commonName string) *certAuthority {
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: commonName},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	srvKey := newKey(t)
-	srvDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-	}, ca, &srvKey.PublicKey, caKey)
+	cert, _ := x509.ParseCertificate(der)
+	write(t, filepath.Join(dir, name+".crt"), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	return &certAuthority{cert, key}
+}
+
+// issue signs a certificate of the template's subject, names and uses, and writes it and its key to dir/name.crt
+// and dir/name.key.
+func (ca *certAuthority) issue(t *testing.T, dir, name string, tmpl *x509.Certificate) {
+	key := newKey(t)
+	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	write(t, filepath.Join(dir, "ca.crt"), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})))
-	write(t, filepath.Join(dir, "apiserver.crt"), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER})))
-	writeKey(t, filepath.Join(dir, "apiserver.key"), srvKey)
-	writeKey(t, filepath.Join(dir, "sa.key"), newKey(t))
+	write(t, filepath.Join(dir, name+".crt"), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	writeKey(t, filepath.Join(dir, name+".key"), key)
 }
 
 func newKey(t *testing.T) *ecdsa.PrivateKey {

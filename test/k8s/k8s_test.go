@@ -52,8 +52,8 @@ const (
 	release    = "gpe"
 )
 
-// The simulated node's GPUs: three whole GPUs advertised as nvidia.com/gpu, one shared by time-slicing,
-// advertised as two replicas of nvidia.com/gpu.shared (NVIDIA's plugin with renameByDefault), and two published by
+// The simulated node's GPUs: three whole GPUs advertised as nvidia.com/gpu, one shared by time-slicing, advertised
+// as sharedReplicas replicas of nvidia.com/gpu.shared (NVIDIA's plugin with renameByDefault), and two published by
 // the DRA plugin (gpu.nvidia.com), which names them by minor number.
 const (
 	gpuA      = "GPU-6f1c0a00-0000-4000-8000-00000000000a"
@@ -86,9 +86,10 @@ func pciBusID(i int) string { return fmt.Sprintf("00000000:%02X:00.0", 0x18+i) }
 type workload struct {
 	pod, container string
 	qos            corev1.PodQOSClass
-	uid, id        string // pod UID and container ID, from the API server
-	pid            int    // the container's host PID
-	gpu            string // the UUID the node file puts its process on; "" for none
+	uid, id        string  // pod UID and container ID, from the API server
+	pid            int     // the container's host PID
+	gpu            string  // the UUID the node file puts its process on; "" for none
+	sm             float64 // its process's SM utilization
 }
 
 func TestKubernetes(t *testing.T) {
@@ -122,7 +123,8 @@ func TestKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(whole.Stop)
-	shared, err := deviceplugin.Start(ctx, pluginDir, "nvidia.com/gpu.shared", deviceplugin.Replicas(gpuShared, 2))
+	// Time-slicing replicas of one GPU: the sharing pod's two containers, and the autoscaled Deployments' pods.
+	shared, err := deviceplugin.Start(ctx, pluginDir, "nvidia.com/gpu.shared", deviceplugin.Replicas(gpuShared, sharedReplicas))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +134,7 @@ func TestKubernetes(t *testing.T) {
 	testkit.WaitFor(t, 60*time.Second, "the node's GPU capacity", func() bool {
 		var node nodeStatus
 		return c.kube.get("/api/v1/nodes/"+nodeName, &node) == nil &&
-			node.Status.Capacity["nvidia.com/gpu"] == "3" && node.Status.Capacity["nvidia.com/gpu.shared"] == "2"
+			node.Status.Capacity["nvidia.com/gpu"] == "3" && node.Status.Capacity["nvidia.com/gpu.shared"] == strconv.Itoa(sharedReplicas)
 	})
 	writeNode(t, c, nil) // GPUs without processes until the pods run
 
@@ -350,6 +352,10 @@ func TestKubernetes(t *testing.T) {
 		work = testDRA(t, c, prom, dra, image, pods, work)
 	})
 
+	t.Run("autoscaling", func(t *testing.T) {
+		testAutoscaling(t, c, prom, image, work)
+	})
+
 	t.Run("privileges", func(t *testing.T) {
 		checkPrivileges(t, c, getPod(t, c, exporterNS, exporter.Name))
 	})
@@ -506,15 +512,35 @@ func fillWorkloads(t *testing.T, c *cluster, pods map[string]*corev1.Pod, work [
 // atomically in its directory, which the exporter's pod mounts.
 func writeNode(t *testing.T, c *cluster, work []*workload) {
 	t.Helper()
+	if err := writeNodeFile(c, work); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeNodeFile is writeNode for a caller that is not the test's goroutine. Each GPU's utilization is its processes'
+// SM utilization added up, as the driver's roughly is under time-slicing; the shared GPU has a performance monitor
+// (as on an H100) whose engine activity is a little above it.
+func writeNodeFile(c *cluster, work []*workload) error {
 	var b strings.Builder
 	b.WriteString("driver_version: \"580.95.05\"\ncuda_version: \"13.0\"\ngpus:\n")
 	for i, g := range nodeGPUs {
+		util := 0.0
+		for _, w := range work {
+			if w.gpu == g.uuid {
+				util += w.sm
+			}
+		}
+		util = min(util, 1)
 		fmt.Fprintf(&b, "  - uuid: %s\n    name: %s\n    pci_bus_id: %q\n    minor_number: %d\n"+
-			"    memory_total_bytes: %d\n    processes:\n", g.uuid, gpuProduct, pciBusID(i), g.minor, gpuMemoryBytes)
+			"    memory_total_bytes: %d\n    utilization_ratio: %g\n", g.uuid, gpuProduct, pciBusID(i), g.minor, gpuMemoryBytes, util)
+		if g.uuid == gpuShared {
+			fmt.Fprintf(&b, "    profiling: {graphics_engine_active: %g}\n", sharedEngineActive(util))
+		}
+		b.WriteString("    processes:\n")
 		n := 0
 		for _, w := range work {
 			if w.gpu == g.uuid {
-				fmt.Fprintf(&b, "      - {pid: %d, type: compute, used_memory_bytes: %d}\n", w.pid, (n+1)<<30)
+				fmt.Fprintf(&b, "      - {pid: %d, type: compute, used_memory_bytes: %d, sm_utilization_ratio: %g}\n", w.pid, (n+1)<<30, w.sm)
 				n++
 			}
 		}
@@ -525,12 +551,13 @@ func writeNode(t *testing.T, c *cluster, work []*workload) {
 	dir := filepath.Join(c.dir, "node")
 	tmp := filepath.Join(dir, ".node.yaml")
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, "node.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	return os.Rename(tmp, filepath.Join(dir, "node.yaml"))
 }
+
+// sharedEngineActive is the shared GPU's engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE) at a utilization.
+func sharedEngineActive(util float64) float64 { return min(1, util*1.1) }
 
 type device struct{ resource, id string }
 

@@ -47,10 +47,17 @@ func script(t *testing.T, timeout time.Duration, name string, env ...string) str
 // k8sBinaries builds (once; cached) the Kubernetes binaries and returns their directory.
 func k8sBinaries(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("GPE_K8S_BIN"); d != "" {
+	return builtTools(t, "GPE_K8S_BIN", "build-k8s.sh", 40*time.Minute)
+}
+
+// builtTools is the directory that the variable env names, else the one the build script scripts/e2e/NAME prints
+// on its last line after building what it caches.
+func builtTools(t *testing.T, env, name string, timeout time.Duration) string {
+	t.Helper()
+	if d := os.Getenv(env); d != "" {
 		return d
 	}
-	out := strings.TrimSpace(script(t, 40*time.Minute, "build-k8s.sh"))
+	out := strings.TrimSpace(script(t, timeout, name))
 	return out[strings.LastIndexByte(out, '\n')+1:]
 }
 
@@ -229,6 +236,10 @@ func helmInstall(t *testing.T, c *cluster, exporterPort, healthPort int) {
 		"runtime": map[string]any{"socketDirectory": filepath.Dir(sock), "socket": filepath.Base(sock)},
 		"kubelet": map[string]any{"podResources": map[string]any{
 			"directory": podResources, "endpoint": "unix://" + podResources + "/kubelet.sock"}},
+		// The app label selects an autoscaled Deployment's pods in PromQL (label_app); dcgm-exporter's names are
+		// what OpenCost reads.
+		"podLabelsAsMetricLabels": []string{"app"},
+		"compat":                  map[string]any{"dcgm": map[string]any{"enabled": true}},
 		// No prometheus-operator CRDs here.
 		"serviceMonitor": map[string]any{"enabled": false},
 		"prometheusRule": map[string]any{"enabled": false},
@@ -294,9 +305,18 @@ func firstLines(s string, n int) string {
 // taskPIDs maps each running container's ID to its main process's host PID (ctr tasks ls).
 func taskPIDs(t *testing.T, c *cluster) map[string]int {
 	t.Helper()
+	pids, err := containerPIDs(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+// containerPIDs is taskPIDs for a caller that is not the test's goroutine.
+func containerPIDs(c *cluster) (map[string]int, error) {
 	out, err := exec.Command("ctr", "--address", c.runtimes["GPE_E2E_CONTAINERD_SOCK"], "-n", "k8s.io", "tasks", "ls").CombinedOutput()
 	if err != nil {
-		t.Fatalf("ctr tasks ls: %v\n%s", err, out)
+		return nil, fmt.Errorf("ctr tasks ls: %v\n%s", err, out)
 	}
 	pids := map[string]int{}
 	for _, line := range strings.Split(string(out), "\n")[1:] {
@@ -306,7 +326,7 @@ func taskPIDs(t *testing.T, c *cluster) map[string]int {
 			pids[id] = pid
 		}
 	}
-	return pids
+	return pids, nil
 }
 
 // dump is v as indented JSON, for failure messages.

@@ -1,0 +1,46 @@
+package collector
+
+import (
+	"strings"
+	"testing"
+)
+
+// The host label is Hostname by default and up to 4.8.2, hostname from 4.8.3 (dcgm-exporter's own
+// render_metrics.go of that release); everything else stays.
+func TestCompatDCGMVersionHostLabel(t *testing.T) {
+	snap, owners := compatNode()
+	for _, c := range []struct{ version, label, other string }{
+		{"", "Hostname", "hostname"}, {"4.8.2", "Hostname", "hostname"}, {"3.3.9-3.6.1", "Hostname", "hostname"},
+		{"4.8.3", "hostname", "Hostname"}, {"4.6.0-4.8.3", "hostname", "Hostname"}, {"v4.8.4", "hostname", "Hostname"},
+	} {
+		opts := Options{Compat: []string{CompatDCGM}, CompatHostname: "gpu-node-1", CompatDCGM: DCGMOptions{Version: c.version}}
+		text := compatExposition(t, registry(t, fixedSource{snap}, owners, opts), "DCGM_")
+		if !strings.Contains(text, c.label+`="gpu-node-1"`) || strings.Contains(text, c.other+`=`) {
+			t.Errorf("version %q: want label %s and no %s; the exposition:\n%.400s", c.version, c.label, c.other, text)
+		}
+		if n := strings.Count(text, "\nDCGM_FI_DEV_FB_USED{"); n != 8 {
+			t.Errorf("version %q: %d FB_USED series, want the same 8 as by default", c.version, n)
+		}
+	}
+}
+
+func TestParseDCGMVersion(t *testing.T) {
+	for _, ok := range []string{"4.8.2", "4.8.3", "4.8.4", "3.0.0", "4.5.3-4.8.2", "v4.8.3", " 4.8.4 "} {
+		if err := ParseDCGMVersion(ok); err != nil {
+			t.Errorf("ParseDCGMVersion(%q): %v", ok, err)
+		}
+	}
+	for bad, says := range map[string]string{
+		"4.9.0":        "4.8.4", // after the newest whose names we checked
+		"4.7.1-4.10.0": "4.8.4",
+		"2.4.7":        "3.0.0",
+		"4.8":          "like 4.8.3",
+		"latest":       "like 4.8.3",
+		"4.08.3":       "like 4.8.3",
+		"":             "like 4.8.3",
+	} {
+		if err := ParseDCGMVersion(bad); err == nil || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), "dcgm-exporter") {
+			t.Errorf("ParseDCGMVersion(%q) = %v, want an error that says %q", bad, err, says)
+		}
+	}
+}
