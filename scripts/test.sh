@@ -21,8 +21,10 @@ step() { printf '\n=== %s\n' "$*"; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-pod-exporter-test.XXXXXX")
 keep_work=0
 policy_rc=""
+bg_pids=()
 cleanup() {
 	[ -z "$policy_rc" ] || rm -f "$policy_rc"
+	for pid in "${bg_pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
 	[ "$keep_work" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -68,11 +70,37 @@ go mod download
 # ~/.cache/gpu-pod-exporter (cold: several minutes on 2 cores), then only looked up.
 step "release tools (helm, goreleaser, actionlint, crane)"
 scripts/tools.sh helm goreleaser actionlint crane
+
+# The end-to-end tools built from the Go module proxy and cached like the release tools: Thanos for test/cluster,
+# the Kubernetes binaries and KEDA for test/k8s. Cold, they take tens of CPU-minutes, so they build in the background
+# at the lowest CPU priority while the steps below run: fuzzing takes its fixed time whatever CPU it gets, and the
+# end-to-end tests mostly wait on servers, so the builds use what those leave, and the run waits for a build only
+# where a test needs it. Cached, each is a lookup. Each build runs in a session of its own, so that a failed run
+# stops the compilers it started too.
+bg_build() { # NAME SCRIPT...: starts the scripts one after the other; NAME's pid goes in bg_pid_NAME
+	local name="$1"
+	shift
+	# shellcheck disable=SC2016 # the scripts are the inner shell's arguments, expanded there
+	setsid bash -c 'set -e; for s in "$@"; do nice -n 19 "$s"; done' bash "$@" >"$work/build-$name.log" 2>&1 &
+	bg_pids+=($!)
+	printf -v "bg_pid_$name" '%s' "$!"
+}
+bg_wait() { # NAME: waits for NAME's builds; a failure ends the run with their log
+	local pid="bg_pid_$1"
+	step "waiting for the $1 build (log: $work/build-$1.log)"
+	start=$SECONDS
+	if ! wait "${!pid}"; then
+		keep_work=1
+		tail -n 40 "$work/build-$1.log" >&2
+		echo "building $1 failed; full log in $work/build-$1.log" >&2
+		exit 1
+	fi
+	echo "waited $((SECONDS - start))s"
+}
 if [ "${E2E:-1}" != 0 ]; then
-	# Thanos, for the cluster view's end-to-end test (test/cluster), built here rather than inside that test, where
-	# a cold build (about 11 CPU-minutes) would share the CPUs and the time limit with every other end-to-end package.
-	step "Thanos (scripts/e2e/build-thanos.sh)"
-	scripts/e2e/build-thanos.sh >/dev/null
+	step "end-to-end tools, building in the background: Thanos, and Kubernetes and KEDA"
+	bg_build thanos scripts/e2e/build-thanos.sh
+	[ "${K8S_E2E:-1}" = 0 ] || bg_build kubernetes scripts/e2e/build-k8s.sh scripts/e2e/build-keda.sh
 fi
 
 step "gofmt and go vet"
@@ -116,6 +144,7 @@ if [ "${E2E:-1}" != 0 ]; then
 	echo "built in $((SECONDS - start))s"
 	export GPE_RELEASE_DIST="$PWD/dist" GPE_RELEASE_LOG="$work/release.log"
 
+	bg_wait thanos
 	step "end-to-end tests"
 	log="$work/e2e.log"
 	# The full log goes to a file and a summary to the terminal; the status is go test's own, not the filter's
@@ -132,6 +161,7 @@ if [ "${E2E:-1}" != 0 ]; then
 	grep -qE '^ok ' "$log" || { keep_work=1; echo "end-to-end tests did not run; full log in $log" >&2; exit 1; }
 fi
 if [ "${E2E:-1}" != 0 ] && [ "${K8S_E2E:-1}" != 0 ]; then
+	bg_wait kubernetes
 	step "Kubernetes end-to-end test (scripts/e2e/k8s.sh; K8S_E2E=0 skips it)"
 	scripts/e2e/k8s.sh
 fi
