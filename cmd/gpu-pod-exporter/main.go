@@ -22,6 +22,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 const program = "gpu_pod_exporter"
@@ -206,9 +207,13 @@ func run(args []string) int {
 
 	switch cmd {
 	case psCmd:
-		return runPS(ctx, &psf, func(ctx context.Context, w io.Writer) (error, error) { return printPS(ctx, reader, &psf, w) })
+		return runPS(ctx, &psf, func(ctx context.Context) (*view.Reading, error) { return readNode(ctx, reader) })
 	case topCmd:
-		return tf.run(ctx, logger, &tkf, offer, reader)
+		var host func(uint32) view.Host
+		if !sf.demo && sf.simulatedConfig == "" {
+			host = hostReader(af.procfs) // a simulated node's processes are not this host's
+		}
+		return tf.run(ctx, logger, &tkf, offer, reader, host)
 	}
 	opts := collector.Options{PodLabels: splitList(af.podLabels), ProcessUser: af.users != nil}
 	cf.apply(&opts)

@@ -186,3 +186,88 @@ func (r *reader) end() error {
 	}
 	return nil
 }
+
+// series is one element of a matrix result: {"metric":{…},"values":[[time,"value"],…]}, read in place as sample
+// reads a vector's, and by encoding/json where the fast path does not read it.
+type series struct {
+	sample
+	points []point // reused: emptied before each series
+}
+
+func (s *series) UnmarshalJSON(b []byte) error {
+	clear(s.metric)
+	s.points = s.points[:0]
+	if err := s.fast(b); err == nil {
+		return nil
+	} else if !errors.Is(err, errSlowPath) {
+		return err
+	}
+	clear(s.metric)
+	s.points = s.points[:0]
+	slow := struct {
+		Metric map[string]string `json:"metric"`
+		Values *[]point          `json:"values"`
+	}{Metric: s.metric, Values: &s.points}
+	return json.Unmarshal(b, &slow)
+}
+
+// fast reads a series whose strings have no escapes, whose keys are metric and values, and whose bytes are UTF-8.
+func (s *series) fast(b []byte) error {
+	r := reader{b: b}
+	if !r.delim('{') {
+		return errSlowPath
+	}
+	for first := true; ; first = false {
+		if r.delim('}') {
+			return r.end()
+		}
+		if !first && !r.delim(',') {
+			return errSlowPath
+		}
+		key, ok := r.str()
+		if !ok || !r.delim(':') {
+			return errSlowPath
+		}
+		switch string(key) {
+		case "metric":
+			if err := s.labels(&r); err != nil {
+				return err
+			}
+		case "values":
+			s.points = s.points[:0] // a repeated key replaces, as encoding/json's does
+			if !r.delim('[') {
+				return errSlowPath
+			}
+			for i := 0; !r.delim(']'); i++ {
+				if i > 0 && !r.delim(',') {
+					return errSlowPath
+				}
+				if err := s.point(&r); err != nil {
+					return err
+				}
+				s.points = append(s.points, point{t: s.t, v: s.v, set: true})
+			}
+		default:
+			return errSlowPath
+		}
+	}
+}
+
+// matrix reads a range result one series at a time, and calls each for every point of it.
+func matrix(dec *json.Decoder, each func(Sample) error) error {
+	if err := delim(dec, '['); err != nil {
+		return err
+	}
+	s := series{sample: sample{metric: make(map[string]string, 24), names: make(map[string]string)}}
+	for dec.More() {
+		if err := dec.Decode(&s); err != nil {
+			return err
+		}
+		for _, p := range s.points {
+			if err := each(Sample{Metric: s.metric, Value: p.v, Time: p.t}); err != nil {
+				return err
+			}
+		}
+	}
+	return delim(dec, ']')
+}
