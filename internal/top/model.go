@@ -124,6 +124,9 @@ func workloadRow(w *view.Workload, r *view.Reading) Row {
 		row.GPU = view.Plural(w.Places, "GPU")
 	}
 	row.PID = view.Plural(w.Processes, "proc")
+	if w.Processes == 1 {
+		row.PID = strconv.FormatUint(uint64(w.Process.PID), 10)
+	}
 	row.User = firstAndMore(w.Users)
 	row.Process = firstAndMore(w.Names)
 	if r.History != nil {

@@ -149,7 +149,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		if m.editing {
 			m.edit(msg)
-			m.cursor, m.scroll = 0, 0
+			m.cursor, m.scroll, m.cursorKey = 0, 0, ""
 		} else if quit := m.keys(msg); quit {
 			m.quitting = true
 			return m, tea.Quit
@@ -194,7 +194,7 @@ func (m *model) key(k string) bool {
 		return true
 	case "esc":
 		m.options.Filter = ""
-		m.cursor, m.scroll = 0, 0
+		m.cursor, m.scroll, m.cursorKey = 0, 0, ""
 	case "m", "M":
 		m.options.Sort = view.ByMemory
 	case "s", "S":

@@ -613,19 +613,14 @@ func styleOf(v gpu.Value, st Styles) lipgloss.Style {
 var sparkLevels = []rune("▁▂▃▄▅▆▇█")
 
 // sparkline draws a history of ratios (scaled by scale: a sum over 8 GPUs has 8) in width cells, each the mean of
-// its share of the points, the last cell the latest; a cell with no point is blank. ok is false with fewer than two
-// points known: there is no history to draw yet.
+// its share of the points, the last cell the latest; a cell with no point is blank. ok is false while fewer than
+// half the cells (and two) have a point: there is not history enough to draw yet.
 func sparkline(points []float64, width int, scale float64) (string, bool) {
-	known := 0
-	for _, p := range points {
-		if !math.IsNaN(p) {
-			known++
-		}
-	}
-	if known < 2 || width <= 0 || scale <= 0 {
+	if width <= 0 || scale <= 0 {
 		return "", false
 	}
 	cells := make([]rune, width)
+	drawn := 0
 	n := len(points)
 	for c := range width {
 		// The points of cell c: the last cell ends with the last point.
@@ -646,8 +641,9 @@ func sparkline(points []float64, width int, scale float64) (string, bool) {
 		}
 		r := min(max(sum/float64(k)/scale, 0), 1)
 		cells[c] = sparkLevels[int(math.Round(r*float64(len(sparkLevels)-1)))]
+		drawn++
 	}
-	return string(cells), true
+	return string(cells), drawn >= max(2, (width+1)/2)
 }
 
 // columns are the process table's widths; a column of width 0 is not shown.
@@ -680,16 +676,29 @@ func processColumns(s Screen, w int, grouped bool) columns {
 			c.history = 12
 		}
 	}
-	fixed := c.gpu + 1 + c.pid + 1 + 8 + 1 + c.sm + 1
-	for _, optional := range []int{c.node, c.user, c.age, c.history} {
-		if optional > 0 {
-			fixed += optional + 1
+	fixed := func() int {
+		n := c.gpu + 1 + c.pid + 1 + 8 + 1 + c.sm + 1
+		for _, optional := range []int{c.node, c.user, c.age, c.history} {
+			if optional > 0 {
+				n += optional + 1
+			}
 		}
+		return n
 	}
-	c.process = min(c.process, max((w-fixed)/4, 7))
-	c.owner = max(w-fixed-c.process-1, 10)
+	// Narrow: the owner keeps 24 columns at least, for which the history, the age, then the user give way.
+	for _, drop := range []*int{&c.history, &c.age, &c.user} {
+		if w-fixed()-7-1 >= minOwner {
+			break
+		}
+		*drop = 0
+	}
+	c.process = min(c.process, max((w-fixed())/4, 7))
+	c.owner = max(w-fixed()-c.process-1, 10)
 	return c
 }
+
+// minOwner is the least room the owner gets while other columns can give way.
+const minOwner = 24
 
 func (c columns) header(grouped bool) string {
 	sm, pid := "SM", "PID"

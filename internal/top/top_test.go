@@ -242,17 +242,17 @@ func TestSparklines(t *testing.T) {
 	if s, ok := sparkline([]float64{math.NaN(), 0, 0.5, 1}, 4, 1); !ok || s != " ▁▅█" {
 		t.Errorf("sparkline %q %v", s, ok)
 	}
-	if _, ok := sparkline([]float64{math.NaN(), math.NaN(), 1}, 4, 1); ok {
-		t.Error("one point is not a history")
+	if _, ok := sparkline([]float64{math.NaN(), math.NaN(), math.NaN(), 0, 1}, 5, 1); ok {
+		t.Error("two of five cells are not history enough")
 	}
 	if s, _ := sparkline([]float64{0, 0, 1, 1, 8, 8}, 3, 8); s != "▁▂█" {
 		t.Errorf("scaled and bucketed: %q", s)
 	}
 	r := demo(t)
 	rec := view.NewRecorder()
-	for i := range 4 {
+	for i := range 30 {
 		r.Time = r.Time.Add(10 * time.Second)
-		r.GPUs[0].Utilization = gpu.Known(float64(i) / 3)
+		r.GPUs[0].Utilization = gpu.Known(float64(i) / 29)
 		rec.Record(r)
 	}
 	plain := ansi.Strip(Render(frame(r, Options{}, 120, 40), Colors()))
