@@ -53,6 +53,7 @@ func stampVersion() {
 }
 
 func run(args []string) int {
+	args = demoArgs(args)
 	app := kingpin.New("gpu-pod-exporter", strings.ToUpper(summary[:1])+summary[1:]+". Without a command it serves "+
 		"Prometheus metrics; ps prints the GPU processes with their owners, top watches them live. --demo runs any "+
 		"of them on a built-in simulated node, with no GPU.")

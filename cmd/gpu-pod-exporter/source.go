@@ -27,6 +27,7 @@ type sourceFlags struct {
 	sourceSet       bool
 	simulatedConfig string
 	demo            bool
+	demoName        string // --demo=NAME: simulated.DemoNamed's
 	smiPath         string
 	smiPathSet      bool
 	smiTimeout      time.Duration
@@ -37,7 +38,9 @@ func (f *sourceFlags) register(app flagHost) {
 		"auto", &f.source, "auto", "nvml", "nvidia-smi", "simulated").IsSetByUser(&f.sourceSet)
 	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").PlaceHolder("FILE").
 		StringVar(&f.simulatedConfig)
-	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed.").BoolVar(&f.demo)
+	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed; --demo=NAME is another node of "+
+		"its own (its own GPUs, pods and faults), for a cluster of demo exporters.").PlaceHolder("NAME").
+		SetValue(demoValue{&f.demo, &f.demoName})
 	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").
 		IsSetByUser(&f.smiPathSet).StringVar(&f.smiPath)
 	durationFlag(app, "nvidia-smi.timeout", "Deadline of one nvidia-smi run.", nvidiasmi.DefaultTimeout, &f.smiTimeout)
@@ -86,7 +89,7 @@ func (f *sourceFlags) check() error {
 func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger) (gpu.Source, error) {
 	switch {
 	case f.demo:
-		return simulated.Demo(), nil
+		return simulated.DemoNamed(f.demoName)
 	case f.simulatedConfig != "":
 		return simulated.Open(f.simulatedConfig)
 	}

@@ -438,7 +438,7 @@ func TestHealthIsTheNodesHealth(t *testing.T) {
 }
 
 // One exporter scraped by two jobs is one node: a process is one (GPU UUID, PID), a GPU one UUID, an allocation
-// signal one; where the jobs name the node differently, the name that sorts first keeps it and the other is gone.
+// signal one; where the jobs name the node differently, its name keeps it over its address, and the other is gone.
 // The reading says how many series it read twice.
 func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 	f := newFake(Config{})
@@ -455,7 +455,7 @@ func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Processes) != 1 || c.Processes[0].Node != "10.0.0.1:9402" || len(c.GPUs) != 1 || len(c.Signals) != 1 || len(c.Nodes) != 1 {
+	if len(c.Processes) != 1 || c.Processes[0].Node != "gpu-a" || len(c.GPUs) != 1 || len(c.Signals) != 1 || len(c.Nodes) != 1 {
 		t.Errorf("%d processes, %d GPUs, %d signals, %d nodes: %+v", len(c.Processes), len(c.GPUs), len(c.Signals), len(c.Nodes), c.Nodes)
 	}
 	if c.Duplicates != 3+3+3 {

@@ -188,7 +188,10 @@ func healthExpr(q exprs) string {
 		q.of(fabricState) + " < 3",
 		q.of(fabricHealthy) + " == 0",
 	}
-	return fmt.Sprintf("max by (%s, uuid, gpu, __name__, xid, reason, state) (%s)", q.by, strings.Join(parts, " or "))
+	// or matches on every label but the name, so that two families of one GPU would be one: matched on the name
+	// too, each stays.
+	or := fmt.Sprintf(" or on (%s, uuid, __name__, xid, reason, state) ", q.by)
+	return fmt.Sprintf("max by (%s, uuid, gpu, __name__, xid, reason, state) (%s)", q.by, strings.Join(parts, or))
 }
 
 // promDuration writes a duration as PromQL does: 1h, 10m, 15s, 500ms.

@@ -62,13 +62,14 @@ func (r *results) view(interval time.Duration) *view.Reading {
 	}
 
 	// A GPU belongs to one node: where two nodes name the same GPU (one exporter scraped by two jobs that name its
-	// node differently), the node whose name sorts first keeps it, and a node left with no GPU of its own is the
-	// other's alias.
+	// node differently: the chart's ServiceMonitor by the node's name, annotation discovery by the pod's address),
+	// the name that is not a host:port address keeps it, else the one that sorts first, and a node left with no
+	// GPU of its own is the other's alias.
 	owner := make(map[string]string) // GPU UUID → node
 	reported := make(map[string]bool)
 	claim := func(node, uuid string) {
 		reported[node] = true
-		if o, ok := owner[uuid]; !ok || node < o {
+		if o, ok := owner[uuid]; !ok || preferred(node, o) {
 			owner[uuid] = node
 		}
 	}
@@ -133,6 +134,15 @@ func (r *results) view(interval time.Duration) *view.Reading {
 		}
 	}
 	return v
+}
+
+// preferred reports whether a node's name is the one to keep of two names of one node: a name over an address.
+func preferred(name, other string) bool {
+	address := func(s string) bool { return strings.Contains(s, ":") }
+	if address(name) != address(other) {
+		return !address(name)
+	}
+	return name < other
 }
 
 // processes are the rows of the current nodes, each process once: a process is one (GPU UUID, PID), and where it
