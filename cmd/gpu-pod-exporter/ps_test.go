@@ -111,3 +111,24 @@ func TestTopSortMem(t *testing.T) {
 		t.Errorf("top --sort=mem: PIDs %v, want 61001 (60 GiB) first and 2811 (512 MiB) last:\n%s", pids, out)
 	}
 }
+
+// --demo alone is the built-in node, before or after the command; --demo=NAME another node; a reserved or
+// malformed name is a usage error that names the flag.
+func TestDemoNames(t *testing.T) {
+	out, _, code := runMain(t, "--demo", "ps", "--no-headers", "--gpu=4")
+	a, _, _ := runMain(t, "ps", "--demo=node-a", "--no-headers", "--gpu=4")
+	if code != 0 || out == "" || out != a {
+		t.Errorf("--demo ps and ps --demo=node-a differ: %d\n%s\n%s", code, out, a)
+	}
+	b, _, code := runMain(t, "ps", "--demo=node-b", "--no-headers", "-o", "custom-columns=PID:pid,POD:pod")
+	demo, _, _ := runMain(t, "ps", "--demo", "--no-headers", "-o", "custom-columns=PID:pid,POD:pod")
+	if code != 0 || b == "" || strings.Count(b, "\n") != strings.Count(demo, "\n") || b == demo {
+		t.Errorf("--demo=node-b: exit %d\n%s", code, b)
+	}
+	for _, name := range []string{"amd", "Node_B"} {
+		_, stderr, code := runMain(t, "ps", "--demo="+name)
+		if code != 2 || !strings.Contains(stderr, "--demo: ") {
+			t.Errorf("--demo=%s: exit %d, %q", name, code, stderr)
+		}
+	}
+}

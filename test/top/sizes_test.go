@@ -57,3 +57,15 @@ func TestTopFitsEverySize(t *testing.T) {
 	term.Tmux("resize-window", "-t", "top", "-x", "80", "-y", "24")
 	quit(term)
 }
+
+// docs/top.png is the demo node's top in a real terminal, as it is now.
+func TestScreenshotOfTheDemoNode(t *testing.T) {
+	term := tmuxterm.Start(t, 100, 32, topInShell("--demo")...)
+	lines := term.WaitForText("q quit", "○ idle allocation: search/rag-index-0/indexer holds GPU 7")
+	if len(pidColumn(lines)) != 15 {
+		t.Errorf("not every row shows:\n%s", strings.Join(lines, "\n"))
+	}
+	clock := regexp.MustCompile(`^(gpu-pod-exporter top  )\d\d:\d\d:\d\d`)
+	term.Screenshot("../../docs/top.png", func(s string) string { return clock.ReplaceAllString(s, "${1}hh:mm:ss") })
+	quit(term)
+}
