@@ -212,7 +212,7 @@ func render(screen string, size func() (int, int)) (image.Image, error) {
 	}
 	metrics := faces[0].Metrics()
 	advance, _ := faces[0].GlyphAdvance('M')
-	cw, ch := advance.Ceil(), (metrics.Ascent + metrics.Descent).Ceil()+2
+	cw, ch := advance.Ceil(), (metrics.Ascent+metrics.Descent).Ceil()+2
 	const margin = 12
 	img := image.NewRGBA(image.Rect(0, 0, w*cw+2*margin, h*ch+2*margin))
 	draw.Draw(img, img.Bounds(), image.NewUniform(background), image.Point{}, draw.Src)
