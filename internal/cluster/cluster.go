@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -198,7 +199,7 @@ type results struct {
 	smOnly   []view.Process
 	health   map[gpuKey]*gpuHealth
 	gpus     []gpuSeries
-	readings map[gpuKey]*gpuReading
+	readings map[gpuKey][]gpu.Value // by the row of gpuLine
 	mps      map[gpuKey]bool
 	mig      map[gpuKey]int
 	pods     map[gpuKey]int
@@ -232,10 +233,6 @@ type gpuSeries struct {
 	mig, simulated   bool
 }
 
-type gpuReading struct {
-	utilization, memUsed, memTotal, temperature, power, workloads gpu.Value
-}
-
 type gpuHealth struct {
 	index int
 	view.Health
@@ -253,7 +250,7 @@ func newResults(nodeLabel string) *results {
 	r := &results{
 		nodeLabel: nodeLabel, lastReading: map[string]float64{}, up: map[string]float64{}, samples: map[string]float64{},
 		sourceUp: map[string]float64{}, allocKnown: map[string]bool{}, simulated: map[string]bool{},
-		sm: map[processKey]float64{}, health: map[gpuKey]*gpuHealth{}, readings: map[gpuKey]*gpuReading{},
+		sm: map[processKey]float64{}, health: map[gpuKey]*gpuHealth{}, readings: map[gpuKey][]gpu.Value{},
 		mps: map[gpuKey]bool{}, mig: map[gpuKey]int{}, pods: map[gpuKey]int{},
 		utilization: map[gpuKey][]float64{}, memoryRatio: map[gpuKey][]float64{}, workloadSM: map[string][]float64{},
 	}
@@ -391,32 +388,18 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 		}
 	case qGPUReadings:
 		return func(s promapi.Sample) error {
-			k := gk(s.Metric)
-			g := r.readings[k]
-			if g == nil {
-				g = &gpuReading{}
-				r.readings[k] = g
-			}
-			f, ok := familyNamed(s.Metric["__name__"])
-			if !ok {
+			row := slices.IndexFunc(gpuLine, func(f gpuLineFamily) bool { return f.name == s.Metric["__name__"] })
+			if row < 0 {
 				return nil
 			}
-			v, ok := r.known(i, f, s.Value)
-			value := gpu.Value{V: v, Valid: ok}
-			switch f.name {
-			case utilization.name:
-				g.utilization = value
-			case memoryUsed.name:
-				g.memUsed = value
-			case memoryTotal.name:
-				g.memTotal = value
-			case temperature.name:
-				g.temperature = value
-			case power.name:
-				g.power = value
-			case workloads.name:
-				g.workloads = value
+			k := gk(s.Metric)
+			values := r.readings[k]
+			if values == nil {
+				values = make([]gpu.Value, len(gpuLine))
+				r.readings[k] = values
 			}
+			v, ok := r.known(i, gpuLine[row].family, s.Value)
+			values[row] = gpu.Value{V: v, Valid: ok}
 			return nil
 		}
 	case qMPS:

@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 // family is one of the exporter's families that the cluster view reads: its name, the labels the view reads of
@@ -71,6 +73,24 @@ var families = []family{buildInfo, sourceUp, unmapped, gpuInfo, processMemory, p
 	memoryTotal, temperature, power, workloads, processes, migInfo, allocInfo, allocProcs, unrequested, workloadSM,
 	recoveryAction, remapFailure, remapPending, retirementPending, xidErrors, clockEvents, pcieWidth, pcieMaxWidth,
 	pcieGeneration, pcieMaxGeneration, nvlinks, fabricState, fabricHealthy}
+
+// gpuLine are the readings of a GPU's line, each with what it fills of view.GPU: a column of top's GPU lines is a
+// row here and a field there.
+var gpuLine = []gpuLineFamily{
+	{utilization, func(g *view.GPU, v gpu.Value) { g.Utilization = v }},
+	{memoryUsed, func(g *view.GPU, v gpu.Value) { g.MemoryUsed = v }},
+	{memoryTotal, func(g *view.GPU, v gpu.Value) { g.MemoryTotal = v }},
+	{temperature, func(g *view.GPU, v gpu.Value) { g.Temperature = v }},
+	{power, func(g *view.GPU, v gpu.Value) { g.Power = v }},
+	// Absent when the GPU's process list could not be read.
+	{workloads, func(g *view.GPU, v gpu.Value) { g.ProcessesListed, g.Workloads = v.Valid, int(v.V) }},
+}
+
+// gpuLineFamily is a family of a GPU's line and the field of view.GPU it fills.
+type gpuLineFamily struct {
+	family
+	set func(g *view.GPU, v gpu.Value)
+}
 
 // familyNamed finds a family of the table by name.
 func familyNamed(name string) (family, bool) {

@@ -131,8 +131,11 @@ var queries = [nQueries]query{
 	qGPUs:      {name: "GPUs", top: true, expr: func(q exprs) string { return q.of(gpuInfo) }},
 	// The readings of a GPU's line, with only the labels that find the GPU.
 	qGPUReadings: {name: "GPU readings", top: true, expr: func(q exprs) string {
-		return fmt.Sprintf("max by (%s, uuid, __name__) (%s)", q.by,
-			q.sel.With(names(utilization, memoryUsed, memoryTotal, temperature, power, workloads)))
+		fs := make([]family, len(gpuLine))
+		for i, f := range gpuLine {
+			fs[i] = f.family
+		}
+		return fmt.Sprintf("max by (%s, uuid, __name__) (%s)", q.by, q.sel.With(names(fs...)))
 	}},
 	qMPS: {name: "MPS GPUs", top: true, expr: func(q exprs) string {
 		return fmt.Sprintf(`max by (%s, uuid) (%s > 0)`, q.by, q.of(processes, `type="mps"`))

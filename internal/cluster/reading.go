@@ -192,16 +192,17 @@ func (r *results) gpuLines(mine func(node, uuid string) bool) ([]view.GPU, int) 
 		}
 		seen[info.uuid] = true
 		k := gpuKey{info.node, info.uuid}
-		rd := r.readings[k]
-		if rd == nil {
-			rd = &gpuReading{}
-		}
-		gpus = append(gpus, view.GPU{
+		g := view.GPU{
 			Node: info.node, Index: info.index, UUID: info.uuid, Name: strings.TrimPrefix(info.name, "NVIDIA "),
-			Utilization: rd.utilization, MemoryUsed: rd.memUsed, MemoryTotal: rd.memTotal, Temperature: rd.temperature,
-			Power: rd.power, MIG: info.mig, MIGInstances: r.mig[k], MPS: r.mps[k], ProcessesListed: rd.workloads.Valid,
-			Workloads: int(rd.workloads.V), AllocatedPods: r.pods[k], AllocationsUnknown: !r.allocKnown[info.node],
-		})
+			MIG: info.mig, MIGInstances: r.mig[k], MPS: r.mps[k], AllocatedPods: r.pods[k], AllocationsUnknown: !r.allocKnown[info.node],
+		}
+		values := r.readings[k]
+		for i, f := range gpuLine {
+			if values != nil {
+				f.set(&g, values[i])
+			}
+		}
+		gpus = append(gpus, g)
 	}
 	slices.SortFunc(gpus, func(a, b view.GPU) int { return cmp.Or(strings.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index)) })
 	return gpus, dup
