@@ -50,6 +50,20 @@ var errSlowPath = errors.New("not a plain sample")
 // fast reads a sample whose strings have no escapes, whose keys are metric and value, and whose bytes are UTF-8.
 func (s *sample) fast(b []byte) error {
 	r := reader{b: b}
+	return r.object(func(key []byte) error {
+		switch string(key) {
+		case "metric":
+			return s.labels(&r)
+		case "value":
+			return s.point(&r)
+		}
+		return errSlowPath
+	})
+}
+
+// object reads the whole text as one object of the fast path, calling field for each key with the reader at its
+// value; field reads the value.
+func (r *reader) object(field func(key []byte) error) error {
 	if !r.delim('{') {
 		return errSlowPath
 	}
@@ -64,17 +78,8 @@ func (s *sample) fast(b []byte) error {
 		if !ok || !r.delim(':') {
 			return errSlowPath
 		}
-		switch string(key) {
-		case "metric":
-			if err := s.labels(&r); err != nil {
-				return err
-			}
-		case "value":
-			if err := s.point(&r); err != nil {
-				return err
-			}
-		default:
-			return errSlowPath
+		if err := field(key); err != nil {
+			return err
 		}
 	}
 }
@@ -214,25 +219,10 @@ func (s *series) UnmarshalJSON(b []byte) error {
 // fast reads a series whose strings have no escapes, whose keys are metric and values, and whose bytes are UTF-8.
 func (s *series) fast(b []byte) error {
 	r := reader{b: b}
-	if !r.delim('{') {
-		return errSlowPath
-	}
-	for first := true; ; first = false {
-		if r.delim('}') {
-			return r.end()
-		}
-		if !first && !r.delim(',') {
-			return errSlowPath
-		}
-		key, ok := r.str()
-		if !ok || !r.delim(':') {
-			return errSlowPath
-		}
+	return r.object(func(key []byte) error {
 		switch string(key) {
 		case "metric":
-			if err := s.labels(&r); err != nil {
-				return err
-			}
+			return s.labels(&r)
 		case "values":
 			s.points = s.points[:0] // a repeated key replaces, as encoding/json's does
 			if !r.delim('[') {
@@ -247,10 +237,10 @@ func (s *series) fast(b []byte) error {
 				}
 				s.points = append(s.points, point{t: s.t, v: s.v, set: true})
 			}
-		default:
-			return errSlowPath
+			return nil
 		}
-	}
+		return errSlowPath
+	})
 }
 
 // matrix reads a range result one series at a time, and calls each for every point of it.
