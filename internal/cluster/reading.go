@@ -155,26 +155,28 @@ func (r *results) processes(mine func(node, uuid string) bool) (procs []view.Pro
 	}
 	seen := make(map[pid]bool, len(r.memory))
 	procs = make([]view.Process, 0, len(r.memory)+len(r.smOnly))
-	for i, p := range slices.Concat(r.memory, r.smOnly) {
-		k := pid{p.UUID, p.PID}
-		switch {
-		case !mine(p.Node, p.UUID) && r.isCurrent[p.Node]:
-			dup++ // its GPU is another node's: this is the other's alias
-			continue
-		case !mine(p.Node, p.UUID):
-			continue // a stale node's
-		case seen[k]:
-			dup++
-			continue
-		}
-		seen[k] = true
-		if i < len(r.memory) {
-			if sm, ok := r.sm[processKey{p.Node, p.UUID, p.PID}]; ok && !math.IsNaN(sm) {
-				p.SM = gpu.Known(sm)
+	for _, list := range [][]view.Process{r.memory, r.smOnly} {
+		for i := range list {
+			p := &list[i]
+			k := pid{p.UUID, p.PID}
+			switch {
+			case !mine(p.Node, p.UUID) && r.isCurrent[p.Node]:
+				dup++ // its GPU is another node's: this is the other's alias
+				continue
+			case !mine(p.Node, p.UUID):
+				continue // a stale node's
+			case seen[k]:
+				dup++
+				continue
+			}
+			seen[k] = true
+			procs = append(procs, *p)
+			if sm, ok := r.sm[processKey{p.Node, p.UUID, p.PID}]; ok && !math.IsNaN(sm) && !p.SM.Valid {
+				procs[len(procs)-1].SM = gpu.Known(sm)
 			}
 		}
-		procs = append(procs, p)
 	}
+	r.memory, r.smOnly = nil, nil // the rows are procs now
 	return procs, dup
 }
 

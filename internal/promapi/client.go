@@ -279,6 +279,7 @@ func decode(r io.Reader, each func(Sample) error) (warnings []string, err error)
 	var status, errType, errMsg string
 	resultType := ""
 	sawResult := false
+	var early json.RawMessage
 	err = object(dec, func(key string) error {
 		switch key {
 		case "status":
@@ -309,16 +310,23 @@ func decode(r io.Reader, each func(Sample) error) (warnings []string, err error)
 					return nil
 				case "result":
 					sawResult = true
-					if resultType == "matrix" {
-						return matrix(dec, each)
+					if resultType == "" {
+						// Servers write the type first; a result before it is kept until the type says how to read it.
+						return dec.Decode(&early)
 					}
-					return vector(dec, each)
+					return result(dec, resultType, each)
 				}
 				return skip(dec)
 			})
 		}
 		return skip(dec)
 	})
+	if err == nil && early != nil {
+		if resultType == "" {
+			return warnings, classified{errors.New("a result without its type"), ErrNotAPI}
+		}
+		err = result(json.NewDecoder(bytes.NewReader(early)), resultType, each)
+	}
 	switch {
 	case err != nil:
 		return warnings, err
@@ -330,6 +338,14 @@ func decode(r io.Reader, each func(Sample) error) (warnings []string, err error)
 		return warnings, classified{errors.New("no result in the answer"), ErrNotAPI}
 	}
 	return warnings, nil
+}
+
+// result reads a result of its type, a sample or a point at a time.
+func result(dec *json.Decoder, resultType string, each func(Sample) error) error {
+	if resultType == "matrix" {
+		return matrix(dec, each)
+	}
+	return vector(dec, each)
 }
 
 // object reads a JSON object, calling field for each key with the decoder at its value; field must read the value.

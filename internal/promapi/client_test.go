@@ -314,9 +314,10 @@ func FuzzSampleIsEncodingJSON(f *testing.F) {
 func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
 
 func TestQueryRangeCallsEachPoint(t *testing.T) {
-	body := `{"status":"success","data":{"resultType":"matrix","result":[
+	// The result before its type, as a JSON encoder that sorts keys writes it.
+	body := `{"status":"success","data":{"result":[
 	  {"metric":{"instance":"gpu-a","uuid":"GPU-1"},"values":[[1700000000,"0.5"],[1700000010,"NaN"]]},
-	  {"values":[[1700000000,"1"]],"metric":{"instance":"gpu-\u0062"}}]}}`
+	  {"values":[[1700000000,"1"]],"metric":{"instance":"gpu-\u0062"}}],"resultType":"matrix"}}`
 	srv := newServer(t, 200, jsonType, body)
 	c, err := New(srv.URL, http.DefaultClient)
 	if err != nil {

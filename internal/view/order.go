@@ -117,7 +117,7 @@ func (s Sort) compare(a, b *sortKey) int {
 
 func (p *Process) sortKey(s Sort) sortKey {
 	k := sortKey{node: p.Node, gpu: p.GPU, pid: p.PID, memory: p.Memory, sm: p.SM, started: p.Started, user: p.Identity.User}
-	if s == ByOwner || s == ByGPU {
+	if s == ByOwner {
 		k.owner = p.Owner().String()
 	}
 	if p.MIG {
@@ -126,7 +126,8 @@ func (p *Process) sortKey(s Sort) sortKey {
 	return k
 }
 
-// SortProcesses orders processes by s; byNode orders them node by node first.
+// SortProcesses orders processes by s, in place: it sorts their keys, then moves each process once, so that a
+// cluster's 32,000 rows are not copied.
 func SortProcesses(ps []Process, s Sort) {
 	keys := make([]sortKey, len(ps))
 	idx := make([]int, len(ps))
@@ -134,11 +135,22 @@ func SortProcesses(ps []Process, s Sort) {
 		keys[i], idx[i] = ps[i].sortKey(s), i
 	}
 	slices.SortStableFunc(idx, func(a, b int) int { return s.compare(&keys[a], &keys[b]) })
-	sorted := make([]Process, len(ps))
-	for i, j := range idx {
-		sorted[i] = ps[j]
+	// idx[i] is the process that goes to i: follow each cycle of the permutation with one process in hand.
+	for i := range idx {
+		if idx[i] < 0 || idx[i] == i {
+			continue
+		}
+		held := ps[i]
+		j := i
+		for idx[j] != i {
+			next := idx[j]
+			ps[j] = ps[next]
+			idx[j] = -1
+			j = next
+		}
+		ps[j] = held
+		idx[j] = -1
 	}
-	copy(ps, sorted)
 }
 
 // Grouping is what processes are grouped into.

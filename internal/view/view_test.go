@@ -263,3 +263,23 @@ func TestCommands(t *testing.T) {
 		t.Errorf("a unit named by its user: %q", got)
 	}
 }
+
+// Sorting in place moves each process to where a stable sort of its key puts it.
+func TestSortProcessesInPlace(t *testing.T) {
+	var ps []Process
+	for i := range 300 {
+		ps = append(ps, Process{Node: fmt.Sprint("n", i%7), GPU: i % 5, PID: uint32(i * 7919 % 1000), Memory: gpu.Known(float64(i % 13)),
+			SM: gpu.Value{V: float64(i % 11), Valid: i%3 != 0}, Name: fmt.Sprint("p", i)})
+	}
+	for _, s := range []Sort{ByGPU, ByMemory, BySM, ByPID, ByOwner} {
+		got := slices.Clone(ps)
+		SortProcesses(got, s)
+		want := slices.Clone(ps)
+		slices.SortStableFunc(want, func(a, b Process) int { ka, kb := a.sortKey(s), b.sortKey(s); return s.compare(&ka, &kb) })
+		for i := range want {
+			if got[i].Name != want[i].Name {
+				t.Fatalf("sort %v: row %d is %s, want %s", s, i, got[i].Name, want[i].Name)
+			}
+		}
+	}
+}
