@@ -50,6 +50,12 @@ type Reader struct {
 	exprs exprs
 	// now is the clock that places the history's range when the reading is of now.
 	now func() time.Time
+
+	// history is what the last readings read of the recent past, kept so that the next reads only the steps
+	// since (past[q]: the last step history query q read; zero when it did not run).
+	mu      sync.Mutex
+	history *view.History
+	past    [nQueries]time.Time
 }
 
 // defaultInterval stands in for a target's scrape interval when it cannot be measured: Prometheus' own default.
@@ -104,11 +110,20 @@ func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
 	if at.IsZero() {
 		at = r.now()
 	}
-	end := at.Truncate(time.Second)
+	r.mu.Lock() // one reading at a time reads and keeps the history
+	defer r.mu.Unlock()
 	step := view.HistorySpan / view.HistoryPoints
+	end := at.Truncate(step) // the history's points are on a grid of steps, the same from one reading to the next
 	res.historyStart, res.step = end.Add(-view.HistorySpan+step), step
+	// A history query reads the steps since it last read, all of them the first time.
+	since := func(q int) time.Time {
+		if last := r.past[q]; !last.IsZero() && !last.Before(res.historyStart) && !last.After(end) {
+			return last.Add(step)
+		}
+		return res.historyStart
+	}
 	var warnings [nQueries][]string
-	run := func(want func(query) bool) error {
+	run := func(want func(int, query) bool) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var (
@@ -117,7 +132,7 @@ func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
 			errs [nQueries]error
 		)
 		for i, q := range queries {
-			if !want(q) {
+			if !want(i, q) {
 				continue
 			}
 			wg.Go(func() {
@@ -129,7 +144,7 @@ func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
 				}
 				defer func() { <-sem }()
 				if q.history {
-					warnings[i], errs[i] = r.q.QueryRange(ctx, q.expr(r.exprs), res.historyStart, end, step, res.handler(i))
+					warnings[i], errs[i] = r.q.QueryRange(ctx, q.expr(r.exprs), since(i), end, step, res.handler(i))
 				} else {
 					warnings[i], errs[i] = r.q.Query(ctx, q.expr(r.exprs), r.cfg.At, res.handler(i))
 				}
@@ -152,9 +167,11 @@ func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
 		}
 		return nil
 	}
-	if err := run(func(q query) bool {
-		return !q.followUp && (!q.top || what.Top) && (!q.workloads || what.Workloads)
-	}); err != nil {
+	asked := func(i int, q query) bool {
+		return !q.followUp && (!q.top || what.Top) && (!q.workloads || what.Workloads) &&
+			(!q.history || !since(i).After(end))
+	}
+	if err := run(asked); err != nil {
 		return nil, err
 	}
 	if len(res.lastReading) == 0 && len(res.up) == 0 {
@@ -162,11 +179,14 @@ func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
 	}
 	// Processes with an SM utilization and no memory reading need their labels read: only when there are any.
 	if res.smWithoutMemory() {
-		if err := run(func(q query) bool { return q.followUp }); err != nil {
+		if err := run(func(_ int, q query) bool { return q.followUp }); err != nil {
 			return nil, err
 		}
 	}
 	v := res.view(r.cfg.ScrapeInterval)
+	if what.Top {
+		r.keepHistory(v, end, what.Workloads)
+	}
 	seen := make(map[string]bool)
 	for _, ws := range warnings {
 		for _, w := range ws {
@@ -178,6 +198,54 @@ func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
 	}
 	v.Warnings = append(v.Warnings, res.problems()...)
 	return v, nil
+}
+
+// keepHistory merges what the reading read of the past into what the readings before it read, gives the reading
+// the whole, and keeps it for the next: a GPU's or workload's point that was not read again keeps its value.
+func (r *Reader) keepHistory(v *view.Reading, end time.Time, workloads bool) {
+	old, fresh := r.history, v.History
+	if fresh == nil {
+		fresh = view.NewHistory()
+	}
+	shift := func(q int) int {
+		if r.past[q].IsZero() {
+			return view.HistoryPoints // nothing of it kept
+		}
+		return int(end.Sub(r.past[q]) / (view.HistorySpan / view.HistoryPoints))
+	}
+	merge := func(into, kept []float64, by int) {
+		for i := range into {
+			if j := i + by; math.IsNaN(into[i]) && j >= 0 && j < len(kept) {
+				into[i] = kept[j]
+			}
+		}
+	}
+	if old != nil {
+		by := shift(qUtilizationHistory)
+		for k, g := range old.GPUs {
+			n := fresh.GPU(k)
+			merge(n.Utilization, g.Utilization, by)
+			merge(n.Memory, g.Memory, by)
+		}
+		if workloads {
+			by = shift(qWorkloadHistory)
+			for k, w := range old.Workloads {
+				n := fresh.Workloads[k]
+				if n == nil {
+					n = view.Points()
+					fresh.Workloads[k] = n
+				}
+				merge(n, w, by)
+			}
+		}
+	}
+	fresh.Forget()
+	r.history, v.History = fresh, fresh
+	r.past[qUtilizationHistory], r.past[qMemoryHistory] = end, end
+	r.past[qWorkloadHistory] = time.Time{}
+	if workloads {
+		r.past[qWorkloadHistory] = end
+	}
 }
 
 // results are the answers of one reading's queries; each query's handler writes only its own fields, so that the

@@ -28,6 +28,7 @@ type fake struct {
 	errs     map[int]error
 	asked    []string
 	at       []time.Time
+	ranges   [][2]time.Time
 }
 
 func newFake(cfg Config) *fake {
@@ -80,6 +81,9 @@ func (f *fake) Query(ctx context.Context, expr string, at time.Time, each func(p
 
 // QueryRange answers a history query as Query answers an instant one: the samples a test gives it, at their times.
 func (f *fake) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration, each func(promapi.Sample) error) ([]string, error) {
+	f.mu.Lock()
+	f.ranges = append(f.ranges, [2]time.Time{start, end})
+	f.mu.Unlock()
 	return f.Query(ctx, expr, time.Time{}, each)
 }
 
@@ -508,5 +512,52 @@ func TestDepartedNodesLeave(t *testing.T) {
 	if fmt.Sprint(nodes) != "[gpu-a up leaving stale 4m]" || len(c.Processes) != 0 || len(c.Signals) != 1 ||
 		c.Signals[0].String() != "node leaving: stale: last reading 4m ago" {
 		t.Errorf("nodes %v, %d processes, signals %v", nodes, len(c.Processes), c.Signals)
+	}
+}
+
+// The history is read with one range query per family, whatever the number of nodes; the next reading reads only
+// the steps since, and keeps the points it does not read again.
+func TestHistoryIsReadOnceAndKept(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	f.add(qGPUs, 1, "instance", "gpu-a", "gpu", "0", "uuid", "GPU-a0", "name", "NVIDIA H100")
+	clock := time.Unix(now, 0)
+	f.r.now = func() time.Time { return clock }
+	at := func(ago time.Duration, v float64) promapi.Sample {
+		return promapi.Sample{Metric: map[string]string{"instance": "gpu-a", "uuid": "GPU-a0"}, Value: v,
+			Time: float64(clock.Add(-ago).Unix())}
+	}
+	f.answers[qUtilizationHistory] = []promapi.Sample{at(50*time.Second, 0.1), at(10*time.Second, 0.5), at(0, 0.6)}
+	c, err := f.r.Read(context.Background(), What{Top: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	points := c.History.GPUs[view.GPUKey("gpu-a", "GPU-a0")].Utilization
+	n := view.HistoryPoints
+	if points[n-1] != 0.6 || points[n-2] != 0.5 || points[n-6] != 0.1 || !math.IsNaN(points[n-3]) {
+		t.Errorf("history ends %v", points[n-6:])
+	}
+	if len(f.ranges) != 2 || !f.ranges[0][0].Equal(clock.Add(-view.HistorySpan+10*time.Second)) || !f.ranges[0][1].Equal(clock) {
+		t.Fatalf("ranges asked: %v", f.ranges)
+	}
+	// 20 s later: the two steps since, and what was read before, two steps older.
+	clock = clock.Add(20 * time.Second)
+	f.ranges = nil
+	f.answers[qUtilizationHistory] = []promapi.Sample{at(0, 0.9)}
+	c, err = f.r.Read(context.Background(), What{Top: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	points = c.History.GPUs[view.GPUKey("gpu-a", "GPU-a0")].Utilization
+	if points[n-1] != 0.9 || points[n-3] != 0.6 || points[n-4] != 0.5 || points[n-8] != 0.1 {
+		t.Errorf("history ends %v", points[n-8:])
+	}
+	if len(f.ranges) != 2 || !f.ranges[0][0].Equal(clock.Add(-10*time.Second)) {
+		t.Errorf("ranges asked the second time: %v", f.ranges)
+	}
+	// A reading of the same instant asks nothing of the past again.
+	f.ranges = nil
+	if _, err := f.r.Read(context.Background(), What{Top: true}); err != nil || len(f.ranges) != 0 {
+		t.Errorf("the same instant read the past again: %v %v", f.ranges, err)
 	}
 }

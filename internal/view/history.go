@@ -53,6 +53,20 @@ func (h *History) GPU(key string) *GPUHistory {
 	return g
 }
 
+// Forget leaves out the GPUs and workloads with no point in the span.
+func (h *History) Forget() {
+	for k, g := range h.GPUs {
+		if empty(g.Utilization) && empty(g.Memory) {
+			delete(h.GPUs, k)
+		}
+	}
+	for k, w := range h.Workloads {
+		if empty(w) {
+			delete(h.Workloads, k)
+		}
+	}
+}
+
 // Recorder keeps a node's history in memory, from one reading to the next: each point is the mean of the readings
 // in its 10 s.
 type Recorder struct {
