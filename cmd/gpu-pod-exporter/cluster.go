@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,10 +16,9 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cluster"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 // prometheusEnv gives --prometheus when the flag is not: a variable of this program's own, so that a
@@ -178,42 +176,14 @@ func loopback(u string) bool {
 }
 
 // read takes one reading of the cluster within --prometheus.timeout.
-func (f *prometheusFlags) read(ctx context.Context, r *cluster.Reader, forTop bool) (*top.Cluster, error) {
+func (f *prometheusFlags) read(ctx context.Context, r *cluster.Reader, what cluster.What) (*view.Reading, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	read := r.Processes
-	if forTop {
-		read = r.Read
-	}
-	c, err := read(ctx)
+	v, err := r.Read(ctx, what)
 	if err != nil {
 		return nil, f.explain(err)
 	}
-	return c, nil
-}
-
-// printClusterPS prints one reading of the cluster as ps prints a node's, with the node first, and its warnings:
-// stale nodes, and what Prometheus said.
-func printClusterPS(ctx context.Context, f *prometheusFlags, r *cluster.Reader, pf *psFlags, w io.Writer) (readErr, writeErr error) {
-	c, err := f.read(ctx, r, false)
-	if err != nil {
-		return err, nil
-	}
-	simulated := false
-	for _, n := range c.Nodes {
-		simulated = simulated || n.Simulated
-	}
-	writeErr = pf.write(w, &gpu.Snapshot{Simulated: simulated}, c.Rows, c.Time)
-	// Node names and Prometheus' warnings are the server's text: escaped, as every name ps prints.
-	for _, n := range c.Nodes {
-		if p := n.Problem(); p != "" {
-			fmt.Fprintf(os.Stderr, "warning: node %s: %s\n", terminal.Escape(n.Name), p)
-		}
-	}
-	for _, warning := range c.Warnings {
-		fmt.Fprintf(os.Stderr, "warning: %s\n", terminal.Escape(warning))
-	}
-	return nil, writeErr
+	return v, nil
 }
 
 // optionalDuration is a positive duration flag without a default value.
@@ -238,7 +208,7 @@ func runClusterPS(ctx context.Context, f *prometheusFlags, pf *psFlags) int {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
 		return 2
 	}
-	return runPS(ctx, pf, func(ctx context.Context, w io.Writer) (error, error) { return printClusterPS(ctx, f, r, pf, w) })
+	return runPS(ctx, pf, func(ctx context.Context) (*view.Reading, error) { return f.read(ctx, r, cluster.What{}) })
 }
 
 // clusterInterval is top's default interval on a cluster: the exporters are scraped every 15 to 60 seconds, so a
@@ -247,11 +217,6 @@ const clusterInterval = 10 * time.Second
 
 // runCluster is `top --prometheus`.
 func (f *topFlags) runCluster(ctx context.Context, pf *prometheusFlags) int {
-	sort, err := top.ParseSort(f.sort)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: %v\n", err)
-		return 2
-	}
 	r, err := pf.reader()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter: %v\n", err)
@@ -260,8 +225,7 @@ func (f *topFlags) runCluster(ctx context.Context, pf *prometheusFlags) int {
 	if !f.intervalSet {
 		f.interval = clusterInterval
 	}
-	return f.show(ctx, sort, func(ctx context.Context) (top.Reading, error) {
-		c, err := pf.read(ctx, r, true)
-		return top.Reading{Cluster: c}, err
+	return f.show(ctx, nil, func(ctx context.Context, o top.Options) (*view.Reading, error) {
+		return pf.read(ctx, r, cluster.What{Top: true, Workloads: o.Group && !o.Namespaces})
 	})
 }

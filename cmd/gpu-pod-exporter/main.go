@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/server"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 const program = "gpu_pod_exporter"
@@ -54,6 +55,7 @@ func stampVersion() {
 }
 
 func run(args []string) int {
+	args = demoArgs(args)
 	app := kingpin.New("gpu-pod-exporter", strings.ToUpper(summary[:1])+summary[1:]+". Without a command it serves "+
 		"Prometheus metrics; ps prints the GPU processes with their owners, top watches them live. --demo runs any "+
 		"of them on a built-in simulated node, with no GPU.")
@@ -101,7 +103,6 @@ func run(args []string) int {
 	shell := completionCmd.Arg("shell", strings.Join(clidoc.Shells, ", ")).Required().Enum(clidoc.Shells...)
 	useUsage(app, serve)
 
-	args = sf.takeDemoValue(args)
 	chosen, err := app.Parse(args)
 	if err != nil {
 		msg, try := err.Error(), "--help"
@@ -209,9 +210,13 @@ func run(args []string) int {
 
 	switch cmd {
 	case psCmd:
-		return runPS(ctx, &psf, func(ctx context.Context, w io.Writer) (error, error) { return printPS(ctx, reader, &psf, w) })
+		return runPS(ctx, &psf, func(ctx context.Context) (*view.Reading, error) { return readNode(ctx, reader) })
 	case topCmd:
-		return tf.run(ctx, logger, &tkf, offer, reader)
+		var host func(uint32) view.Host
+		if !sf.demo && sf.simulatedConfig == "" {
+			host = hostReader(af.procfs) // a simulated node's processes are not this host's
+		}
+		return tf.run(ctx, logger, &tkf, offer, reader, host)
 	}
 	opts := collector.Options{PodLabels: splitList(af.podLabels), ProcessUser: af.users != nil}
 	cf.apply(&opts)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +32,7 @@ type sourceFlags struct {
 	sourceSet       bool
 	simulatedConfig string
 	demo            bool
-	demoPreset      string // the built-in node --demo=<name> asked for; "" for --demo alone
+	demoName        string // --demo=NAME: simulated.DemoNamed's
 	smiPath         string
 	smiPathSet      bool
 	smiTimeout      time.Duration
@@ -48,8 +47,10 @@ func (f *sourceFlags) register(app flagHost) {
 		"auto", &f.source, "auto", "nvml", "nvidia-smi", "drm", "simulated").IsSetByUser(&f.sourceSet)
 	app.Flag("gpu.simulated-config", "Simulated node file (YAML); implies --gpu.source=simulated.").PlaceHolder("FILE").
 		StringVar(&f.simulatedConfig)
-	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed: --demo (NVIDIA GPUs), --demo="+
-		strings.Join(demoPresets(), " or --demo=")+".").BoolVar(&f.demo)
+	app.Flag("demo", "Run on a built-in simulated node with workloads, no GPU needed: --demo alone is NVIDIA GPUs, "+
+		"--demo=amd eight AMD Instinct MI300X, --demo=mixed NVIDIA, AMD and Intel GPUs on one node; any other "+
+		"--demo=NAME is a node of its own (its own GPUs, pods and faults), for a cluster of demo exporters.").
+		PlaceHolder("NAME").SetValue(demoValue{&f.demo, &f.demoName})
 	app.Flag("path.sysfs", "The host's sysfs, for the drm source's GPUs (/sys/class/drm, hwmon, KFD).").
 		Default("/sys").IsSetByUser(&f.sysfsSet).StringVar(&f.sysfs)
 	app.Flag("nvidia-smi.path", "nvidia-smi binary, for --gpu.source=nvidia-smi.").Default("nvidia-smi").
@@ -63,9 +64,6 @@ func (f *sourceFlags) warnings() []string { return nil }
 // be built in to be asked for; a simulated node file must exist, and an nvidia-smi given as a path must be an
 // executable file, so that "not executable" is not reported as "not found" at the first reading.
 func (f *sourceFlags) check() error {
-	if f.demoPreset != "" && !slices.Contains(demoPresets(), f.demoPreset) {
-		return flagError("demo", "%q is not a built-in node (%s)", f.demoPreset, strings.Join(demoPresets(), ", "))
-	}
 	switch {
 	case f.demo && f.sourceSet && f.source != "simulated":
 		return flagError("gpu.source", "%s conflicts with --demo, which reads the built-in simulated node: drop one of them", f.source)
@@ -110,7 +108,7 @@ func (f *sourceFlags) check() error {
 func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procfs string) (gpu.Source, error) {
 	switch {
 	case f.demo:
-		return simulated.Preset(f.demoPreset)
+		return simulated.DemoNamed(f.demoName)
 	case f.simulatedConfig != "":
 		return simulated.Open(f.simulatedConfig)
 	}
@@ -201,26 +199,4 @@ func (f *sourceFlags) openDRM(procfs string, first int) (gpu.Source, error) {
 
 func (f *sourceFlags) openNvidiaSMI(logger *slog.Logger) (gpu.Source, error) {
 	return nvidiasmi.New(nvidiasmi.Config{Path: f.smiPath, Timeout: f.smiTimeout, Logger: logger})
-}
-
-// takeDemoValue takes the value of --demo=<name> out of the command line, before kingpin parses it: --demo is a
-// boolean flag (kingpin's booleans take no value), which stands alone for the built-in NVIDIA node and names one of
-// the other built-in nodes with a value. check validates the name.
-func (f *sourceFlags) takeDemoValue(args []string) []string {
-	out := make([]string, 0, len(args))
-	for _, a := range args {
-		if a == "--" {
-			return append(out, args[len(out):]...)
-		}
-		if name, ok := strings.CutPrefix(a, "--demo="); ok && name != "true" && name != "false" {
-			f.demoPreset, a = name, "--demo"
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-// demoPresets are the names --demo takes besides none.
-func demoPresets() []string {
-	return slices.DeleteFunc(simulated.Presets(), func(s string) bool { return s == "" })
 }

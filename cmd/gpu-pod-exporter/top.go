@@ -6,14 +6,19 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/charmbracelet/x/term"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 // topFlags are the flags of `top`. It reads the node as `ps` does, and the kubelet's allocations as the server does.
@@ -22,6 +27,7 @@ type topFlags struct {
 	sort     string
 	group    bool
 	filter   string
+	only     filterFlags
 	count    int
 	// intervalSet: --interval was given; reading a cluster, the default is longer.
 	intervalSet bool
@@ -33,10 +39,12 @@ func (f *topFlags) register(cmd flagHost) {
 	f.logs = &heldLog{out: os.Stderr, limit: 64 << 10}
 	cmd.Flag("interval", "Time between readings (with --prometheus: "+clusterInterval.String()+").").Default("2s").
 		IsSetByUser(&f.intervalSet).SetValue(durationValue{flag: "interval", dst: &f.interval})
-	enumFlag(cmd, "sort", "Initial order of the processes: gpu, memory (or mem) or sm.", "gpu", &f.sort, "gpu", "memory", "mem", "sm")
-	cmd.Flag("group", "Start with one row per workload (pod, container, Slurm job, service).").BoolVar(&f.group)
-	cmd.Flag("filter", "Start with only the processes of this namespace, or whose owner contains this text.").
-		PlaceHolder("TEXT").StringVar(&f.filter)
+	enumFlag(cmd, "sort", "Initial order of the processes: "+strings.Join(view.SortNames(), ", ")+".", "gpu", &f.sort,
+		view.SortNames()...)
+	cmd.Flag("group", "Start with one row per workload (pod container, container, Slurm job, service).").BoolVar(&f.group)
+	cmd.Flag("filter", "Start filtered, as / filters: any text of a row, or user:, gpu:, ns:, node:, pid:, owner: for "+
+		"one field.").PlaceHolder("TEXT").StringVar(&f.filter)
+	f.only.register(cmd, "top")
 	cmd.Flag("count", "When the output is not a terminal, stop after this many readings (0: until interrupted).").
 		Short('n').Default("0").IntVar(&f.count)
 }
@@ -56,18 +64,15 @@ func (f *topFlags) check() error {
 	if f.count < 0 {
 		return flagError("count", "must not be negative, got %d", f.count)
 	}
-	return nil
+	return f.only.check()
 }
 
 func (f *topFlags) warnings() []string { return nil }
 
-// run shows the view until ctx ends; kf are the kubelet flags of top, for its allocation signals.
-func (f *topFlags) run(ctx context.Context, logger *slog.Logger, kf *kubeletFlags, offer allocationOffer, reader *reading.Reader) int {
-	sort, err := top.ParseSort(f.sort)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: %v\n", err)
-		return 2
-	}
+// run shows the view until ctx ends; kf are the kubelet flags of top, for its allocation signals. host reads a
+// process's /proc for its detail; nil where the node's processes are not this host's (a simulated node).
+func (f *topFlags) run(ctx context.Context, logger *slog.Logger, kf *kubeletFlags, offer allocationOffer, reader *reading.Reader,
+	host func(pid uint32) view.Host) int {
 	allocs, err := kf.start(ctx, logger, offer)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: cannot read GPU allocations from the kubelet: %v\n", err)
@@ -75,25 +80,32 @@ func (f *topFlags) run(ctx context.Context, logger *slog.Logger, kf *kubeletFlag
 	}
 	defer allocs.stop()
 	allocations := allocs.source
-
-	return f.show(ctx, sort, func(ctx context.Context) (top.Reading, error) {
+	history := view.NewRecorder()
+	return f.show(ctx, host, func(ctx context.Context, _ top.Options) (*view.Reading, error) {
 		r, err := reader.Read(ctx)
 		if err != nil {
-			return top.Reading{}, err
+			return nil, err
 		}
-		rd := top.Reading{Result: r}
+		var signals allocation.Signals
 		if allocations != nil {
 			if allocs, ok := allocations.Allocations(); ok {
-				rd.Allocations = allocation.Join(allocs, r)
+				signals = allocation.Join(allocs, r)
 			}
 		}
-		return rd, nil
+		v := view.FromNode(r, signals)
+		if v.Time.IsZero() {
+			v.Time = time.Now()
+		}
+		history.Record(v)
+		return v, nil
 	})
 }
 
 // show runs the view over read: on the terminal, or as plain tables into a pipe.
-func (f *topFlags) show(ctx context.Context, sort top.Sort, read func(context.Context) (top.Reading, error)) int {
-	cfg := top.Config{Interval: f.interval, View: top.View{Sort: sort, Filter: f.filter, Group: f.group}, Read: read}
+func (f *topFlags) show(ctx context.Context, host func(pid uint32) view.Host, read func(context.Context, top.Options) (*view.Reading, error)) int {
+	sort, _ := view.ParseSort(f.sort) // checked by the flag
+	cfg := top.Config{Interval: f.interval, Read: read, Host: host,
+		Options: top.Options{Sort: sort, Filter: f.filter, Base: f.only.filter(), Group: f.group}}
 	var err error
 	if !interactive() {
 		err = top.RunPlain(ctx, cfg, f.count, os.Stdout, os.Stderr)
@@ -108,6 +120,32 @@ func (f *topFlags) show(ctx context.Context, sort top.Sort, read func(context.Co
 	}
 	return 0
 }
+
+// hostReader reads what a process's /proc says for top's detail: its CPU time and resident memory (stat) and its
+// cgroup, through the hardened procfs reads; never its command line or environment.
+func hostReader(procFS string) func(pid uint32) view.Host {
+	var mu sync.Mutex
+	r := procfs.NewReader(procFS)
+	return func(pid uint32) view.Host {
+		mu.Lock()
+		defer mu.Unlock()
+		var h view.Host
+		ticks, pages, err := r.Usage(pid)
+		if err != nil {
+			h.Err = err.Error()
+		} else {
+			h.CPU = time.Duration(ticks) * time.Second / clockTicks
+			h.RSS = gpu.Known(float64(pages) * float64(os.Getpagesize()))
+		}
+		if cg, err := r.Cgroup(pid); err == nil {
+			h.Cgroup = cgroup.Parse(cg).Path
+		}
+		return h
+	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux architecture Go supports.
+const clockTicks = 100
 
 // heldLog passes log lines through to stderr, except while held: then it keeps up to limit bytes of them, and
 // counts the rest, until released.

@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 // fleetAnswers are the API's answers for a fleet of nodes of 8 GPUs with 4 pods each, as Prometheus writes them,
@@ -22,9 +25,21 @@ func fleetAnswers(r *Reader, nodes int) map[string][]byte {
 		Metric map[string]string `json:"metric"`
 		Value  [2]any            `json:"value"`
 	}
+	type series struct {
+		Metric map[string]string `json:"metric"`
+		Values [][2]any          `json:"values"`
+	}
 	results := make([][]sample, nQueries)
+	ranges := make([][]series, nQueries)
 	add := func(q int, v float64, labels map[string]string) {
 		results[q] = append(results[q], sample{labels, [2]any{now, fmt.Sprint(v)}})
+	}
+	addRange := func(q int, v float64, labels map[string]string) {
+		s := series{Metric: labels}
+		for i := range view.HistoryPoints {
+			s.Values = append(s.Values, [2]any{now - float64(view.HistoryPoints-1-i)*10, fmt.Sprint(v)})
+		}
+		ranges[q] = append(ranges[q], s)
 	}
 	for n := range nodes {
 		node := fmt.Sprintf("gpu-node-%04d", n)
@@ -32,16 +47,18 @@ func fleetAnswers(r *Reader, nodes int) map[string][]byte {
 		add(qLastReading, now-5, map[string]string{"instance": node})
 		add(qTargets, 1, map[string]string{"__name__": "up", "instance": node, "job": "gpu-pod-exporter"})
 		add(qIntervals, 40, target)
-		add(qHealth, 1, map[string]string{"__name__": "gpu_pod_exporter_source_up", "instance": node})
-		add(qHealth, 0, map[string]string{"__name__": "gpu_pod_exporter_kubelet_unmapped_devices", "instance": node})
+		add(qExporters, 1, map[string]string{"__name__": "gpu_pod_exporter_source_up", "instance": node})
+		add(qExporters, 0, map[string]string{"__name__": "gpu_pod_exporter_kubelet_unmapped_devices", "instance": node})
 		for g := range 8 {
 			uuid := fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", n, g)
 			add(qGPUs, 1, map[string]string{"__name__": "gpu_info", "instance": node, "job": "gpu-pod-exporter", "gpu": fmt.Sprint(g),
 				"uuid": uuid, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": fmt.Sprintf("00000000:%02X:00.0", 0x18+16*g),
 				"driver_version": "580.95.05", "cuda_version": "13.0", "mig_mode": "disabled"})
-			for _, name := range gpuReadingNames {
-				add(qGPUReadings, 0.5, map[string]string{"__name__": name, "instance": node, "uuid": uuid})
+			for _, f := range []family{utilization, memoryUsed, memoryTotal, temperature, power, workloads} {
+				add(qGPUReadings, 0.5, map[string]string{"__name__": f.name, "instance": node, "uuid": uuid})
 			}
+			addRange(qUtilizationHistory, 0.5, map[string]string{"instance": node, "uuid": uuid})
+			addRange(qMemoryHistory, 0.5, map[string]string{"instance": node, "uuid": uuid})
 			add(qAllocatedPods, 4, map[string]string{"instance": node, "uuid": uuid})
 			for p := range 4 {
 				i := (n*8+g)*4 + p
@@ -57,8 +74,11 @@ func fleetAnswers(r *Reader, nodes int) map[string][]byte {
 	}
 	bodies := make(map[string][]byte)
 	for q := range nQueries {
-		body, err := json.Marshal(map[string]any{"status": "success",
-			"data": map[string]any{"resultType": "vector", "result": append([]sample{}, results[q]...)}})
+		data := map[string]any{"resultType": "vector", "result": append([]sample{}, results[q]...)}
+		if queries[q].history {
+			data = map[string]any{"resultType": "matrix", "result": append([]series{}, ranges[q]...)}
+		}
+		body, err := json.Marshal(map[string]any{"status": "success", "data": data})
 		if err != nil {
 			panic(err)
 		}
@@ -98,20 +118,16 @@ func BenchmarkRead1000Nodes(b *testing.B) {
 				b.Fatal(err)
 			}
 			r := New(client, Config{})
-			read := r.Processes
-			if forTop {
-				read = r.Read
-			}
 			b.SetBytes(int64(size))
 			b.ResetTimer()
 			var heap float64
 			for b.Loop() {
-				c, err := read(context.Background())
+				c, err := r.Read(context.Background(), What{Top: forTop})
 				if err != nil {
 					b.Fatal(err)
 				}
-				if len(c.Rows) != 32000 || len(c.Nodes) != 1000 {
-					b.Fatalf("%d rows, %d nodes", len(c.Rows), len(c.Nodes))
+				if len(c.Processes) != 32000 || len(c.Nodes) != 1000 {
+					b.Fatalf("%d rows, %d nodes", len(c.Processes), len(c.Nodes))
 				}
 				runtime.GC()
 				var ms runtime.MemStats
@@ -138,6 +154,7 @@ func TestFleetAnswers(t *testing.T) {
 					Result []struct {
 						Metric map[string]string `json:"metric"`
 						Value  [2]any            `json:"value"`
+						Values [][2]any          `json:"values"`
 					} `json:"result"`
 				} `json:"data"`
 			}
@@ -145,18 +162,27 @@ func TestFleetAnswers(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, s := range resp.Data.Result {
-				var v float64
-				fmt.Sscan(s.Value[1].(string), &v)
-				f.answers[q] = append(f.answers[q], promapi.Sample{Metric: s.Metric, Value: v, Time: now})
+				for _, p := range append(s.Values, s.Value) {
+					if p[1] == nil {
+						continue
+					}
+					var v float64
+					fmt.Sscan(p[1].(string), &v)
+					f.answers[q] = append(f.answers[q], promapi.Sample{Metric: s.Metric, Value: v, Time: p[0].(float64)})
+				}
 			}
 		}
 	}
-	c, err := f.r.Read(context.Background())
+	f.r.now = func() time.Time { return time.Unix(now, 0) }
+	c, err := f.r.Read(context.Background(), What{Top: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Rows) != 96 || len(c.GPUs) != 24 || len(c.Nodes) != 3 || c.Rows[0].SMUtilization == nil {
-		t.Errorf("%d rows, %d GPUs, %d nodes", len(c.Rows), len(c.GPUs), len(c.Nodes))
+	if len(c.Processes) != 96 || len(c.GPUs) != 24 || len(c.Nodes) != 3 || !c.Processes[0].SM.Valid {
+		t.Errorf("%d rows, %d GPUs, %d nodes", len(c.Processes), len(c.GPUs), len(c.Nodes))
+	}
+	if c.History == nil || len(c.History.GPUs) != 24 || slices.Contains(c.History.GPUs[view.GPUKey("gpu-node-0000", c.GPUs[0].UUID)].Utilization, math.NaN()) {
+		t.Errorf("history %+v", c.History)
 	}
 	for _, n := range c.Nodes {
 		if n.State != 0 || !strings.HasPrefix(n.Name, "gpu-node-") || n.Age != 5*time.Second {

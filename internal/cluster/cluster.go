@@ -1,7 +1,7 @@
-// Package cluster reads every node's GPUs, processes, allocation signals and exporter state from Prometheus, Thanos
-// or Mimir, where the exporters' series already are, with a fixed set of instant queries (queries.go), and lays
-// them out as the node's own commands do: ps rows with their node, and top's screen with a line per node. It
-// aggregates nothing that PromQL does not.
+// Package cluster reads a whole cluster's GPUs, processes, health, allocation signals and exporter state from
+// Prometheus, Thanos or Mimir, where the exporters' series already are, with a fixed set of queries (queries.go)
+// over the families of families.go, into the view that ps and top render (internal/view). It aggregates nothing
+// that PromQL does not.
 package cluster
 
 import (
@@ -12,15 +12,13 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 // DefaultNodeLabel names a node: the chart's ServiceMonitor sets instance to the node's name.
@@ -34,13 +32,14 @@ type Config struct {
 	NodeLabel string
 	// ScrapeInterval is how often Prometheus scrapes the exporters; 0 measures each target's from its samples of up.
 	ScrapeInterval time.Duration
-	// At is the time to read the cluster at; zero is the server's now.
+	// At is the time to read the cluster at; zero is now.
 	At time.Time
 }
 
-// Querier runs instant queries: a promapi.Client.
+// Querier runs queries: a promapi.Client.
 type Querier interface {
 	Query(ctx context.Context, expr string, at time.Time, each func(promapi.Sample) error) ([]string, error)
+	QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration, each func(promapi.Sample) error) ([]string, error)
 	URL() string
 }
 
@@ -49,6 +48,14 @@ type Reader struct {
 	q     Querier
 	cfg   Config
 	exprs exprs
+	// now is the clock that places the history's range when the reading is of now.
+	now func() time.Time
+
+	// history is what the last readings read of the recent past, kept so that the next reads only the steps
+	// since (past[q]: the last step history query q read; zero when it did not run).
+	mu      sync.Mutex
+	history *view.History
+	past    [nQueries]time.Time
 }
 
 // defaultInterval stands in for a target's scrape interval when it cannot be measured: Prometheus' own default.
@@ -67,7 +74,7 @@ func New(q Querier, cfg Config) *Reader {
 	// than a step may be missed, and an age is as precise as a step), and at least a second.
 	resolution := cmp.Or(cfg.ScrapeInterval, 15*time.Second)
 	resolution = max(resolution, Window/3600).Truncate(time.Second)
-	return &Reader{q: q, cfg: cfg, exprs: exprs{sel: cfg.Selector, by: by, resolution: resolution}}
+	return &Reader{q: q, cfg: cfg, exprs: exprs{sel: cfg.Selector, by: by, resolution: resolution}, now: time.Now}
 }
 
 // Expr is the PromQL of query i, for tests and docs.
@@ -87,16 +94,36 @@ func (r *Reader) Queries(forTop bool) []string {
 // parallel is how many queries are in flight at once.
 const parallel = 4
 
-// Processes reads what ps shows: each node's state, and every GPU process with its owner.
-func (r *Reader) Processes(ctx context.Context) (*top.Cluster, error) { return r.read(ctx, false) }
+// What says what a reading reads.
+type What struct {
+	// Top: the GPUs' lines, the allocation signals and the GPUs' history, besides the processes and health.
+	Top bool
+	// Workloads: the workloads' history too (top's grouped view).
+	Workloads bool
+}
 
-// Read reads what top shows: the processes, and each GPU's line and the allocation signals.
-func (r *Reader) Read(ctx context.Context) (*top.Cluster, error) { return r.read(ctx, true) }
-
-func (r *Reader) read(ctx context.Context, forTop bool) (*top.Cluster, error) {
+// Read reads the cluster: each node's state, every GPU process with its owner, each GPU's health, and with
+// what.Top each GPU's line, the allocation signals and the history.
+func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
 	res := newResults(r.cfg.NodeLabel)
+	at := r.cfg.At
+	if at.IsZero() {
+		at = r.now()
+	}
+	r.mu.Lock() // one reading at a time reads and keeps the history
+	defer r.mu.Unlock()
+	step := view.HistorySpan / view.HistoryPoints
+	end := at.Truncate(step) // the history's points are on a grid of steps, the same from one reading to the next
+	res.historyStart, res.step = end.Add(-view.HistorySpan+step), step
+	// A history query reads the steps since it last read, all of them the first time.
+	since := func(q int) time.Time {
+		if last := r.past[q]; !last.IsZero() && !last.Before(res.historyStart) && !last.After(end) {
+			return last.Add(step)
+		}
+		return res.historyStart
+	}
 	var warnings [nQueries][]string
-	run := func(want func(query) bool) error {
+	run := func(want func(int, query) bool) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var (
@@ -105,7 +132,7 @@ func (r *Reader) read(ctx context.Context, forTop bool) (*top.Cluster, error) {
 			errs [nQueries]error
 		)
 		for i, q := range queries {
-			if !want(q) {
+			if !want(i, q) {
 				continue
 			}
 			wg.Go(func() {
@@ -116,7 +143,11 @@ func (r *Reader) read(ctx context.Context, forTop bool) (*top.Cluster, error) {
 					return
 				}
 				defer func() { <-sem }()
-				warnings[i], errs[i] = r.q.Query(ctx, q.expr(r.exprs), r.cfg.At, res.handler(i))
+				if q.history {
+					warnings[i], errs[i] = r.q.QueryRange(ctx, q.expr(r.exprs), since(i), end, step, res.handler(i))
+				} else {
+					warnings[i], errs[i] = r.q.Query(ctx, q.expr(r.exprs), r.cfg.At, res.handler(i))
+				}
 				if errs[i] != nil {
 					cancel() // one failed query fails the reading: the others need not finish
 				}
@@ -136,7 +167,11 @@ func (r *Reader) read(ctx context.Context, forTop bool) (*top.Cluster, error) {
 		}
 		return nil
 	}
-	if err := run(func(q query) bool { return !q.followUp && (!q.top || forTop) }); err != nil {
+	asked := func(i int, q query) bool {
+		return !q.followUp && (!q.top || what.Top) && (!q.workloads || what.Workloads) &&
+			(!q.history || !since(i).After(end))
+	}
+	if err := run(asked); err != nil {
 		return nil, err
 	}
 	if len(res.lastReading) == 0 && len(res.up) == 0 {
@@ -144,22 +179,73 @@ func (r *Reader) read(ctx context.Context, forTop bool) (*top.Cluster, error) {
 	}
 	// Processes with an SM utilization and no memory reading need their labels read: only when there are any.
 	if res.smWithoutMemory() {
-		if err := run(func(q query) bool { return q.followUp }); err != nil {
+		if err := run(func(_ int, q query) bool { return q.followUp }); err != nil {
 			return nil, err
 		}
 	}
-	c := res.cluster(r.cfg.ScrapeInterval)
+	v := res.view(r.cfg.ScrapeInterval)
+	if what.Top {
+		r.keepHistory(v, end, what.Workloads)
+	}
 	seen := make(map[string]bool)
 	for _, ws := range warnings {
 		for _, w := range ws {
 			if !seen[w] {
 				seen[w] = true
-				c.Warnings = append(c.Warnings, "Prometheus "+w)
+				v.Warnings = append(v.Warnings, "Prometheus "+w)
 			}
 		}
 	}
-	c.Warnings = append(c.Warnings, res.problems()...)
-	return c, nil
+	v.Warnings = append(v.Warnings, res.problems()...)
+	return v, nil
+}
+
+// keepHistory merges what the reading read of the past into what the readings before it read, gives the reading
+// the whole, and keeps it for the next: a GPU's or workload's point that was not read again keeps its value.
+func (r *Reader) keepHistory(v *view.Reading, end time.Time, workloads bool) {
+	old, fresh := r.history, v.History
+	if fresh == nil {
+		fresh = view.NewHistory()
+	}
+	shift := func(q int) int {
+		if r.past[q].IsZero() {
+			return view.HistoryPoints // nothing of it kept
+		}
+		return int(end.Sub(r.past[q]) / (view.HistorySpan / view.HistoryPoints))
+	}
+	merge := func(into, kept []float64, by int) {
+		for i := range into {
+			if j := i + by; math.IsNaN(into[i]) && j >= 0 && j < len(kept) {
+				into[i] = kept[j]
+			}
+		}
+	}
+	if old != nil {
+		by := shift(qUtilizationHistory)
+		for k, g := range old.GPUs {
+			n := fresh.GPU(k)
+			merge(n.Utilization, g.Utilization, by)
+			merge(n.Memory, g.Memory, by)
+		}
+		if workloads {
+			by = shift(qWorkloadHistory)
+			for k, w := range old.Workloads {
+				n := fresh.Workloads[k]
+				if n == nil {
+					n = view.Points()
+					fresh.Workloads[k] = n
+				}
+				merge(n, w, by)
+			}
+		}
+	}
+	fresh.Forget()
+	r.history, v.History = fresh, fresh
+	r.past[qUtilizationHistory], r.past[qMemoryHistory] = end, end
+	r.past[qWorkloadHistory] = time.Time{}
+	if workloads {
+		r.past[qWorkloadHistory] = end
+	}
 }
 
 // results are the answers of one reading's queries; each query's handler writes only its own fields, so that the
@@ -168,7 +254,7 @@ type results struct {
 	nodeLabel string
 	intern    [nQueries]map[string]string
 
-	evaluated   [nQueries]float64 // the server's evaluation time, as each query's samples say it
+	evaluated   [nQueries]float64 // the server's evaluation time, as each instant query's samples say it
 	lastReading map[string]float64
 	up          map[string]float64
 	samples     map[string]float64 // of up, in the interval window
@@ -176,19 +262,30 @@ type results struct {
 	allocKnown  map[string]bool
 	simulated   map[string]bool
 
-	memory  []ps.Row
-	sm      map[processKey]float64
-	smOnly  []ps.Row
-	gpus    []gpuInfo
-	reading map[gpuKey]*gpuReading
-	mps     map[gpuKey]bool
-	mig     map[gpuKey]int
-	pods    map[gpuKey]int
-	idle    []signal
-	unreq   []signal
+	memory   []view.Process
+	sm       map[processKey]float64
+	smOnly   []view.Process
+	health   map[gpuKey]*gpuHealth
+	gpus     []gpuSeries
+	readings map[gpuKey][]gpu.Value // by the row of gpuLine
+	mps      map[gpuKey]bool
+	mig      map[gpuKey]int
+	pods     map[gpuKey]int
+	idle     []signal
+	unreq    []signal
 
-	// bad counts series left out because a label that must be a number is not, by query.
-	bad [nQueries]int
+	historyStart time.Time
+	step         time.Duration
+	utilization  map[gpuKey][]float64
+	memoryRatio  map[gpuKey][]float64
+	workloadSM   map[string][]float64
+
+	// isCurrent are the nodes whose readings are current, once known.
+	isCurrent map[string]bool
+
+	// bad counts series left out because a label that must be a number is not, and dropped the values left out
+	// as unknown, by query.
+	bad, dropped [nQueries]int
 }
 
 type gpuKey struct{ node, uuid string }
@@ -198,20 +295,22 @@ type processKey struct {
 	pid        uint32
 }
 
-type gpuInfo struct {
+type gpuSeries struct {
 	node, uuid, name string
 	index            int
 	mig, simulated   bool
 }
 
-type gpuReading struct {
-	utilization, memUsed, memTotal, temperature, power, workloads gpu.Value
+type gpuHealth struct {
+	index int
+	view.Health
 }
 
 type signal struct {
 	node, uuid               string
 	gpu                      int
-	gi, ci                   *int
+	mig                      bool
+	gi, ci                   int
 	namespace, pod, containr string
 }
 
@@ -219,8 +318,9 @@ func newResults(nodeLabel string) *results {
 	r := &results{
 		nodeLabel: nodeLabel, lastReading: map[string]float64{}, up: map[string]float64{}, samples: map[string]float64{},
 		sourceUp: map[string]float64{}, allocKnown: map[string]bool{}, simulated: map[string]bool{},
-		sm: map[processKey]float64{}, reading: map[gpuKey]*gpuReading{}, mps: map[gpuKey]bool{}, mig: map[gpuKey]int{},
-		pods: map[gpuKey]int{},
+		sm: map[processKey]float64{}, health: map[gpuKey]*gpuHealth{}, readings: map[gpuKey][]gpu.Value{},
+		mps: map[gpuKey]bool{}, mig: map[gpuKey]int{}, pods: map[gpuKey]int{},
+		utilization: map[gpuKey][]float64{}, memoryRatio: map[gpuKey][]float64{}, workloadSM: map[string][]float64{},
 	}
 	for i := range r.intern {
 		r.intern[i] = map[string]string{}
@@ -239,10 +339,22 @@ func (r *results) node(m map[string]string) string {
 // handler is what query i does with each sample, and notes the server's evaluation time.
 func (r *results) handler(i int) func(promapi.Sample) error {
 	each := r.sampleHandler(i)
+	if queries[i].history {
+		return each
+	}
 	return func(s promapi.Sample) error {
 		r.evaluated[i] = s.Time
 		return each(s)
 	}
+}
+
+// known is a sample's value of family f, or unknown (and counted as dropped) when f cannot hold it.
+func (r *results) known(i int, f family, v float64) (float64, bool) {
+	if !f.plausible(v) {
+		r.dropped[i]++
+		return 0, false
+	}
+	return v, true
 }
 
 // sampleHandler is what query i does with each sample. Label values are interned per query, so that the thousands
@@ -279,34 +391,37 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 			r.samples[n] = max(r.samples[n], s.Value)
 			return nil
 		}
-	case qHealth:
+	case qExporters:
 		return func(s promapi.Sample) error {
 			n := node(s.Metric)
 			switch s.Metric["__name__"] {
-			case "gpu_pod_exporter_source_up":
+			case sourceUp.name:
 				r.sourceUp[n] = s.Value
-			case "gpu_pod_exporter_kubelet_unmapped_devices":
+			case unmapped.name:
 				r.allocKnown[n] = true
-			case "gpu_info":
+			case gpuInfo.name:
 				r.simulated[n] = r.simulated[n] || s.Metric["simulated"] == "true"
 			}
 			return nil
 		}
 	case qProcessMemory, qProcessSMOnly:
+		f := processMemory
+		if i == qProcessSMOnly {
+			f = processSM
+		}
 		return func(s promapi.Sample) error {
-			row, ok := processRow(s.Metric, node(s.Metric), str)
+			p, ok := processRow(s.Metric, node(s.Metric), str)
 			if !ok {
 				r.bad[i]++
 				return nil
 			}
-			v := s.Value
+			v, ok := r.known(i, f, s.Value)
 			if i == qProcessMemory {
-				b := uint64(v)
-				row.MemoryUsedBytes = &b
-				r.memory = append(r.memory, row)
+				p.Memory = gpu.Value{V: v, Valid: ok}
+				r.memory = append(r.memory, p)
 			} else {
-				row.SMUtilization = &v
-				r.smOnly = append(r.smOnly, row)
+				p.SM = gpu.Value{V: v, Valid: ok}
+				r.smOnly = append(r.smOnly, p)
 			}
 			return nil
 		}
@@ -317,9 +432,16 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 				r.bad[i]++
 				return nil
 			}
-			r.sm[processKey{node(s.Metric), str(s.Metric["uuid"]), uint32(pid)}] = s.Value
+			k := processKey{node(s.Metric), str(s.Metric["uuid"]), uint32(pid)}
+			if v, ok := r.known(i, processSM, s.Value); ok {
+				r.sm[k] = v
+			} else {
+				r.sm[k] = math.NaN() // known to have a series: not a process without a memory reading to ask for
+			}
 			return nil
 		}
+	case qGPUHealth:
+		return func(s promapi.Sample) error { return r.healthSample(i, s, gk(s.Metric)) }
 	case qGPUs:
 		return func(s promapi.Sample) error {
 			idx, err := strconv.Atoi(s.Metric["gpu"])
@@ -328,33 +450,24 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 				return nil
 			}
 			k := gk(s.Metric)
-			r.gpus = append(r.gpus, gpuInfo{node: k.node, uuid: k.uuid, index: idx, name: str(s.Metric["name"]),
+			r.gpus = append(r.gpus, gpuSeries{node: k.node, uuid: k.uuid, index: idx, name: str(s.Metric["name"]),
 				mig: s.Metric["mig_mode"] == "enabled", simulated: s.Metric["simulated"] == "true"})
 			return nil
 		}
 	case qGPUReadings:
 		return func(s promapi.Sample) error {
+			row := slices.IndexFunc(gpuLine, func(f gpuLineFamily) bool { return f.name == s.Metric["__name__"] })
+			if row < 0 {
+				return nil
+			}
 			k := gk(s.Metric)
-			g := r.reading[k]
-			if g == nil {
-				g = &gpuReading{}
-				r.reading[k] = g
+			values := r.readings[k]
+			if values == nil {
+				values = make([]gpu.Value, len(gpuLine))
+				r.readings[k] = values
 			}
-			v := gpu.Known(s.Value)
-			switch s.Metric["__name__"] {
-			case "gpu_utilization_ratio":
-				g.utilization = v
-			case "gpu_memory_used_bytes":
-				g.memUsed = v
-			case "gpu_memory_total_bytes":
-				g.memTotal = v
-			case "gpu_temperature_celsius":
-				g.temperature = v
-			case "gpu_power_usage_watts":
-				g.power = v
-			case "gpu_workloads":
-				g.workloads = v
-			}
+			v, ok := r.known(i, gpuLine[row].family, s.Value)
+			values[row] = gpu.Value{V: v, Valid: ok}
 			return nil
 		}
 	case qMPS:
@@ -377,50 +490,150 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 			}
 			return nil
 		}
+	case qUtilizationHistory, qMemoryHistory:
+		series := r.utilization
+		f := utilization
+		if i == qMemoryHistory {
+			series, f = r.memoryRatio, family{name: "memory ratio", max: 1}
+		}
+		return func(s promapi.Sample) error {
+			k := gk(s.Metric)
+			points := series[k]
+			if points == nil {
+				points = view.Points()
+				series[k] = points
+			}
+			if v, ok := r.known(i, f, s.Value); ok {
+				r.place(points, s.Time, v)
+			}
+			return nil
+		}
+	case qWorkloadHistory:
+		return func(s promapi.Sample) error {
+			var id attribution.Identity
+			for _, l := range attribution.IdentityLabels {
+				if l.Use&attribution.OnWorkloads != 0 {
+					*l.Get(&id) = s.Metric[l.Name]
+				}
+			}
+			k := view.WorkloadName(node(s.Metric), &id)
+			points := r.workloadSM[k]
+			if points == nil {
+				points = view.Points()
+				r.workloadSM[k] = points
+			}
+			if v, ok := r.known(i, workloadSM, s.Value); ok {
+				r.place(points, s.Time, v)
+			}
+			return nil
+		}
 	}
 	panic(fmt.Sprintf("query %d has no handler", i))
 }
 
-// processRow is a process series' row: its labels, as the exporter wrote them from the same identity ps prints.
-func processRow(m map[string]string, node string, str func(string) string) (ps.Row, bool) {
-	idx, err1 := strconv.Atoi(m["gpu"])
-	pid, err2 := strconv.ParseUint(m["pid"], 10, 32)
-	gi, ok1 := optionalIndex(m["gpu_instance"])
-	ci, ok2 := optionalIndex(m["compute_instance"])
-	if err1 != nil || err2 != nil || !ok1 || !ok2 || (gi == nil) != (ci == nil) {
-		return ps.Row{}, false
+// place puts a point of a range answer at its place in the history.
+func (r *results) place(points []float64, at float64, v float64) {
+	t := time.UnixMilli(int64(math.Round(at * 1000)))
+	i := int(t.Sub(r.historyStart).Round(r.step) / r.step)
+	if i >= 0 && i < len(points) {
+		points[i] = v
 	}
-	row := ps.Row{Node: node, GPU: idx, UUID: str(m["uuid"]), PID: uint32(pid), ProcessName: str(m["process_name"]),
-		ProcessType: str(m["process_type"]), GPUInstance: gi, ComputeInstance: ci}
-	for _, l := range attribution.IdentityLabels {
-		if l.Use&attribution.OnProcesses != 0 && l.Use&attribution.InPS != 0 {
-			*l.Get(&row.Identity) = str(m[l.Name])
-		}
-	}
-	return row, true
 }
 
+// healthSample reads one series of the health query into its GPU's view.Health.
+func (r *results) healthSample(i int, s promapi.Sample, k gpuKey) error {
+	f, ok := familyNamed(s.Metric["__name__"])
+	if !ok {
+		return nil
+	}
+	v, ok := r.known(i, f, s.Value)
+	if !ok {
+		return nil
+	}
+	h := r.health[k]
+	if h == nil {
+		idx, err := strconv.Atoi(s.Metric["gpu"])
+		if err != nil {
+			r.bad[i]++
+			return nil
+		}
+		h = &gpuHealth{index: idx}
+		r.health[k] = h
+	}
+	value := gpu.Known(v)
+	switch f.name {
+	case recoveryAction.name:
+		h.RecoveryAction = value
+	case remapFailure.name:
+		h.RemapFailure = value
+	case remapPending.name:
+		h.RemapPending = value
+	case retirementPending.name:
+		h.RetirementPending = value
+	case xidErrors.name:
+		if x, err := strconv.ParseUint(s.Metric["xid"], 10, 64); err == nil {
+			h.XIDs = append(h.XIDs, x)
+		}
+	case clockEvents.name:
+		h.ClockEvents = append(h.ClockEvents, s.Metric["reason"])
+	case pcieWidth.name:
+		h.PCIeWidth = value
+	case pcieMaxWidth.name:
+		h.PCIeMaxWidth = value
+	case pcieGeneration.name:
+		h.PCIeGeneration, h.Utilization = value, gpu.Known(1) // asked only while busy
+	case pcieMaxGeneration.name:
+		h.PCIeMaxGeneration = value
+	case nvlinks.name:
+		h.NVLinks += int(v)
+		if s.Metric["state"] == "inactive" {
+			h.NVLinksDown += int(v)
+		}
+	case fabricState.name:
+		h.FabricState = value
+	case fabricHealthy.name:
+		h.FabricHealthy = value
+	}
+	return nil
+}
+
+// processRow is a process series' row: its labels, as the exporter wrote them from the same identity ps prints.
+func processRow(m map[string]string, node string, str func(string) string) (view.Process, bool) {
+	idx, err1 := strconv.Atoi(m["gpu"])
+	pid, err2 := strconv.ParseUint(m["pid"], 10, 32)
+	gi, giSet, ok1 := optionalIndex(m["gpu_instance"])
+	ci, ciSet, ok2 := optionalIndex(m["compute_instance"])
+	if err1 != nil || err2 != nil || !ok1 || !ok2 || giSet != ciSet {
+		return view.Process{}, false
+	}
+	p := view.Process{Node: node, GPU: idx, UUID: str(m["uuid"]), PID: uint32(pid), Name: str(m["process_name"]),
+		Type: str(m["process_type"]), MIG: giSet, GPUInstance: gi, ComputeInstance: ci}
+	for _, l := range processIdentity {
+		*l.Get(&p.Identity) = str(m[l.Name])
+	}
+	return p, true
+}
+
+var processIdentity = identityLabels()
+
 // optionalIndex reads a MIG instance label: empty is none.
-func optionalIndex(s string) (*int, bool) {
+func optionalIndex(s string) (n int, set, ok bool) {
 	if s == "" {
-		return nil, true
+		return 0, false, true
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil {
-		return nil, false
-	}
-	return &n, true
+	return n, true, err == nil
 }
 
 func signalOf(m map[string]string, node string, str func(string) string) (signal, bool) {
 	idx, err := strconv.Atoi(m["gpu"])
-	gi, ok1 := optionalIndex(m["gpu_instance"])
-	ci, ok2 := optionalIndex(m["compute_instance"])
+	gi, giSet, ok1 := optionalIndex(m["gpu_instance"])
+	ci, _, ok2 := optionalIndex(m["compute_instance"])
 	if err != nil || !ok1 || !ok2 {
 		return signal{}, false
 	}
-	return signal{node: node, uuid: str(m["uuid"]), gpu: idx, gi: gi, ci: ci, namespace: str(m["namespace"]), pod: m["pod"],
-		containr: str(m["container"])}, true
+	return signal{node: node, uuid: str(m["uuid"]), gpu: idx, mig: giSet, gi: gi, ci: ci, namespace: str(m["namespace"]),
+		pod: m["pod"], containr: str(m["container"])}, true
 }
 
 // problems are the series left out, one line per query.
@@ -434,56 +647,11 @@ func (r *results) problems() []string {
 	return out
 }
 
-// cluster joins the answers: a node per name seen, its state from up, its last reading and its scrape interval;
-// each process's row with its SM utilization; each GPU's line with its readings and signals.
-func (r *results) cluster(interval time.Duration) *top.Cluster {
-	now := slices.Max(r.evaluated[:])
-	c := &top.Cluster{Time: time.UnixMilli(int64(math.Round(now * 1000)))}
-	names := make(map[string]bool)
-	for n := range r.lastReading {
-		names[n] = true
-	}
-	for n := range r.up {
-		names[n] = true
-	}
-	for name := range names {
-		n := top.Node{Name: name, AllocationsKnown: r.allocKnown[name], Simulated: r.simulated[name]}
-		last, seen := r.lastReading[name]
-		n.LastSeen = seen
-		if seen {
-			n.Age = time.Duration((now - last) * float64(time.Second)).Round(time.Second)
-		}
-		every := interval
-		if every == 0 {
-			every = defaultInterval
-			if k := r.samples[name]; k > 0 {
-				every = time.Duration(float64(intervalWindow) / k)
-			}
-		}
-		up, upKnown := r.up[name]
-		source, sourceKnown := r.sourceUp[name]
-		switch {
-		case upKnown && up == 0:
-			n.State = top.NodeDown
-		case !seen || n.Age > 2*every:
-			n.State = top.NodeStale
-		case sourceKnown && source == 0:
-			n.State = top.NodeSourceDown
-		}
-		c.Nodes = append(c.Nodes, n)
-	}
-	slices.SortFunc(c.Nodes, func(a, b top.Node) int { return strings.Compare(a.Name, b.Name) })
-
-	c.Rows = r.rows()
-	c.GPUs, c.Signals = r.gpuLines()
-	return c
-}
-
 // smWithoutMemory reports whether a process has an SM utilization and no memory reading.
 func (r *results) smWithoutMemory() bool {
 	withMemory := make(map[processKey]bool, len(r.memory))
-	for _, row := range r.memory {
-		withMemory[processKey{row.Node, row.UUID, row.PID}] = true
+	for _, p := range r.memory {
+		withMemory[processKey{p.Node, p.UUID, p.PID}] = true
 	}
 	for k := range r.sm {
 		if !withMemory[k] {
@@ -491,63 +659,4 @@ func (r *results) smWithoutMemory() bool {
 		}
 	}
 	return false
-}
-
-// rows are the processes, by node, GPU and PID, as ps orders a node's.
-func (r *results) rows() []ps.Row {
-	rows := append(r.memory, r.smOnly...)
-	for i := range rows[:len(r.memory)] {
-		if v, ok := r.sm[processKey{rows[i].Node, rows[i].UUID, rows[i].PID}]; ok {
-			rows[i].SMUtilization = &v
-		}
-	}
-	slices.SortFunc(rows, func(a, b ps.Row) int {
-		return cmp.Or(strings.Compare(a.Node, b.Node), cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
-	})
-	if rows == nil {
-		rows = []ps.Row{}
-	}
-	return rows
-}
-
-// gpuLines are the GPUs' lines and the allocation signals, by node and GPU.
-func (r *results) gpuLines() ([]top.GPU, []top.Signal) {
-	idlePods := make(map[gpuKey]map[string]bool)
-	unreqPods := make(map[gpuKey]map[string]bool)
-	var sigs []top.Signal
-	count := func(m map[gpuKey]map[string]bool, s signal) {
-		k := gpuKey{s.node, s.uuid}
-		if m[k] == nil {
-			m[k] = map[string]bool{}
-		}
-		m[k][s.namespace+"/"+s.pod] = true
-	}
-	for _, s := range r.idle {
-		count(idlePods, s)
-		sigs = append(sigs, top.NewSignal(top.IdleAllocation, s.node, s.gpu, s.gi, s.ci, s.namespace+"/"+s.pod+"/"+s.containr))
-	}
-	for _, s := range r.unreq {
-		count(unreqPods, s)
-		sigs = append(sigs, top.NewSignal(top.Unrequested, s.node, s.gpu, s.gi, s.ci, s.namespace+"/"+s.pod+"/"+s.containr))
-	}
-	gpus := make([]top.GPU, 0, len(r.gpus))
-	for _, info := range r.gpus {
-		k := gpuKey{info.node, info.uuid}
-		rd := r.reading[k]
-		if rd == nil {
-			rd = &gpuReading{}
-		}
-		workloads := int(rd.workloads.V)
-		g := top.GPU{
-			Node: info.node, Index: info.index, Name: strings.TrimPrefix(info.name, "NVIDIA "), Utilization: rd.utilization,
-			MemoryUsed: rd.memUsed, MemoryTotal: rd.memTotal, Temperature: rd.temperature, Power: rd.power,
-			Mode:          top.SharingMode(info.mig, r.mig[k], rd.workloads.Valid, r.mps[k], workloads),
-			InUse:         workloads > 0,
-			AllocatedPods: r.pods[k], IdlePods: len(idlePods[k]), Unrequested: len(unreqPods[k]),
-			AllocationsUnknown: !r.allocKnown[info.node],
-		}
-		gpus = append(gpus, g)
-	}
-	slices.SortFunc(gpus, func(a, b top.GPU) int { return cmp.Or(strings.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index)) })
-	return gpus, sigs
 }

@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,7 +16,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/top"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 // fake answers each query of a Reader with the samples a test gives it by query.
@@ -26,6 +28,7 @@ type fake struct {
 	errs     map[int]error
 	asked    []string
 	at       []time.Time
+	ranges   [][2]time.Time
 }
 
 func newFake(cfg Config) *fake {
@@ -76,13 +79,21 @@ func (f *fake) Query(ctx context.Context, expr string, at time.Time, each func(p
 	return nil, fmt.Errorf("unknown query %s", expr)
 }
 
+// QueryRange answers a history query as Query answers an instant one: the samples a test gives it, at their times.
+func (f *fake) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration, each func(promapi.Sample) error) ([]string, error) {
+	f.mu.Lock()
+	f.ranges = append(f.ranges, [2]time.Time{start, end})
+	f.mu.Unlock()
+	return f.Query(ctx, expr, time.Time{}, each)
+}
+
 // healthy adds a node whose exporter answers, scraped every 15 s.
 func (f *fake) healthy(node string) {
 	f.add(qLastReading, now-3, "instance", node)
 	f.add(qTargets, 1, "instance", node, "job", "gpe")
 	f.add(qIntervals, 40, "instance", node, "job", "gpe")
-	f.add(qHealth, 1, "instance", node, "__name__", "gpu_pod_exporter_source_up")
-	f.add(qHealth, 0, "instance", node, "__name__", "gpu_pod_exporter_kubelet_unmapped_devices")
+	f.add(qExporters, 1, "instance", node, "__name__", "gpu_pod_exporter_source_up")
+	f.add(qExporters, 0, "instance", node, "__name__", "gpu_pod_exporter_kubelet_unmapped_devices")
 }
 
 func process(node, gpu, uuid, pid, ns, pod string, more ...string) []string {
@@ -106,14 +117,11 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 	sm[1] = "gpu_process_sm_utilization_ratio"
 	f.add(qProcessSMOnly, 0.75, sm...)
 
-	c, err := f.r.Processes(context.Background())
+	c, err := f.r.Read(context.Background(), What{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(c.Rows)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := rowsJSON(t, c.Processes)
 	want := `[` +
 		`{"node":"gpu-a","gpu":0,"uuid":"GPU-a0","pid":10,"process_name":"python3","process_type":"compute","memory_used_bytes":3221225472,"sm_utilization_ratio":null,"gpu_instance":null,"compute_instance":null,"namespace":"","pod":"","container":"","pod_uid":"","container_id":"","runtime":"","slurm_job_id":"4711","systemd_unit":"","user":"alice"},` +
 		`{"node":"gpu-a","gpu":0,"uuid":"GPU-a0","pid":20,"process_name":"python3","process_type":"compute","memory_used_bytes":1073741824,"sm_utilization_ratio":0.25,"gpu_instance":1,"compute_instance":0,"namespace":"ml","pod":"eval-0","container":"main","pod_uid":"uid-eval-0","container_id":"cid-eval-0","runtime":"","slurm_job_id":"","systemd_unit":"","user":""},` +
@@ -122,9 +130,9 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("rows:\n%s\nwant\n%s", b, want)
 	}
-	// ps reads processes only: none of top's queries; the labels of processes without memory last.
-	if len(f.asked) != 7 || f.asked[6] != f.r.Expr(qProcessSMOnly) {
-		t.Errorf("ps asked %d queries, want 7, the last for processes without memory:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
+	// ps reads processes and health only: none of top's queries; the labels of processes without memory last.
+	if len(f.asked) != 8 || f.asked[7] != f.r.Expr(qProcessSMOnly) {
+		t.Errorf("ps asked %d queries, want 8, the last for processes without memory:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
 	}
 	if len(c.GPUs) != 0 || len(c.Signals) != 0 {
 		t.Errorf("ps read GPUs %v or signals %v", c.GPUs, c.Signals)
@@ -149,21 +157,22 @@ func TestNodeStates(t *testing.T) {
 	f.add(qLastReading, now-100, "instance", "slow")
 	f.add(qTargets, 1, "instance", "slow", "job", "gpe")
 	f.add(qIntervals, 10, "instance", "slow", "job", "gpe")
-	f.add(qHealth, 1, "instance", "slow", "__name__", "gpu_pod_exporter_source_up")
+	f.add(qExporters, 1, "instance", "slow", "__name__", "gpu_pod_exporter_source_up")
 	// Its exporter answers, but cannot read the GPUs.
 	f.healthy("blind")
-	f.answers[qHealth] = append(f.answers[qHealth][:len(f.answers[qHealth])-2], promapi.Sample{Metric: map[string]string{"instance": "blind", "__name__": "gpu_pod_exporter_source_up"}, Time: now})
+	f.answers[qExporters] = append(f.answers[qExporters][:len(f.answers[qExporters])-2], promapi.Sample{Metric: map[string]string{"instance": "blind", "__name__": "gpu_pod_exporter_source_up"}, Time: now})
 	// A target that is down and has never answered in the window.
 	f.add(qTargets, 0, "instance", "never", "job", "gpe")
-	// Gone: its target left (no up); the subquery last saw it 20 minutes ago.
+	// Gone: its target left (no up); the subquery last saw it 20 minutes ago, past the staleness bound: it has
+	// left the view.
 	f.add(qLastReading, now-1200, "instance", "gone")
 	// Two exporter targets of one node, one of them down: the node is down.
 	f.add(qLastReading, now-2, "instance", "twice")
 	f.add(qTargets, 1, "instance", "twice", "job", "a")
 	f.add(qTargets, 0, "instance", "twice", "job", "b")
-	f.add(qHealth, 1, "instance", "twice", "__name__", "gpu_pod_exporter_source_up")
+	f.add(qExporters, 1, "instance", "twice", "__name__", "gpu_pod_exporter_source_up")
 
-	c, err := f.r.Read(context.Background())
+	c, err := f.r.Read(context.Background(), What{Top: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +183,8 @@ func TestNodeStates(t *testing.T) {
 	want := []string{
 		`blind "its exporter cannot read the GPUs" allocations=false`,
 		`down "stale: exporter down, last reading 40s ago" allocations=false`,
-		`gone "stale: last reading 20m ago" allocations=false`,
 		`lagging "stale: last reading 31s ago" allocations=false`,
-		`never "stale: exporter down, no reading in the last hour" allocations=false`,
+		`never "stale: exporter down, no reading found" allocations=false`,
 		`slow "" allocations=false`,
 		`twice "stale: exporter down, last reading 2s ago" allocations=false`,
 		`up "" allocations=true`,
@@ -188,12 +196,12 @@ func TestNodeStates(t *testing.T) {
 	// With the interval given, the samples of up are not asked for, and 31 s is within two 30 s intervals.
 	f2 := newFake(Config{ScrapeInterval: 30 * time.Second})
 	f2.answers = f.answers
-	c, err = f2.r.Processes(context.Background())
+	c, err = f2.r.Read(context.Background(), What{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range c.Nodes {
-		if n.Name == "lagging" && n.State != top.NodeUp {
+		if n.Name == "lagging" && n.State != view.NodeUp {
 			t.Errorf("lagging with a 30 s interval: %s", n.Problem())
 		}
 	}
@@ -202,7 +210,7 @@ func TestNodeStates(t *testing.T) {
 func TestNoExporterSeriesIsAnError(t *testing.T) {
 	sel, _ := promapi.ParseSelector(`cluster="prod"`)
 	f := newFake(Config{Selector: sel})
-	_, err := f.r.Processes(context.Background())
+	_, err := f.r.Read(context.Background(), What{})
 	want := `no gpu-pod-exporter series in Prometheus at http://prometheus:9090: max by (instance) (timestamp(gpu_pod_exporter_build_info{cluster="prod"})) or max by (instance) (max_over_time(timestamp(gpu_pod_exporter_build_info{cluster="prod"})[2m:1s]))`
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), "found nothing") {
 		t.Errorf("error %v", err)
@@ -214,7 +222,7 @@ func TestAFailedQueryFailsTheReading(t *testing.T) {
 	f.healthy("gpu-a")
 	boom := errors.New("Prometheus at http://prometheus:9090: execution: too many samples")
 	f.errs[qProcessMemory] = boom
-	if _, err := f.r.Processes(context.Background()); !errors.Is(err, boom) {
+	if _, err := f.r.Read(context.Background(), What{}); !errors.Is(err, boom) {
 		t.Errorf("error %v, want %v", err, boom)
 	}
 }
@@ -225,7 +233,7 @@ func TestWarningsAreKept(t *testing.T) {
 	f.warnings[qProcessMemory] = []string{"warning: partial response: store b unavailable"}
 	f.warnings[qProcessSM] = []string{"warning: partial response: store b unavailable", "info: metric might not be a counter"}
 	f.add(qProcessMemory, 1, process("gpu-a", "x", "GPU-a0", "20", "ml", "eval-0")...)
-	c, err := f.r.Processes(context.Background())
+	c, err := f.r.Read(context.Background(), What{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +249,11 @@ func TestGPULinesAndSignals(t *testing.T) {
 	// The node label, where targets have one; a series without it is named by its instance.
 	f.add(qLastReading, now-1, "node", "gpu-a", "instance", "10.0.0.1:9402")
 	f.add(qTargets, 1, "node", "gpu-a", "instance", "10.0.0.1:9402", "job", "gpe")
-	f.add(qHealth, 1, "node", "gpu-a", "instance", "10.0.0.1:9402", "__name__", "gpu_pod_exporter_source_up")
-	f.add(qHealth, 0, "node", "gpu-a", "instance", "10.0.0.1:9402", "__name__", "gpu_pod_exporter_kubelet_unmapped_devices")
-	f.add(qHealth, 1, "node", "gpu-a", "instance", "10.0.0.1:9402", "__name__", "gpu_info", "simulated", "true")
+	f.add(qExporters, 1, "node", "gpu-a", "instance", "10.0.0.1:9402", "__name__", "gpu_pod_exporter_source_up")
+	f.add(qExporters, 0, "node", "gpu-a", "instance", "10.0.0.1:9402", "__name__", "gpu_pod_exporter_kubelet_unmapped_devices")
+	f.add(qExporters, 1, "node", "gpu-a", "instance", "10.0.0.1:9402", "__name__", "gpu_info", "simulated", "true")
 	f.add(qLastReading, now-1, "instance", "10.0.0.2:9402")
-	f.add(qHealth, 1, "instance", "10.0.0.2:9402", "__name__", "gpu_pod_exporter_source_up")
+	f.add(qExporters, 1, "instance", "10.0.0.2:9402", "__name__", "gpu_pod_exporter_source_up")
 	gpu := func(node string, idx int, mig string) {
 		f.add(qGPUs, 1, "node", node, "instance", "i", "gpu", fmt.Sprint(idx), "uuid", fmt.Sprintf("GPU-%s-%d", node, idx),
 			"name", "NVIDIA H100 80GB HBM3", "mig_mode", mig)
@@ -278,14 +286,14 @@ func TestGPULinesAndSignals(t *testing.T) {
 		"namespace", "ml", "pod", "mig-0", "container", "nb")
 	f.add(qUnrequested, 1, "node", "gpu-a", "gpu", "2", "uuid", "GPU-gpu-a-2", "namespace", "ds", "pod", "sneaky-0", "container", "jupyter")
 
-	c, err := f.r.Read(context.Background())
+	c, err := f.r.Read(context.Background(), What{Top: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, g := range c.GPUs {
 		got = append(got, fmt.Sprintf("%s %d %s %s inUse=%v alloc=%d idle=%d unreq=%d unknown=%v util=%v mem=%v/%v %v°C %vW", g.Node,
-			g.Index, g.Name, g.Mode, g.InUse, g.AllocatedPods, g.IdlePods, g.Unrequested, g.AllocationsUnknown, g.Utilization,
+			g.Index, g.Name, g.Mode(), g.InUse(), g.AllocatedPods, g.IdlePods, g.Unrequested, g.AllocationsUnknown, g.Utilization,
 			g.MemoryUsed, g.MemoryTotal, g.Temperature, g.Power))
 	}
 	want := []string{
@@ -304,10 +312,11 @@ func TestGPULinesAndSignals(t *testing.T) {
 	for _, s := range c.Signals {
 		sigs = append(sigs, s.String())
 	}
+	// By severity: the use that costs someone else their GPU first.
 	wantSigs := []string{
+		"unrequested use: ds/sneaky-0/jupyter on GPU 2 of gpu-a",
 		"idle allocation: ml/idle-0/nb holds GPU 3 of gpu-a",
 		"idle allocation: ml/mig-0/nb holds GPU 5:2/0 of gpu-a",
-		"unrequested use: ds/sneaky-0/jupyter on GPU 2 of gpu-a",
 	}
 	if strings.Join(sigs, "\n") != strings.Join(wantSigs, "\n") {
 		t.Errorf("signals:\n%s", strings.Join(sigs, "\n"))
@@ -315,9 +324,10 @@ func TestGPULinesAndSignals(t *testing.T) {
 	if len(c.Nodes) != 2 || !c.Nodes[1].Simulated || c.Nodes[1].Name != "gpu-a" || !c.Nodes[1].AllocationsKnown || c.Nodes[0].AllocationsKnown {
 		t.Errorf("nodes %+v", c.Nodes)
 	}
-	// Every query but the follow-up, which no process calls for.
-	if len(f.asked) != int(nQueries)-1 || slices.Contains(f.asked, f.r.Expr(qProcessSMOnly)) {
-		t.Errorf("top asked %d queries, want %d:\n%s", len(f.asked), nQueries-1, strings.Join(f.asked, "\n"))
+	// Every query but the follow-up, which no process calls for, and the workloads' history, which only the
+	// grouped view asks for.
+	if len(f.asked) != int(nQueries)-2 || slices.Contains(f.asked, f.r.Expr(qProcessSMOnly)) || slices.Contains(f.asked, f.r.Expr(qWorkloadHistory)) {
+		t.Errorf("top asked %d queries, want %d:\n%s", len(f.asked), nQueries-2, strings.Join(f.asked, "\n"))
 	}
 }
 
@@ -365,7 +375,7 @@ func TestReadAtATime(t *testing.T) {
 	at := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	f := newFake(Config{At: at})
 	f.healthy("gpu-a")
-	if _, err := f.r.Processes(context.Background()); err != nil {
+	if _, err := f.r.Read(context.Background(), What{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, got := range f.at {
@@ -375,5 +385,179 @@ func TestReadAtATime(t *testing.T) {
 	}
 }
 
-// The rows are ps rows: a row read back from the cluster's JSON is the row.
-var _ = ps.Row{}
+// rowsJSON is the processes as ps -o json writes them, compact.
+func rowsJSON(t *testing.T, procs []view.Process) []byte {
+	t.Helper()
+	var buf, compact bytes.Buffer
+	if err := ps.WriteJSON(&buf, procs); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Compact(&compact, buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	return compact.Bytes()
+}
+
+// A GPU's health is read from the families of the health alerts, as the node reads it: the same words, the same
+// order, in a signal per GPU for ps' notes and top's health line, the most severe first.
+func TestHealthIsTheNodesHealth(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	f.healthy("gpu-b")
+	h := func(node, idx, name string, v float64, more ...string) {
+		f.add(qGPUHealth, v, append([]string{"instance", node, "gpu", idx, "uuid", "GPU-" + node + idx, "__name__", name}, more...)...)
+	}
+	h("gpu-a", "6", "gpu_recovery_action", 1)
+	h("gpu-a", "6", "gpu_row_remap_pending", 1)
+	h("gpu-a", "6", "gpu_xid_errors_total", 1, "xid", "63")
+	h("gpu-a", "6", "gpu_xid_errors_total", 2, "xid", "48")
+	h("gpu-b", "3", "gpu_pcie_link_width", 8)
+	h("gpu-b", "3", "gpu_pcie_link_max_width", 16)
+	h("gpu-b", "4", "gpu_clock_event_active", 1, "reason", "sw_power_cap")
+	h("gpu-b", "5", "gpu_nvlink_links", 16, "state", "active")
+	h("gpu-b", "5", "gpu_nvlink_links", 2, "state", "inactive")
+	c, err := f.r.Read(context.Background(), What{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range c.Signals {
+		got = append(got, s.String())
+	}
+	want := []string{
+		"GPU 6 of gpu-a: needs GPU reset, row remap pending, XID 48, 63",
+		"GPU 3 of gpu-b: PCIe x8 of x16",
+		"GPU 4 of gpu-b: at power cap",
+		"GPU 5 of gpu-b: 2 of 18 NVLinks down",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("signals:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// ps reads no GPU lines: the nodes have no GPU count made up of their unhealthy ones.
+	for _, n := range c.Nodes {
+		if n.GPUs != 0 {
+			t.Errorf("node %s has %d GPUs", n.Name, n.GPUs)
+		}
+	}
+}
+
+// One exporter scraped by two jobs is one node: a process is one (GPU UUID, PID), a GPU one UUID, an allocation
+// signal one; where the jobs name the node differently, its name keeps it over its address, and the other is gone.
+// The reading says how many series it read twice.
+func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
+	f := newFake(Config{})
+	for _, node := range []string{"gpu-a", "10.0.0.1:9402"} {
+		f.healthy(node)
+		for _, job := range []string{"servicemonitor", "annotations"} {
+			f.add(qProcessMemory, 1<<30, process(node, "0", "GPU-a0", "20", "ml", "train-0", "job", job)...)
+			f.add(qGPUs, 1, "instance", node, "job", job, "gpu", "0", "uuid", "GPU-a0", "name", "NVIDIA H100")
+			f.add(qUnrequested, 1, "instance", node, "job", job, "gpu", "0", "uuid", "GPU-a0", "namespace", "ds", "pod", "x", "container", "c")
+		}
+		f.add(qProcessSM, 0.5, "instance", node, "uuid", "GPU-a0", "pid", "20")
+	}
+	c, err := f.r.Read(context.Background(), What{Top: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Processes) != 1 || c.Processes[0].Node != "gpu-a" || len(c.GPUs) != 1 || len(c.Signals) != 1 || len(c.Nodes) != 1 {
+		t.Errorf("%d processes, %d GPUs, %d signals, %d nodes: %+v", len(c.Processes), len(c.GPUs), len(c.Signals), len(c.Nodes), c.Nodes)
+	}
+	if c.Duplicates != 3+3+3 {
+		t.Errorf("%d duplicates, want 9 (3 of each: process rows, GPUs, signals)", c.Duplicates)
+	}
+}
+
+// A value that is not a number, infinite, or outside what its family can hold is unknown: absent, null in JSON,
+// never a failure of the whole reading nor a fake number, and counted.
+func TestUnknownValuesAreAbsent(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	f.add(qProcessMemory, math.NaN(), process("gpu-a", "0", "GPU-a0", "10", "ml", "a")...)
+	f.add(qProcessMemory, -1, process("gpu-a", "0", "GPU-a0", "11", "ml", "b")...)
+	f.add(qProcessMemory, math.Inf(1), process("gpu-a", "0", "GPU-a0", "12", "ml", "c")...)
+	f.add(qProcessMemory, 1<<30, process("gpu-a", "0", "GPU-a0", "13", "ml", "d")...)
+	f.add(qProcessSM, math.NaN(), "instance", "gpu-a", "uuid", "GPU-a0", "pid", "10")
+	f.add(qProcessSM, 7, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "13")
+	c, err := f.r.Read(context.Background(), What{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := string(rowsJSON(t, c.Processes))
+	if strings.Count(b, `"memory_used_bytes":null`) != 3 || strings.Count(b, `"sm_utilization_ratio":null`) != 4 ||
+		!strings.Contains(b, `"memory_used_bytes":1073741824`) {
+		t.Errorf("rows: %s", b)
+	}
+	if c.Dropped != 5 {
+		t.Errorf("%d values dropped, want 5", c.Dropped)
+	}
+}
+
+// A node whose target is gone from Prometheus leaves the view once its last reading is past the staleness bound;
+// until then it is stale, and a stale node's GPUs, processes and signals are not shown.
+func TestDepartedNodesLeave(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	f.add(qLastReading, now-(Departed.Seconds()-10), "instance", "leaving")
+	f.add(qLastReading, now-(Departed.Seconds()+10), "instance", "left")
+	f.add(qProcessMemory, 1, process("leaving", "0", "GPU-l0", "10", "ml", "a")...)
+	f.add(qIdle, 0, "instance", "leaving", "gpu", "0", "uuid", "GPU-l0", "namespace", "ml", "pod", "a", "container", "c")
+	c, err := f.r.Read(context.Background(), What{Top: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, n := range c.Nodes {
+		nodes = append(nodes, n.Name+" "+n.StateText())
+	}
+	if fmt.Sprint(nodes) != "[gpu-a up leaving stale 4m]" || len(c.Processes) != 0 || len(c.Signals) != 1 ||
+		c.Signals[0].String() != "node leaving: stale: last reading 4m ago" {
+		t.Errorf("nodes %v, %d processes, signals %v", nodes, len(c.Processes), c.Signals)
+	}
+}
+
+// The history is read with one range query per family, whatever the number of nodes; the next reading reads only
+// the steps since, and keeps the points it does not read again.
+func TestHistoryIsReadOnceAndKept(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	f.add(qGPUs, 1, "instance", "gpu-a", "gpu", "0", "uuid", "GPU-a0", "name", "NVIDIA H100")
+	clock := time.Unix(now, 0)
+	f.r.now = func() time.Time { return clock }
+	at := func(ago time.Duration, v float64) promapi.Sample {
+		return promapi.Sample{Metric: map[string]string{"instance": "gpu-a", "uuid": "GPU-a0"}, Value: v,
+			Time: float64(clock.Add(-ago).Unix())}
+	}
+	f.answers[qUtilizationHistory] = []promapi.Sample{at(50*time.Second, 0.1), at(10*time.Second, 0.5), at(0, 0.6)}
+	c, err := f.r.Read(context.Background(), What{Top: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	points := c.History.GPUs[view.GPUKey("gpu-a", "GPU-a0")].Utilization
+	n := view.HistoryPoints
+	if points[n-1] != 0.6 || points[n-2] != 0.5 || points[n-6] != 0.1 || !math.IsNaN(points[n-3]) {
+		t.Errorf("history ends %v", points[n-6:])
+	}
+	if len(f.ranges) != 2 || !f.ranges[0][0].Equal(clock.Add(-view.HistorySpan+10*time.Second)) || !f.ranges[0][1].Equal(clock) {
+		t.Fatalf("ranges asked: %v", f.ranges)
+	}
+	// 20 s later: the two steps since, and what was read before, two steps older.
+	clock = clock.Add(20 * time.Second)
+	f.ranges = nil
+	f.answers[qUtilizationHistory] = []promapi.Sample{at(0, 0.9)}
+	c, err = f.r.Read(context.Background(), What{Top: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	points = c.History.GPUs[view.GPUKey("gpu-a", "GPU-a0")].Utilization
+	if points[n-1] != 0.9 || points[n-3] != 0.6 || points[n-4] != 0.5 || points[n-8] != 0.1 {
+		t.Errorf("history ends %v", points[n-8:])
+	}
+	if len(f.ranges) != 2 || !f.ranges[0][0].Equal(clock.Add(-10*time.Second)) {
+		t.Errorf("ranges asked the second time: %v", f.ranges)
+	}
+	// A reading of the same instant asks nothing of the past again.
+	f.ranges = nil
+	if _, err := f.r.Read(context.Background(), What{Top: true}); err != nil || len(f.ranges) != 0 {
+		t.Errorf("the same instant read the past again: %v %v", f.ranges, err)
+	}
+}

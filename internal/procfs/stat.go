@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Stat reads <procfs>/<pid>/stat for the process name and the process's start time (clock ticks after boot). A
@@ -51,4 +52,37 @@ func parseStat(b []byte) (comm string, start uint64, ok bool) {
 		return "", 0, false
 	}
 	return string(b[open+1 : end]), start, true
+}
+
+// Usage reads <procfs>/<pid>/stat for the CPU time the process has used (user and system, in clock ticks) and its
+// resident set (in pages): what a person looking at one process (top's detail) wants besides its GPU.
+func (r *Reader) Usage(pid uint32) (cpuTicks, rssPages uint64, err error) {
+	b, err := r.read(pid, "stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading process status: %w", err)
+	}
+	f, ok := statAfterComm(b, 24)
+	if !ok {
+		return 0, 0, fmt.Errorf("reading process status: %s/%d/stat is not a stat file", r.root, pid)
+	}
+	utime, err1 := strconv.ParseUint(f[14-3], 10, 64)
+	stime, err2 := strconv.ParseUint(f[15-3], 10, 64)
+	rss, err3 := strconv.ParseInt(f[24-3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, fmt.Errorf("reading process status: %s/%d/stat is not a stat file", r.root, pid)
+	}
+	return utime + stime, uint64(max(rss, 0)), nil
+}
+
+// statAfterComm returns fields 3 to last of a stat line, counted from the last ')' of the name (field 2).
+func statAfterComm(b []byte, last int) ([]string, bool) {
+	end := bytes.LastIndexByte(b, ')')
+	if bytes.IndexByte(b, '(') < 0 || end < 0 {
+		return nil, false
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < last-2 {
+		return nil, false
+	}
+	return f[:last-2], true
 }

@@ -1,4 +1,4 @@
-// Package promapi runs instant queries on the Prometheus HTTP API as Prometheus, Thanos Query and Mimir serve it:
+// Package promapi runs instant and range queries on the Prometheus HTTP API as Prometheus, Thanos Query and Mimir serve it:
 // the answer is decoded as it streams in, so that memory follows the samples kept rather than the size of the
 // body, the body is bounded, the server's warnings and infos (Thanos' partial responses among them) are kept for
 // the caller to show, and a failure is said in one line that names the server and, where it matters, the query.
@@ -79,15 +79,30 @@ type Sample struct {
 func (c *Client) Query(ctx context.Context, expr string, at time.Time, each func(Sample) error) ([]string, error) {
 	form := url.Values{"query": {expr}}
 	if !at.IsZero() {
-		form.Set("time", strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64))
+		form.Set("time", apiTime(at))
 	}
+	return c.run(ctx, "query", form, expr, each)
+}
+
+// QueryRange evaluates expr at every step from start to end and calls each for every point of every series of the
+// resulting matrix, a series' points in time order (Sample.Time is the point's), as Query does for a vector.
+func (c *Client) QueryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration, each func(Sample) error) ([]string, error) {
+	form := url.Values{"query": {expr}, "start": {apiTime(start)}, "end": {apiTime(end)},
+		"step": {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)}}
+	return c.run(ctx, "query_range", form, expr, each)
+}
+
+func apiTime(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64) }
+
+// run sends a query to the API's endpoint and decodes its answer as it streams in.
+func (c *Client) run(ctx context.Context, endpoint string, form url.Values, expr string, each func(Sample) error) ([]string, error) {
 	if deadline, ok := ctx.Deadline(); ok {
 		// The server gives up when the client does, instead of evaluating for no one.
 		if left := time.Until(deadline); left > 0 {
 			form.Set("timeout", strconv.FormatInt(max(left.Milliseconds(), 1), 10)+"ms") // PromQL's durations are whole
 		}
 	}
-	resp, err := c.post(ctx, form)
+	resp, err := c.post(ctx, endpoint, form)
 	if err != nil {
 		return nil, err
 	}
@@ -119,8 +134,8 @@ func (c *Client) Query(ctx context.Context, expr string, at time.Time, each func
 
 // post sends the query as a form, as Prometheus' own clients do (a selector can be longer than a URL may be), and
 // falls back to GET where a proxy allows only that.
-func (c *Client) post(ctx context.Context, form url.Values) (*http.Response, error) {
-	endpoint := c.base.JoinPath("api", "v1", "query")
+func (c *Client) post(ctx context.Context, path string, form url.Values) (*http.Response, error) {
+	endpoint := c.base.JoinPath("api", "v1", path)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint.String(), strings.NewReader(form.Encode()))
 	if err != nil {
 		return nil, err
@@ -258,12 +273,13 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 }
 
 // decode reads an API answer, {"status":…, "data":{"resultType":"vector","result":[…]}, "warnings":[…], …}, in
-// any order of its keys, one sample at a time.
+// any order of its keys (but resultType before result, as servers write it), one sample at a time.
 func decode(r io.Reader, each func(Sample) error) (warnings []string, err error) {
 	dec := json.NewDecoder(r)
 	var status, errType, errMsg string
 	resultType := ""
 	sawResult := false
+	var early json.RawMessage
 	err = object(dec, func(key string) error {
 		switch key {
 		case "status":
@@ -288,19 +304,29 @@ func decode(r io.Reader, each func(Sample) error) (warnings []string, err error)
 					if err := dec.Decode(&resultType); err != nil {
 						return err
 					}
-					if resultType != "vector" {
-						return fmt.Errorf("the result is a %s, not an instant vector", resultType)
+					if resultType != "vector" && resultType != "matrix" {
+						return fmt.Errorf("the result is a %s, not an instant vector or a range", resultType)
 					}
 					return nil
 				case "result":
 					sawResult = true
-					return vector(dec, each)
+					if resultType == "" {
+						// Servers write the type first; a result before it is kept until the type says how to read it.
+						return dec.Decode(&early)
+					}
+					return result(dec, resultType, each)
 				}
 				return skip(dec)
 			})
 		}
 		return skip(dec)
 	})
+	if err == nil && early != nil {
+		if resultType == "" {
+			return warnings, classified{errors.New("a result without its type"), ErrNotAPI}
+		}
+		err = result(json.NewDecoder(bytes.NewReader(early)), resultType, each)
+	}
 	switch {
 	case err != nil:
 		return warnings, err
@@ -312,6 +338,14 @@ func decode(r io.Reader, each func(Sample) error) (warnings []string, err error)
 		return warnings, classified{errors.New("no result in the answer"), ErrNotAPI}
 	}
 	return warnings, nil
+}
+
+// result reads a result of its type, a sample or a point at a time.
+func result(dec *json.Decoder, resultType string, each func(Sample) error) error {
+	if resultType == "matrix" {
+		return matrix(dec, each)
+	}
+	return vector(dec, each)
 }
 
 // object reads a JSON object, calling field for each key with the decoder at its value; field must read the value.

@@ -141,7 +141,7 @@ func TestQueryErrorsSayWhatWentWrong(t *testing.T) {
 		{"a web page", 200, "text/html", "<html>Grafana</html>", []string{`the answer is "text/html"`}, ErrNotAPI},
 		{"bad gateway", 502, "text/plain", "upstream\x00 down\nmore", []string{"answered 502 Bad Gateway: upstream down", "(query: "}, nil},
 		{"not JSON", 200, jsonType, `<html>`, []string{"reading the answer to up{job=\"x\"}: invalid character"}, nil},
-		{"a matrix", 200, jsonType, `{"status":"success","data":{"resultType":"matrix","result":[]}}`, []string{"is a matrix, not an instant vector"}, nil},
+		{"a scalar", 200, jsonType, `{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}`, []string{"is a scalar, not an instant vector or a range"}, nil},
 		{"no result", 200, jsonType, `{"status":"success"}`, []string{"no result in the answer"}, ErrNotAPI},
 		{"odd status", 200, jsonType, `{"status":"fine","data":{"resultType":"vector","result":[]}}`, []string{`status "fine"`}, ErrNotAPI},
 		{"no value", 200, jsonType, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{}}]}}`, []string{"a sample without a value"}, nil},
@@ -312,3 +312,75 @@ func FuzzSampleIsEncodingJSON(f *testing.F) {
 }
 
 func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+
+func TestQueryRangeCallsEachPoint(t *testing.T) {
+	// The result before its type, as a JSON encoder that sorts keys writes it.
+	body := `{"status":"success","data":{"result":[
+	  {"metric":{"instance":"gpu-a","uuid":"GPU-1"},"values":[[1700000000,"0.5"],[1700000010,"NaN"]]},
+	  {"values":[[1700000000,"1"]],"metric":{"instance":"gpu-\u0062"}}],"resultType":"matrix"}}`
+	srv := newServer(t, 200, jsonType, body)
+	c, err := New(srv.URL, http.DefaultClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	start := time.Unix(1700000000, 0)
+	_, err = c.QueryRange(context.Background(), "gpu_utilization_ratio", start, start.Add(10*time.Second), 10*time.Second,
+		func(s Sample) error {
+			got = append(got, fmt.Sprintf("%s %v %v", s.Metric["instance"], s.Time, s.Value))
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[gpu-a 1.7e+09 0.5 gpu-a 1.70000001e+09 NaN gpu-b 1.7e+09 1]"; fmt.Sprint(got) != want {
+		t.Errorf("points %v, want %s", got, want)
+	}
+	if r := srv.requests[0]; r.URL.Path != "/api/v1/query_range" || !strings.Contains(srv.forms[0], "step=10") ||
+		!strings.Contains(srv.forms[0], "start=1700000000.000") || !strings.Contains(srv.forms[0], "end=1700000010.000") {
+		t.Errorf("request %s %s", r.URL.Path, srv.forms[0])
+	}
+}
+
+// The fast path reads a range's series as encoding/json does, or leaves it to encoding/json.
+func FuzzSeriesIsEncodingJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"metric":{"__name__":"up","instance":"gpu-a:9402"},"values":[[1700000000.123,"1"],[1700000010,"NaN"]]}`,
+		`{ "values" : [ ] , "metric" : { } }`,
+		`{"metric":{"a":"b\"c"},"values":[[1,"+Inf"]]}`,
+		`{"metric":{"a":"b"},"values":[[1,"2"]],"values":[[3,"4"]]}`,
+		`{"metric":{"a":"b"},"values":[[1,"x"]]}`,
+		`{"metric":{"a":"b"},"values":[1,"2"]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		fast := series{sample: sample{metric: map[string]string{"stale": "label"}, names: map[string]string{}}}
+		fastErr := fast.UnmarshalJSON(b)
+		var slow struct {
+			Metric map[string]string `json:"metric"`
+			Values []point           `json:"values"`
+		}
+		slowErr := json.Unmarshal(b, &slow)
+		if (fastErr == nil) != (slowErr == nil) {
+			t.Fatalf("%s: fast path error %v, encoding/json's %v", b, fastErr, slowErr)
+		}
+		if fastErr != nil {
+			return
+		}
+		if fmt.Sprint(fast.metric) != fmt.Sprint(slow.Metric) && !(len(fast.metric) == 0 && len(slow.Metric) == 0) {
+			t.Fatalf("%s: labels %v, encoding/json's %v", b, fast.metric, slow.Metric)
+		}
+		if len(fast.points) != len(slow.Values) {
+			t.Fatalf("%s: %d points, encoding/json's %d", b, len(fast.points), len(slow.Values))
+		}
+		for i, p := range slow.Values {
+			if fast.points[i].t != p.t || !sameFloat(fast.points[i].v, p.v) {
+				t.Fatalf("%s: point %d %+v, encoding/json's %+v", b, i, fast.points[i], p)
+			}
+		}
+	})
+}

@@ -50,6 +50,20 @@ var errSlowPath = errors.New("not a plain sample")
 // fast reads a sample whose strings have no escapes, whose keys are metric and value, and whose bytes are UTF-8.
 func (s *sample) fast(b []byte) error {
 	r := reader{b: b}
+	return r.object(func(key []byte) error {
+		switch string(key) {
+		case "metric":
+			return s.labels(&r)
+		case "value":
+			return s.point(&r)
+		}
+		return errSlowPath
+	})
+}
+
+// object reads the whole text as one object of the fast path, calling field for each key with the reader at its
+// value; field reads the value.
+func (r *reader) object(field func(key []byte) error) error {
 	if !r.delim('{') {
 		return errSlowPath
 	}
@@ -64,17 +78,8 @@ func (s *sample) fast(b []byte) error {
 		if !ok || !r.delim(':') {
 			return errSlowPath
 		}
-		switch string(key) {
-		case "metric":
-			if err := s.labels(&r); err != nil {
-				return err
-			}
-		case "value":
-			if err := s.point(&r); err != nil {
-				return err
-			}
-		default:
-			return errSlowPath
+		if err := field(key); err != nil {
+			return err
 		}
 	}
 }
@@ -185,4 +190,74 @@ func (r *reader) end() error {
 		return errSlowPath
 	}
 	return nil
+}
+
+// series is one element of a matrix result: {"metric":{…},"values":[[time,"value"],…]}, read in place as sample
+// reads a vector's, and by encoding/json where the fast path does not read it.
+type series struct {
+	sample
+	points []point // reused: emptied before each series
+}
+
+func (s *series) UnmarshalJSON(b []byte) error {
+	clear(s.metric)
+	s.points = s.points[:0]
+	if err := s.fast(b); err == nil {
+		return nil
+	} else if !errors.Is(err, errSlowPath) {
+		return err
+	}
+	clear(s.metric)
+	s.points = s.points[:0]
+	slow := struct {
+		Metric map[string]string `json:"metric"`
+		Values *[]point          `json:"values"`
+	}{Metric: s.metric, Values: &s.points}
+	return json.Unmarshal(b, &slow)
+}
+
+// fast reads a series whose strings have no escapes, whose keys are metric and values, and whose bytes are UTF-8.
+func (s *series) fast(b []byte) error {
+	r := reader{b: b}
+	return r.object(func(key []byte) error {
+		switch string(key) {
+		case "metric":
+			return s.labels(&r)
+		case "values":
+			s.points = s.points[:0] // a repeated key replaces, as encoding/json's does
+			if !r.delim('[') {
+				return errSlowPath
+			}
+			for i := 0; !r.delim(']'); i++ {
+				if i > 0 && !r.delim(',') {
+					return errSlowPath
+				}
+				if err := s.point(&r); err != nil {
+					return err
+				}
+				s.points = append(s.points, point{t: s.t, v: s.v, set: true})
+			}
+			return nil
+		}
+		return errSlowPath
+	})
+}
+
+// matrix reads a range result one series at a time, and calls each for every point of it.
+func matrix(dec *json.Decoder, each func(Sample) error) error {
+	if err := delim(dec, '['); err != nil {
+		return err
+	}
+	s := series{sample: sample{metric: make(map[string]string, 24), names: make(map[string]string)}}
+	for dec.More() {
+		if err := dec.Decode(&s); err != nil {
+			return err
+		}
+		for _, p := range s.points {
+			if err := each(Sample{Metric: s.metric, Value: p.v, Time: p.t}); err != nil {
+				return err
+			}
+		}
+	}
+	return delim(dec, ']')
 }

@@ -1,11 +1,11 @@
-// Package ps prints one attributed reading as the pod-aware process table an operator wants on the node, or as
-// the JSON of docs/reference.md.
+// Package ps prints a reading of a node or of a cluster (internal/view) as the pod-aware process table an operator
+// wants, as the JSON of docs/reference.md, or as the columns a person asks for; and the reading's notes (its
+// health, what could not be read) as lines for stderr, so that stdout holds the rows alone.
 package ps
 
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,16 +16,14 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
-// Row is one process on one GPU, in the `ps --output json` shape of docs/reference.md: the process's keys, named
-// as the process series' metrics and labels are, then its owner's identity labels that are InPS
-// (attribution.IdentityLabels). Unknown numbers are null. A row read from Prometheus has its node first; a node's own
-// rows have none.
-type Row struct {
+// row is a process in the `ps --output json` shape of docs/reference.md: the process's keys, named as the process
+// series' metrics and labels are, then its owner's identity labels that are InPS (attribution.IdentityLabels).
+// Unknown numbers are null. A row read from Prometheus has its node first; a node's own rows have none.
+type row struct {
 	Node            string   `json:"node,omitempty"`
 	GPU             int      `json:"gpu"`
 	UUID            string   `json:"uuid"`
@@ -36,28 +34,23 @@ type Row struct {
 	SMUtilization   *float64 `json:"sm_utilization_ratio"`
 	GPUInstance     *int     `json:"gpu_instance"`
 	ComputeInstance *int     `json:"compute_instance"`
-	// Started is when the process started, zero when unknown (top's AGE).
-	Started time.Time `json:"-"`
-	// Identity is the process's owner; MarshalJSON writes its labels.
-	attribution.Identity `json:"-"`
 }
 
-// MarshalJSON writes the row as one JSON object: the process's keys, then one key per identity label InPS.
-func (r Row) MarshalJSON() ([]byte, error) {
-	type process Row // without this method
-	b, err := json.Marshal(process(r))
-	if err != nil {
-		return nil, err
+func rowOf(p *view.Process) row {
+	r := row{Node: p.Node, GPU: p.GPU, UUID: p.UUID, PID: p.PID, ProcessName: p.Name, ProcessType: p.Type}
+	if p.Memory.Valid {
+		b := uint64(p.Memory.V)
+		r.MemoryUsedBytes = &b
 	}
-	b = b[:len(b)-1] // the closing brace
-	for _, l := range identityKeys {
-		value, err := json.Marshal(*l.Get(&r.Identity))
-		if err != nil {
-			return nil, err
-		}
-		b = append(append(append(b, l.key...), ':'), value...)
+	if p.SM.Valid {
+		sm := p.SM.V
+		r.SMUtilization = &sm
 	}
-	return append(b, '}'), nil
+	if p.MIG {
+		gi, ci := p.GPUInstance, p.ComputeInstance
+		r.GPUInstance, r.ComputeInstance = &gi, &ci
+	}
+	return r
 }
 
 // identityKey is an identity label InPS with its key as JSON writes it, after a comma: written once, not once per
@@ -73,65 +66,61 @@ var identityKeys = func() []identityKey {
 		if l.Use&attribution.InPS == 0 {
 			continue
 		}
-		name, err := json.Marshal(l.Name)
-		if err != nil {
-			panic(err) // a label name is a plain string
-		}
-		keys = append(keys, identityKey{l, append([]byte{','}, name...)})
+		keys = append(keys, identityKey{l, append([]byte{','}, mustJSON(l.Name)...)})
 	}
 	return keys
 }()
 
-// Rows lists the reading's processes, by GPU then PID.
-func Rows(r *reading.Reading) []Row {
-	rows := []Row{}
-	for _, d := range r.Snapshot.Devices {
-		for _, p := range d.Processes {
-			o := r.Owner(p)
-			row := Row{GPU: d.Index, UUID: d.UUID, PID: p.PID, ProcessName: o.Name, ProcessType: p.Type,
-				Started: o.Started, Identity: o.Identity}
-			if p.UsedMemoryBytes.Valid {
-				b := uint64(p.UsedMemoryBytes.V)
-				row.MemoryUsedBytes = &b
-			}
-			if p.SMUtilizationRatio.Valid {
-				row.SMUtilization = &p.SMUtilizationRatio.V
-			}
-			if p.MIG {
-				gi, ci := p.GPUInstance, p.ComputeInstance
-				row.GPUInstance, row.ComputeInstance = &gi, &ci
-			}
-			rows = append(rows, row)
-		}
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // a plain string or number
 	}
-	slices.SortStableFunc(rows, func(a, b Row) int {
-		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.PID, b.PID))
-	})
-	return rows
+	return b
 }
 
-// WriteJSON writes the rows as one JSON array, indented as json.Encoder indents it, a row at a time: a cluster's
-// 32,000 rows are 18 MiB of text, which need not be held twice in memory to be printed.
-func WriteJSON(w io.Writer, rows []Row) error {
-	if len(rows) == 0 {
+// appendJSON appends a process as one JSON object: prefix (`{"time":…,` or `{`), the process's keys, then one key
+// per identity label InPS. Characters a terminal acts on are \u escapes, as the table shows them escaped
+// (terminal.EscapeJSON): the value read back is exact.
+func appendJSON(b, prefix []byte, p *view.Process) ([]byte, error) {
+	obj, err := json.Marshal(rowOf(p))
+	if err != nil {
+		return nil, err
+	}
+	b = append(append(b, prefix...), obj[1:len(obj)-1]...) // without its braces
+	for _, l := range identityKeys {
+		value, err := json.Marshal(*l.Get(&p.Identity))
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, l.key...), ':'), value...)
+	}
+	return terminal.EscapeJSON(append(b, '}')), nil
+}
+
+// WriteJSON writes the processes as one JSON array, indented as json.Encoder indents it, a row at a time: a
+// cluster's 32,000 rows are 18 MiB of text, which need not be held twice in memory to be printed.
+func WriteJSON(w io.Writer, procs []view.Process) error {
+	if len(procs) == 0 {
 		_, err := io.WriteString(w, "[]\n")
 		return err
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.WriteString("[\n")
-	var row bytes.Buffer
-	for i, r := range rows {
-		b, err := r.MarshalJSON() // what json.Marshal writes for it, without checking its own output again
-		if err != nil {
+	var obj []byte
+	var indented bytes.Buffer
+	for i := range procs {
+		var err error
+		if obj, err = appendJSON(obj[:0], []byte{'{'}, &procs[i]); err != nil {
 			return err
 		}
-		row.Reset()
-		if err := json.Indent(&row, b, "  ", "  "); err != nil {
+		indented.Reset()
+		if err := json.Indent(&indented, obj, "  ", "  "); err != nil {
 			return err
 		}
 		bw.WriteString("  ")
-		bw.Write(row.Bytes())
-		if i < len(rows)-1 {
+		bw.Write(indented.Bytes())
+		if i < len(procs)-1 {
 			bw.WriteByte(',')
 		}
 		bw.WriteByte('\n')
@@ -140,213 +129,214 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	return bw.Flush()
 }
 
-// WriteJSONLine writes one reading as one line of JSON Lines, for a stream of readings (ps --watch): the time of
-// the reading and its rows, {"time":"2026-12-01T10:00:00.123Z","processes":[...]}.
-func WriteJSONLine(w io.Writer, at time.Time, rows []Row) error {
-	if rows == nil {
-		rows = []Row{}
-	}
-	b, err := json.Marshal(struct {
-		Time      time.Time `json:"time"`
-		Processes []Row     `json:"processes"`
-	}{at.UTC(), rows})
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
-}
-
-// Filter keeps the rows of one namespace, or whose owner contains a text; an empty field keeps every row.
-type Filter struct {
-	Namespace string // exact
-	Owner     string // a part of the OWNER column, case-insensitive
-}
-
-// Keep returns the rows that pass the filter.
-func (f Filter) Keep(rows []Row) []Row {
-	kept := []Row{}
-	for _, r := range rows {
-		if f.Match(r) {
-			kept = append(kept, r)
-		}
-	}
-	return kept
-}
-
-// Empty says, for a reading that left no row, why: the node has no GPU process, or none passes the filter.
-func (f Filter) Empty(total int) string {
-	if total == 0 {
-		return "no GPU processes"
-	}
-	var given []string
-	if f.Namespace != "" {
-		given = append(given, "--namespace="+f.Namespace)
-	}
-	if f.Owner != "" {
-		given = append(given, "--owner="+f.Owner)
-	}
-	return fmt.Sprintf("no GPU process matches %s (%s in all)", strings.Join(given, " "), Plural(total, "process"))
-}
-
-// Match reports whether a row passes the filter.
-func (f Filter) Match(r Row) bool {
-	return (f.Namespace == "" || r.Namespace == f.Namespace) &&
-		(f.Owner == "" || strings.Contains(strings.ToLower(Owner(r)), strings.ToLower(f.Owner)))
-}
-
-// Warnings are what a reading could not read, one line each, naming the GPU where there is one.
-func Warnings(snap *gpu.Snapshot) []string {
-	var w []string
-	for _, e := range snap.Errors {
-		if e.Index < 0 {
-			w = append(w, e.Error())
-		} else {
-			w = append(w, fmt.Sprintf("GPU %d: %v", e.Index, e))
-		}
-	}
-	return w
-}
-
-// WriteWarnings writes the warnings, one "warning: " line each, escaped for a terminal.
-func WriteWarnings(w io.Writer, snap *gpu.Snapshot) error {
-	for _, warning := range Warnings(snap) {
-		if _, err := fmt.Fprintf(w, "warning: %s\n", terminal.Escape(warning)); err != nil {
+// WriteJSONLines writes one reading as JSON Lines, for a stream of readings (ps --watch): a line per process, the
+// same object as WriteJSON's with the reading's time first, {"time":"2026-12-01T10:00:00.123Z","gpu":0,…}.
+func WriteJSONLines(w io.Writer, at time.Time, procs []view.Process) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	prefix := append(append([]byte(`{"time":`), mustJSON(at.UTC())...), ',')
+	var line []byte
+	for i := range procs {
+		var err error
+		if line, err = appendJSON(line[:0], prefix, &procs[i]); err != nil {
 			return err
 		}
+		bw.Write(append(line, '\n'))
 	}
-	return nil
+	return bw.Flush()
 }
 
-// Table says what WriteTable prints besides the rows: the header lines, and the wide columns.
-type Table struct {
-	Headers bool // the health lines and the column names; off for scripts
-	Wide    bool // TYPE and CONTAINER ID as well (-o wide)
+// Notes are what a reading says besides its rows, one line each, for stderr: that it is simulated, a line per GPU
+// with a health problem ("GPU 6: needs GPU reset, row remap pending, XID 48, 63"), duplicated series, values left
+// out, nodes that cannot be trusted, and what could not be read ("warning: …"). Every line is escaped for a
+// terminal.
+func Notes(r *view.Reading) []string {
+	var notes []string
+	if r.Simulated {
+		notes = append(notes, "# simulated GPU data (--demo or --gpu.simulated-config)")
+	}
+	for _, s := range r.Signals {
+		if s.Kind == view.GPUHealth {
+			notes = append(notes, "# "+terminal.Escape(s.String()))
+		}
+	}
+	if r.Duplicates > 0 {
+		notes = append(notes, fmt.Sprintf("# %s read twice (a node scraped by two jobs): each is shown once", view.Plural(r.Duplicates, "series")))
+	}
+	if r.Dropped > 0 {
+		notes = append(notes, fmt.Sprintf("# %s left out as unknown: not a number, infinite or out of range", view.Plural(r.Dropped, "value")))
+	}
+	for _, n := range r.Nodes {
+		if p := n.Problem(); p != "" {
+			notes = append(notes, "warning: node "+terminal.Escape(n.Name)+": "+p)
+		}
+	}
+	for _, w := range r.Warnings {
+		notes = append(notes, "warning: "+terminal.Escape(w))
+	}
+	return notes
 }
 
-// WriteTable writes the rows as an aligned table in the format top shows them: a line per GPU with a health problem
-// (HealthLines) and the column names, then NODE (rows read from Prometheus), GPU, PID, USER (when users are looked
-// up), PROCESS, MEMORY, SM and OWNER, and with Wide TYPE and CONTAINER ID. The OWNER column names the workload in the
-// user's words: the Kubernetes namespace/pod/container, a plain container, a Slurm job or a systemd unit. Every cell
-// is escaped for a terminal (internal/terminal): a process name, a cgroup directory or a runtime's name can hold
-// control characters that would otherwise act on the terminal.
-func WriteTable(w io.Writer, snap *gpu.Snapshot, rows []Row, t Table) error {
+// Format is how the rows are printed: a table of columns, or JSON.
+type Format struct {
+	json    bool
+	columns []column
+	// custom: the person chose the columns (and their headers).
+	custom bool
+}
+
+// FormatNames are the formats ParseFormat takes, as a shell completes them.
+func FormatNames() []string { return []string{"table", "wide", "json", "custom-columns="} }
+
+// JSON reports whether the format is JSON.
+func (f Format) JSON() bool { return f.json }
+
+// ParseFormat reads --output: table, wide, json, or custom-columns=HEADER:KEY,… whose keys are the JSON keys
+// (node, pid, pod, memory_used_bytes…) and the table's own cells (owner, age, memory, sm, user), as kubectl's
+// custom columns name theirs (a leading "." is allowed).
+func ParseFormat(s string) (Format, error) {
+	switch s {
+	case "table", "":
+		return Format{columns: tableColumns}, nil
+	case "wide":
+		return Format{columns: wideColumns}, nil
+	case "json":
+		return Format{json: true}, nil
+	}
+	spec, ok := strings.CutPrefix(s, "custom-columns=")
+	if !ok {
+		return Format{}, fmt.Errorf("%q: want table, wide, json or custom-columns=HEADER:KEY,… (keys: %s)", s, strings.Join(columnKeys(), ", "))
+	}
+	f := Format{custom: true}
+	for _, part := range strings.Split(spec, ",") {
+		header, key, ok := strings.Cut(part, ":")
+		key = strings.TrimPrefix(strings.TrimSpace(key), ".")
+		c, known := columnByKey(key)
+		if !ok || header == "" || !known {
+			return Format{}, fmt.Errorf("custom-columns: %q is not HEADER:KEY with KEY one of %s", part, strings.Join(columnKeys(), ", "))
+		}
+		c.header = header
+		f.columns = append(f.columns, c)
+	}
+	return f, nil
+}
+
+// WriteTable writes the processes as an aligned table: the column names (headers), then a row per process. The
+// default columns are NODE (a cluster's rows), GPU, PID, USER (when users are looked up), PROCESS, MEMORY, SM and
+// OWNER, which names the workload in the user's words; wide adds TYPE, AGE and CONTAINER ID. Every cell is escaped
+// for a terminal (internal/terminal): a process name, a cgroup directory or a runtime's name can hold control
+// characters that would otherwise act on the terminal.
+func WriteTable(w io.Writer, r *view.Reading, procs []view.Process, f Format, headers bool) error {
+	cols := f.columns
+	if !f.custom {
+		cols = slices.DeleteFunc(slices.Clone(cols), func(c column) bool { return c.shown != nil && !c.shown(r, procs) })
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	nodes := slices.ContainsFunc(rows, func(r Row) bool { return r.Node != "" })
-	users := slices.ContainsFunc(rows, func(r Row) bool { return r.User != "" })
-	line := func(node, gpu, pid, user, typ, process, memory, sm, owner, containerID string) {
-		var cells []string
-		if nodes {
-			cells = append(cells, node)
-		}
-		cells = append(cells, gpu, pid)
-		if users {
-			cells = append(cells, user)
-		}
-		if t.Wide {
-			cells = append(cells, typ)
-		}
-		cells = append(cells, process, memory, sm, owner)
-		if t.Wide {
-			cells = append(cells, containerID)
+	cells := make([]string, len(cols))
+	if headers {
+		for i, c := range cols {
+			cells[i] = terminal.Escape(c.header)
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
-	if t.Headers {
-		if snap.Simulated {
-			fmt.Fprintln(tw, "# simulated GPU data (--demo or --gpu.simulated-config)")
+	for i := range procs {
+		for j, c := range cols {
+			cells[j] = terminal.Escape(c.cell(&procs[i], r.Time))
 		}
-		for _, l := range HealthLines(snap) {
-			fmt.Fprintln(tw, "# "+terminal.Escape(l))
-		}
-		line("NODE", "GPU", "PID", "USER", "TYPE", "PROCESS", "MEMORY", "SM", "OWNER", "CONTAINER ID")
-	}
-	for _, r := range rows {
-		line(terminal.Escape(r.Node), GPUColumn(r.GPU, r.GPUInstance, r.ComputeInstance), strconv.FormatUint(uint64(r.PID), 10),
-			dash(terminal.Escape(r.User)), terminal.Escape(r.ProcessType), dash(terminal.Escape(r.ProcessName)),
-			Memory(bytesValue(r.MemoryUsedBytes)), Percent(ratioValue(r.SMUtilization)), terminal.Escape(Owner(r)),
-			dash(terminal.Escape(shortID(r.ContainerID))))
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }
 
-// Owner names the row's workload in the user's words: "pod namespace/pod/container", "container NAME",
-// "slurm job ID", "service UNIT", or "-" when nothing is known.
-func Owner(r Row) string {
-	switch {
-	case r.Pod != "":
-		s := r.Namespace + "/" + r.Pod
-		if r.Container != "" {
-			s += "/" + r.Container
+// column is one column of the table: its header, its key for custom-columns, its cell, and when the default table
+// shows it (nil: always).
+type column struct {
+	header, key string
+	cell        func(p *view.Process, at time.Time) string
+	shown       func(r *view.Reading, procs []view.Process) bool
+}
+
+var (
+	nodeColumn = column{header: "NODE", key: "node", cell: func(p *view.Process, _ time.Time) string { return p.Node },
+		shown: func(r *view.Reading, _ []view.Process) bool { return r.Cluster }}
+	gpuColumn = column{header: "GPU", key: "gpu", cell: func(p *view.Process, _ time.Time) string { return p.GPUColumn() }}
+	pidColumn = column{header: "PID", key: "pid",
+		cell: func(p *view.Process, _ time.Time) string { return strconv.FormatUint(uint64(p.PID), 10) }}
+	userColumn = column{header: "USER", key: "user", cell: func(p *view.Process, _ time.Time) string { return dash(p.Identity.User) },
+		shown: func(_ *view.Reading, procs []view.Process) bool {
+			return slices.ContainsFunc(procs, func(p view.Process) bool { return p.Identity.User != "" })
+		}}
+	typeColumn    = column{header: "TYPE", key: "process_type", cell: func(p *view.Process, _ time.Time) string { return dash(p.Type) }}
+	processColumn = column{header: "PROCESS", key: "process_name", cell: func(p *view.Process, _ time.Time) string { return dash(p.Name) }}
+	memoryColumn  = column{header: "MEMORY", key: "memory", cell: func(p *view.Process, _ time.Time) string { return view.Memory(p.Memory) }}
+	smColumn      = column{header: "SM", key: "sm", cell: func(p *view.Process, _ time.Time) string { return view.Percent(p.SM) }}
+	ageColumn     = column{header: "AGE", key: "age", cell: func(p *view.Process, at time.Time) string { return view.AgeAt(p.Started, at) }}
+	ownerColumn   = column{header: "OWNER", key: "owner", cell: func(p *view.Process, _ time.Time) string { return p.Owner().String() }}
+	idColumn      = column{header: "CONTAINER ID", key: "container_id",
+		cell: func(p *view.Process, _ time.Time) string { return dash(shortID(p.Identity.ContainerID)) }}
+
+	tableColumns = []column{nodeColumn, gpuColumn, pidColumn, userColumn, processColumn, memoryColumn, smColumn, ownerColumn}
+	wideColumns  = []column{nodeColumn, gpuColumn, pidColumn, userColumn, typeColumn, processColumn, memoryColumn, smColumn,
+		ageColumn, ownerColumn, idColumn}
+)
+
+// rawColumns are the JSON keys that custom-columns can name besides the table's cells, with their values as the
+// JSON has them (numbers in full, "" for unknown strings, <none> for null).
+var rawColumns = []column{
+	{key: "uuid", cell: func(p *view.Process, _ time.Time) string { return p.UUID }},
+	{key: "memory_used_bytes", cell: func(p *view.Process, _ time.Time) string {
+		if !p.Memory.Valid {
+			return none
 		}
-		return "pod " + s
-	case r.PodUID != "":
-		return "pod uid " + r.PodUID
-	case r.Container != "":
-		return "container " + r.Container
-	case r.SlurmJobID != "":
-		return "slurm job " + r.SlurmJobID
-	case r.SystemdUnit != "":
-		return "service " + r.SystemdUnit
-	case r.ContainerID != "":
-		return "container"
-	}
-	return "-"
+		return strconv.FormatUint(uint64(p.Memory.V), 10)
+	}},
+	{key: "sm_utilization_ratio", cell: func(p *view.Process, _ time.Time) string {
+		if !p.SM.Valid {
+			return none
+		}
+		return strconv.FormatFloat(p.SM.V, 'g', -1, 64)
+	}},
+	{key: "gpu_instance", cell: func(p *view.Process, _ time.Time) string { return migNumber(p, p.GPUInstance) }},
+	{key: "compute_instance", cell: func(p *view.Process, _ time.Time) string { return migNumber(p, p.ComputeInstance) }},
 }
 
-// The cells that ps and top print alike.
+// none is what kubectl's custom columns print for a field without a value.
+const none = "<none>"
 
-// GPUColumn names a process's GPU: "3", or "2:1/0" for GPU 2's MIG device of GPU instance 1, compute instance 0.
-func GPUColumn(index int, gi, ci *int) string {
-	s := strconv.Itoa(index)
-	if gi != nil && ci != nil {
-		s += fmt.Sprintf(":%d/%d", *gi, *ci)
+func migNumber(p *view.Process, n int) string {
+	if !p.MIG {
+		return none
 	}
-	return s
+	return strconv.Itoa(n)
 }
 
-// Memory is an amount of GPU memory: "512 MiB" below a GiB, "22.0 GiB" from one; "-" when unknown.
-func Memory(v gpu.Value) string {
-	switch {
-	case !v.Valid:
-		return "-"
-	case v.V < 1<<30:
-		return fmt.Sprintf("%.0f MiB", v.V/(1<<20))
+// columnByKey finds the column a custom-columns key names: a cell of the table, a JSON key, or an identity label.
+func columnByKey(key string) (column, bool) {
+	for _, c := range append(append(slices.Clone(wideColumns), userColumn), rawColumns...) {
+		if c.key == key {
+			c.shown = nil
+			return c, true
+		}
 	}
-	return fmt.Sprintf("%.1f GiB", v.V/(1<<30))
+	for _, l := range identityKeys {
+		if l.Name == key {
+			return column{key: key, cell: func(p *view.Process, _ time.Time) string { return dash(*l.Get(&p.Identity)) }}, true
+		}
+	}
+	return column{}, false
 }
 
-// Percent is a ratio as a whole percentage, "41%"; "-" when unknown.
-func Percent(v gpu.Value) string {
-	if !v.Valid {
-		return "-"
+// columnKeys are the keys custom-columns reads, for its error.
+func columnKeys() []string {
+	var keys []string
+	for _, c := range append(slices.Clone(wideColumns), rawColumns...) {
+		keys = append(keys, c.key)
 	}
-	return fmt.Sprintf("%.0f%%", v.V*100)
-}
-
-func bytesValue(b *uint64) gpu.Value {
-	if b == nil {
-		return gpu.Value{}
+	for _, l := range identityKeys {
+		if !slices.Contains(keys, l.Name) {
+			keys = append(keys, l.Name)
+		}
 	}
-	return gpu.Known(float64(*b))
-}
-
-func ratioValue(r *float64) gpu.Value {
-	if r == nil {
-		return gpu.Value{}
-	}
-	return gpu.Known(*r)
-}
-
-// Plural counts things: "1 GPU", "8 GPUs", "14 processes".
-func Plural(n int, what string) string {
-	switch {
-	case n == 1:
-		return "1 " + what
-	case strings.HasSuffix(what, "s"):
-		return fmt.Sprintf("%d %ses", n, what)
-	}
-	return fmt.Sprintf("%d %ss", n, what)
+	return keys
 }
 
 func shortID(id string) string {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -52,6 +53,56 @@ func unsafeAt(s string) int {
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if !unicode.IsGraphic(r) || (r == utf8.RuneError && n == 1) {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// EscapeJSON returns JSON text with every character a terminal would act on rather than show that encoding/json
+// leaves raw (DEL, C1 controls, bidirectional overrides, zero-width and other format characters) written as a JSON
+// \u escape, which decodes to the same string: JSON printed on a terminal then shows what Escape shows of a name,
+// and a program that reads it gets the exact value. encoding/json escapes the C0 controls, U+2028 and U+2029
+// itself; b must be valid UTF-8, as encoding/json writes it.
+func EscapeJSON(b []byte) []byte {
+	i := jsonUnsafeAt(b)
+	if i < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for i >= 0 {
+		out = append(out, b[:i]...)
+		r, n := utf8.DecodeRune(b[i:])
+		if r > 0xffff {
+			hi, lo := utf16.EncodeRune(r)
+			out = appendU(appendU(out, hi), lo)
+		} else {
+			out = appendU(out, r)
+		}
+		b = b[i+n:]
+		i = jsonUnsafeAt(b)
+	}
+	return append(out, b...)
+}
+
+func appendU(b []byte, r rune) []byte {
+	const hex = "0123456789abcdef"
+	return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
+}
+
+// jsonUnsafeAt is the index of the first non-ASCII character that is not graphic, -1 when there is none.
+func jsonUnsafeAt(b []byte) int {
+	for i := 0; i < len(b); {
+		if b[i] == 0x7f {
+			return i
+		}
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if !unicode.IsGraphic(r) && r != utf8.RuneError {
 			return i
 		}
 		i += n

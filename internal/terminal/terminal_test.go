@@ -1,6 +1,7 @@
 package terminal
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,4 +90,27 @@ func FuzzEscape(f *testing.F) {
 			}
 		}
 	})
+}
+
+// JSON keeps every name exactly, and shows a terminal nothing it would act on: what encoding/json leaves raw is a
+// \u escape that decodes to the same character.
+func TestEscapeJSON(t *testing.T) {
+	for _, a := range terminaltest.Attacks {
+		if !utf8.ValidString(a.Text) {
+			continue // encoding/json writes U+FFFD for it
+		}
+		b, err := json.Marshal(map[string]string{"name": "é" + a.Text + "😀"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := EscapeJSON(b)
+		terminaltest.Shown(t, string(out), false)
+		var back map[string]string
+		if err := json.Unmarshal(out, &back); err != nil || back["name"] != "é"+a.Text+"😀" {
+			t.Errorf("%s: %s decodes to %q (%v)", a.Name, out, back["name"], err)
+		}
+	}
+	if got := string(EscapeJSON([]byte("{\"a\":\"\U000e0001\"}"))); got != `{"a":"\udb40\udc01"}` {
+		t.Errorf("a tag character beyond the BMP: %s", got)
+	}
 }

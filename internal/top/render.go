@@ -9,34 +9,37 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
-	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/ps"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/terminal"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
 // Frame is everything one drawing shows.
 type Frame struct {
-	Screen Screen
-	View   View
-	Time   time.Time // of the reading
+	Screen  Screen
+	Options Options
+	// Time is when the frame is drawn; a reading without a time of its own is shown as of then.
+	Time time.Time
 	// Err is why the last reading failed; the screen then shows the reading before it.
 	Err string
 	// Width is the terminal's width in columns. Height is its height in lines, 0 for no limit (plain output).
 	Width, Height int
-	// Interactive adds the bars, the key help and the filter being typed.
+	// Interactive adds the bars, the cursor, the key help and the filter being typed.
 	Interactive bool
-	// Editing is true while the filter is typed; View.Filter is then the text so far.
+	// Editing is true while the filter is typed; Options.Filter is then the text so far.
 	Editing bool
-	// Scroll is the first process row shown, when they do not all fit; Render keeps it within the rows.
-	Scroll int
-	// Help shows the keys instead of the reading.
-	Help bool
+	// Cursor is the selected row, -1 for none; Scroll is the first row shown when they do not all fit. Render keeps
+	// both within the rows.
+	Cursor, Scroll int
+	// Help shows the keys, Notes every signal and warning, Detail the selected row's process, instead of the
+	// reading.
+	Help, Notes bool
+	Detail      *Detail
 }
 
 // Styles colour a frame. The zero value draws plain text.
 type Styles struct {
-	Title, Header, Dim, Alert, Warn, Key lipgloss.Style
-	Low, Mid, High                       lipgloss.Style // bars by how full they are
+	Title, Header, Dim, Alert, Warn, Key, Cursor lipgloss.Style
+	Low, Mid, High                               lipgloss.Style // bars by how full they are
 }
 
 // Colors are the styles of the terminal program; lipgloss leaves out what the terminal cannot show.
@@ -48,6 +51,7 @@ func Colors() Styles {
 		Alert:  lipgloss.NewStyle().Foreground(lipgloss.Color("9")).Bold(true),
 		Warn:   lipgloss.NewStyle().Foreground(lipgloss.Color("11")),
 		Key:    lipgloss.NewStyle().Bold(true),
+		Cursor: lipgloss.NewStyle().Reverse(true),
 		Low:    lipgloss.NewStyle().Foreground(lipgloss.Color("10")),
 		Mid:    lipgloss.NewStyle().Foreground(lipgloss.Color("11")),
 		High:   lipgloss.NewStyle().Foreground(lipgloss.Color("9")),
@@ -56,51 +60,112 @@ func Colors() Styles {
 
 const (
 	minWidth   = 40
-	maxSignals = 4 // lines of signals, the last one saying how many more
+	maxSignals = 4 // lines of signals on a terminal, the last one saying how many more
 	unlimited  = 1 << 20
+	// healthMark marks a GPU or node with a health problem, in its line and on the health line.
+	healthMark = "✗"
 )
 
-// Render draws a frame as lines no wider than f.Width and, when f.Height is set, no more than f.Height of them.
-// Without a width (plain output) nothing is cut. Every text of the frame is escaped for the terminal first, so
-// that widths and cuts count what the terminal shows.
+// Render draws a frame as lines no wider than f.Width and, when f.Height is set, no more than f.Height of them:
+// the title, the GPUs (or nodes), the signals and the warnings, the process table's header and at least one row,
+// and the key help, each part cut to what the height leaves it. Without a width (plain output) nothing is cut.
+// Every text of the reading is escaped for the terminal first, so that widths and cuts count what the terminal
+// shows.
 func Render(f Frame, st Styles) string {
 	f = escaped(f)
-	w := width(f)
-	if f.Help {
+	switch {
+	case f.Help:
 		return finish(f, help(f, st), st)
+	case f.Notes:
+		return finish(f, notes(f, st), st)
+	case f.Detail != nil:
+		return finish(f, detailLines(f, st), st)
 	}
-	lines := upper(f, w, st)
-	add := func(s string) { lines = append(lines, s) }
-
-	s := f.Screen
-	cols := processColumns(s.Rows, w, f.View.Group, s.Cluster)
-	add(st.Header.Render(pad(cols.line("NODE", "GPU", "PID", "USER", "PROCESS", "MEMORY", "SM", "AGE", "OWNER"), f)))
-	at := f.Time
-	if !s.Time.IsZero() {
-		at = s.Time
-	}
-	first, room := scroll(f, len(lines))
-	if first > 0 {
-		add(st.Dim.Render(fmt.Sprintf("… %d rows above", first)))
-		room--
-	}
-	for i := first; i < len(s.Rows); i++ {
-		if i-first == room-1 && len(s.Rows)-i > 1 {
-			add(st.Dim.Render(fmt.Sprintf("… %d more rows", len(s.Rows)-i)))
-			break
-		}
-		r := s.Rows[i]
-		add(cols.line(r.Node, r.GPU, r.PID, dash(r.User), dash(r.Process), ps.Memory(r.Memory), ps.Percent(r.SM),
-			age(r.Started, at), r.Owner))
-	}
-	if len(s.Rows) == 0 {
-		if f.View.Filter != "" {
-			add(st.Dim.Render("no process matches the filter"))
-		} else {
-			add(st.Dim.Render("no GPU processes"))
-		}
-	}
+	l := layout(f, st)
+	lines := append(l.upper, l.table...)
 	return finish(f, lines, st)
+}
+
+// laidOut is a frame's parts, cut to the height: the upper part, and the process table with its header.
+type laidOut struct {
+	upper, table []string
+	// first is the first row shown, room the lines the rows have.
+	first, room int
+}
+
+// layout shares the height between the parts: the title and the table's header, the key help and one row always
+// show; the GPU (or node) lines, the signals and the warnings get what they need of the rest, in that order, each
+// cut to what is left with a line that says what was cut, and the rows get the rest.
+func layout(f Frame, st Styles) laidOut {
+	w := width(f)
+	s := f.Screen
+	title := []string{st.Title.Render(ansi.Truncate(titleLine(f), w, "…"))}
+	if f.Err != "" {
+		// In full, over as many lines as it takes: the end of an error is often what to do about it.
+		for _, l := range strings.Split(ansi.Wrap("reading failed: "+f.Err, w, " "), "\n") {
+			title = append(title, st.Alert.Render(l))
+		}
+	}
+	var devices []string
+	if s.Cluster {
+		devices = nodeSection(f, w, st)
+	} else {
+		devices = append(devices, st.Header.Render(pad(gpuHeader(s, w, f.Interactive), f)))
+		for _, g := range s.GPUs {
+			devices = append(devices, gpuLine(g, s, w, f.Interactive, st))
+		}
+	}
+	signals := signalLines(f, w, st)
+	warnings := warningLines(f, w, st)
+	cols := processColumns(s, w, f.Options.Group)
+	header := st.Header.Render(pad(cols.header(s.Grouped), f))
+
+	rows := len(s.Rows)
+	if f.Height <= 0 {
+		l := laidOut{upper: slices.Concat(title, devices, signals, warnings), first: 0, room: rows}
+		l.table = tableLines(f, cols, header, 0, rows, st)
+		return l
+	}
+	// The lines every frame has: the title (and error), the table's header, the key help, and a row.
+	left := f.Height - len(title) - 1 - 1
+	minRows := max(1, min(rows, (f.Height-10)/2))
+	left -= minRows
+	devicesRoom := max(min(len(devices), left-min(len(signals), 2)-min(len(warnings), 1)), min(len(devices), 2))
+	if s.Cluster {
+		devicesRoom = min(devicesRoom, max(f.Height/3, 4))
+	}
+	devices = cut(devices, devicesRoom, func(n int) string {
+		if s.Cluster {
+			return st.Dim.Render(fmt.Sprintf("… %d more lines (/ filters by node)", n))
+		}
+		return st.Dim.Render(fmt.Sprintf("… %d more GPUs", n))
+	})
+	left -= len(devices)
+	signals = cut(signals, max(min(max(left-min(len(warnings), 1), 0), maxSignals), min(len(signals), 2)), func(n int) string {
+		return st.Dim.Render(fmt.Sprintf("… %d more signals (e shows them)", n))
+	})
+	left -= len(signals)
+	warnings = cut(warnings, max(left, 0), nil)
+	left -= len(warnings)
+	l := laidOut{upper: slices.Concat(title, devices, signals, warnings)}
+	l.room = minRows + max(left, 0)
+	l.first = firstRow(f, l.room)
+	l.table = tableLines(f, cols, header, l.first, l.room, st)
+	return l
+}
+
+// cut keeps at most n lines, the last of them saying how many were left out (more(k)); nil more cuts silently.
+func cut(lines []string, n int, more func(int) string) []string {
+	if len(lines) <= n {
+		return lines
+	}
+	if n <= 0 {
+		return nil
+	}
+	if more == nil {
+		return lines[:n]
+	}
+	return append(slices.Clip(lines[:n-1]), more(len(lines)-n+1))
 }
 
 // width is the columns a frame may use: the terminal's, or without one, no limit.
@@ -111,83 +176,87 @@ func width(f Frame) int {
 	return max(f.Width, minWidth)
 }
 
-// upper is a frame's lines above the process table: the title, an error, the GPUs (or the nodes), their health,
-// the signals and the warnings.
-func upper(f Frame, w int, st Styles) []string {
-	var lines []string
-	add := func(s string) { lines = append(lines, s) }
-
+// titleLine is the frame's first line: when it was read, and how many GPUs and processes (and nodes), and what
+// was deduplicated or left out.
+func titleLine(f Frame) string {
 	s := f.Screen
-	title := fmt.Sprintf("gpu-pod-exporter top  %s  %s  %s", f.Time.Format("15:04:05"), ps.Plural(len(s.GPUs), "GPU"),
-		ps.Plural(s.Processes, "process"))
-	if s.Cluster {
-		title = clusterTitle(f)
+	at := f.Time
+	if !s.Time.IsZero() {
+		at = s.Time
 	}
+	parts := []string{"gpu-pod-exporter top", at.Format("15:04:05")}
+	if s.Cluster {
+		stale := 0
+		for _, n := range s.Nodes {
+			if n.Stale() {
+				stale++
+			}
+		}
+		nodes := view.Plural(len(s.Nodes), "node")
+		if stale > 0 {
+			nodes += fmt.Sprintf(" (%d stale)", stale)
+		}
+		parts = append(parts, nodes)
+	}
+	parts = append(parts, view.Plural(len(s.GPUs), "GPU"), view.Plural(s.Total, "process"))
+	if s.Duplicates > 0 {
+		parts = append(parts, fmt.Sprintf("(%s scraped twice, shown once)", view.Plural(s.Duplicates, "series")))
+	}
+	if s.Dropped > 0 {
+		parts = append(parts, fmt.Sprintf("(%s unknown)", view.Plural(s.Dropped, "value")))
+	}
+	title := strings.Join(parts, "  ")
 	if s.Simulated {
 		title += "  (simulated)"
 	}
-	add(st.Title.Render(ansi.Truncate(title, w, "…")))
-	if f.Err != "" {
-		// In full, over as many lines as it takes: the end of an error is often what to do about it.
-		for _, l := range strings.Split(ansi.Wrap("reading failed: "+f.Err, w, " "), "\n") {
-			add(st.Alert.Render(l))
-		}
-	}
+	return title
+}
 
-	if s.Cluster {
-		lines = append(lines, nodeSection(f, w, st)...)
-	} else {
-		add(st.Header.Render(pad(gpuHeader(s, w, f.Interactive), f)))
-		for _, g := range s.GPUs {
-			add(gpuLine(g, s, w, f.Interactive, st))
-		}
-	}
-	if h := healthLine(s.GPUs); h != "" {
-		add(st.Alert.Render(ansi.Truncate(h, w, "…")))
-	}
-	for i, sig := range s.Signals {
-		if f.Height > 0 && i == maxSignals-1 && len(s.Signals) > maxSignals {
-			add(st.Dim.Render(fmt.Sprintf("  … %d more signals", len(s.Signals)-i)))
-			break
+// signalLines are the signals, the most severe first, one a line; the GPUs' health problems share one line, so
+// that the rows keep their room, where the first of them falls.
+func signalLines(f Frame, w int, st Styles) []string {
+	var lines []string
+	var health []string
+	healthAt := -1
+	for _, sig := range f.Screen.Signals {
+		if sig.Kind == view.GPUHealth {
+			if healthAt < 0 {
+				healthAt = len(lines)
+				lines = append(lines, "")
+			}
+			health = append(health, sig.String())
+			continue
 		}
 		mark, style := "!", st.Alert
 		switch sig.Kind {
-		case IdleAllocation:
+		case view.IdleAllocation:
 			mark, style = "○", st.Warn
-		case NodeProblem:
+		case view.NodeProblem:
 			mark = "×"
 		}
-		add(style.Render(ansi.Truncate(mark+" "+sig.String(), w, "…")))
+		lines = append(lines, style.Render(ansi.Truncate(mark+" "+sig.String(), w, "…")))
 	}
-	for _, warning := range s.Warnings {
-		add(st.Warn.Render(ansi.Truncate("warning: "+warning, w, "…")))
+	if healthAt >= 0 {
+		lines[healthAt] = st.Alert.Render(ansi.Truncate(healthMark+" "+strings.Join(health, " · "), w, "…"))
 	}
 	return lines
 }
 
-// scroll is the first process row to show and the lines the rows have, below the upper part's and the table
-// header's above lines: every row without a height; on a terminal, what the height leaves, the view kept within the
-// rows so that the last page is full. A view scrolled down says how many rows are above, one lost down says how
-// many are below; each takes a line of the room.
-func scroll(f Frame, above int) (first, room int) {
-	rows := len(f.Screen.Rows)
-	if f.Height <= 0 {
-		return 0, rows
+// warningLines are what could not be read: one line for one, and for more, one line that counts them and shows
+// the first (on a terminal; e shows them all). Plain output has them all.
+func warningLines(f Frame, w int, st Styles) []string {
+	ws := f.Screen.Warnings
+	if len(ws) == 0 {
+		return nil
 	}
-	room = max(f.Height-above-1, 1) // the key help's line
-	if rows <= room || room < 3 {
-		return 0, room
+	if len(ws) == 1 || !f.Interactive {
+		var lines []string
+		for _, warning := range ws {
+			lines = append(lines, st.Warn.Render(ansi.Truncate("warning: "+warning, w, "…")))
+		}
+		return lines
 	}
-	return min(max(f.Scroll, 0), rows-(room-1)), room
-}
-
-// ScrollLimits are, for a frame, the last row a scroll may start at, and a page: the rows one screen shows.
-func ScrollLimits(f Frame) (last, page int) {
-	f = escaped(f)
-	above := len(upper(f, width(f), Styles{})) + 1
-	f.Scroll = len(f.Screen.Rows)
-	last, room := scroll(f, above)
-	return last, max(room-2, 1)
+	return []string{st.Warn.Render(ansi.Truncate(fmt.Sprintf("%d warnings (e shows them): %s", len(ws), ws[0]), w, "…"))}
 }
 
 // finish adds the key help (or the filter being typed) at the bottom of a terminal's frame, and cuts or trims each
@@ -196,6 +265,9 @@ func finish(f Frame, lines []string, st Styles) string {
 	w := width(f)
 	if f.Interactive {
 		if f.Height > 0 {
+			if len(lines) > f.Height-1 {
+				lines = lines[:max(f.Height-1, 0)]
+			}
 			for len(lines) < f.Height-1 {
 				lines = append(lines, "")
 			}
@@ -214,13 +286,15 @@ func finish(f Frame, lines []string, st Styles) string {
 
 // keyHelp lists top's keys, as ? shows them.
 var keyHelp = [][2]string{
-	{"m  s  g", "sort by memory, SM utilization or GPU"},
+	{"m  s  g  a", "sort by memory, SM utilization, GPU or age"},
 	{"w", "group by workload (a cluster: then by namespace)"},
 	{"n", "a cluster: each node's GPUs under its line"},
-	{"/", "filter: a namespace, or part of an owner or node name"},
+	{"/", "filter: any text of a row; user: gpu: ns: node: pid: owner: for one field"},
 	{"  Enter  Esc", "keep the filter; clear it"},
-	{"↑ ↓  k j", "scroll the processes a row"},
-	{"PgUp PgDn  Home End", "scroll a page, to the top, to the bottom"},
+	{"↑ ↓  k j", "move the cursor a row"},
+	{"PgUp PgDn  Home End", "a page, to the top, to the bottom"},
+	{"Enter", "the process under the cursor: who owns it, its host CPU and memory"},
+	{"e", "every signal and warning"},
 	{"? h", "this help; any key goes back"},
 	{"q  Ctrl-C", "quit"},
 }
@@ -231,30 +305,42 @@ func help(f Frame, st Styles) []string {
 	for _, k := range keyHelp {
 		lines = append(lines, fmt.Sprintf("  %s  %s", st.Key.Render(fit(k[0], 19, false)), k[1]))
 	}
-	return append(lines, "", st.Dim.Render("USER: the process's owner, with --collector.process-user (on with --demo)."),
-		st.Dim.Render("AGE: how long the process has run."))
+	return append(lines, "",
+		st.Dim.Render("USER: the process's owner, with --collector.process-user (on with --demo)."),
+		st.Dim.Render("AGE: how long the process has run."),
+		st.Dim.Render("ΣSM (w): SM utilization summed over the workload's processes and GPUs: 100% is one"),
+		st.Dim.Render("  whole GPU busy, so 760% is 7.6 GPUs' worth. MEMORY is summed the same way."),
+		st.Dim.Render("Bars become the last 5 minutes once there is history; the number is now."))
 }
 
-// age is how long a process has run at a reading, in its two largest units: "45s", "12m", "3h20m", "18h", "2d4h",
-// "13d"; "-" when unknown.
-func age(started, at time.Time) string {
-	if started.IsZero() || at.IsZero() {
-		return "-"
+// notes lists every signal and warning in full, in place of the reading.
+func notes(f Frame, st Styles) []string {
+	w := width(f)
+	lines := []string{st.Title.Render("gpu-pod-exporter top: signals and warnings"), ""}
+	wrap := func(s string, style lipgloss.Style) {
+		for _, l := range strings.Split(ansi.Wrap(s, w, " "), "\n") {
+			lines = append(lines, style.Render(l))
+		}
 	}
-	d := max(at.Sub(started), 0)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 24*time.Hour && int(d.Minutes())%60 == 0:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
-	case int(d.Hours())%24 == 0:
-		return fmt.Sprintf("%dd", int(d.Hours())/24)
+	for _, sig := range f.Screen.Signals {
+		mark, style := "!", st.Alert
+		switch sig.Kind {
+		case view.GPUHealth:
+			mark = healthMark
+		case view.IdleAllocation:
+			mark, style = "○", st.Warn
+		case view.NodeProblem:
+			mark = "×"
+		}
+		wrap(mark+" "+sig.String(), style)
 	}
-	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	for _, warning := range f.Screen.Warnings {
+		wrap("warning: "+warning, st.Warn)
+	}
+	if len(lines) == 2 {
+		lines = append(lines, "nothing: no signal, no warning")
+	}
+	return append(lines, "", st.Dim.Render("any key goes back"))
 }
 
 // escaped returns the frame with every text that comes from the node, or from the person's typing, escaped for
@@ -262,254 +348,99 @@ func age(started, at time.Time) string {
 // characters that would hide rows, forge them or retitle the window. Render's own words are plain.
 func escaped(f Frame) Frame {
 	f.Err = terminal.Escape(f.Err)
-	f.View.Filter = terminal.Escape(f.View.Filter)
+	f.Options.Filter = terminal.Escape(f.Options.Filter)
 	s := &f.Screen
-	s.GPUs = slices.Clone(s.GPUs)
-	for i := range s.GPUs {
-		g := &s.GPUs[i]
-		g.Name, g.Mode, g.Node = terminal.Escape(g.Name), terminal.Escape(g.Mode), terminal.Escape(g.Node)
+	if s.Reading == nil {
+		s.Reading = &view.Reading{}
+	}
+	r := *s.Reading
+	s.Reading = &r
+	r.GPUs = slices.Clone(r.GPUs)
+	for i := range r.GPUs {
+		g := &r.GPUs[i]
+		g.Name, g.Node = terminal.Escape(g.Name), terminal.Escape(g.Node)
+		g.Health = slices.Clone(g.Health)
+		for j := range g.Health {
+			g.Health[j] = terminal.Escape(g.Health[j])
+		}
 	}
 	// A cluster's node names come from Prometheus' labels; a node's GPUs find it by its escaped name.
-	s.Nodes = slices.Clone(s.Nodes)
-	for i := range s.Nodes {
-		s.Nodes[i].Name = terminal.Escape(s.Nodes[i].Name)
+	r.Nodes = slices.Clone(r.Nodes)
+	for i := range r.Nodes {
+		r.Nodes[i].Name = terminal.Escape(r.Nodes[i].Name)
 	}
-	s.Signals = slices.Clone(s.Signals)
-	for i := range s.Signals {
-		sig := &s.Signals[i]
-		sig.GPU, sig.Owner, sig.Node = terminal.Escape(sig.GPU), terminal.Escape(sig.Owner), terminal.Escape(sig.Node)
+	r.Signals = slices.Clone(r.Signals)
+	for i := range r.Signals {
+		sig := &r.Signals[i]
+		sig.GPU, sig.Text, sig.Node = terminal.Escape(sig.GPU), terminal.Escape(sig.Text), terminal.Escape(sig.Node)
 	}
 	s.Rows = slices.Clone(s.Rows)
 	for i := range s.Rows {
-		r := &s.Rows[i]
-		r.GPU, r.PID, r.Process, r.User = terminal.Escape(r.GPU), terminal.Escape(r.PID), terminal.Escape(r.Process), terminal.Escape(r.User)
-		r.Owner, r.Namespace, r.Node = terminal.Escape(r.Owner), terminal.Escape(r.Namespace), terminal.Escape(r.Node)
+		row := &s.Rows[i]
+		row.GPU, row.PID, row.Process, row.User = terminal.Escape(row.GPU), terminal.Escape(row.PID), terminal.Escape(row.Process), terminal.Escape(row.User)
+		row.Node = terminal.Escape(row.Node)
+		o := view.Owner{Kind: row.Owner.Kind, Names: slices.Clone(row.Owner.Names)}
+		for j := range o.Names {
+			o.Names[j] = terminal.Escape(o.Names[j])
+		}
+		row.Owner = o
 	}
-	s.Warnings = slices.Clone(s.Warnings)
-	for i, w := range s.Warnings {
-		s.Warnings[i] = terminal.Escape(w)
+	r.Warnings = slices.Clone(r.Warnings)
+	for i, w := range r.Warnings {
+		r.Warnings[i] = terminal.Escape(w)
+	}
+	if f.Detail != nil {
+		d := f.Detail.escaped()
+		f.Detail = &d
 	}
 	return f
 }
 
-// gpuWidths shares the width of a GPU line between the name and the two bars; the other columns are fixed.
-func gpuWidths(s Screen, w int, bars bool) (name, bar int) {
-	fixed := 3 + 1 + 4 + 1 + 9 + 1 + 4 + 1 + 5 + 1 + 10 // index, util %, memory, temperature, power, mode, with spaces
-	if s.AllocationsKnown {
-		fixed += 1 + 7
-	}
-	longest := 4
-	for _, g := range s.GPUs {
-		longest = max(longest, ansi.StringWidth(g.Name))
-	}
-	rest := w - fixed - 1
-	if bars && rest-2 < 8+2*5 {
-		bars = false // too narrow for bars worth reading: numbers only
-	}
-	if !bars {
-		return min(longest, max(rest, 8)), 0
-	}
-	rest -= 2 // the spaces after the bars
-	name = min(longest, 24, max(rest/2, 8))
-	bar = min(max((rest-name)/2, 3), 30)
-	return name, bar
-}
-
-func gpuHeader(s Screen, w int, bars bool) string {
-	name, bar := gpuWidths(s, w, bars)
-	bars = bar > 0
-	b := []string{fit("GPU", 3, true), fit("NAME", name, false)}
-	if bars {
-		b = append(b, fit("UTIL", bar+1+4, false), fit("MEMORY", bar+1+9, false))
-	} else {
-		b = append(b, fit("UTIL", 4, true), fit("MEMORY", 9, true))
-	}
-	b = append(b, fit("TEMP", 4, true), fit("POWER", 5, true), fit("MODE", 10, false))
-	if s.AllocationsKnown {
-		b = append(b, fit("ALLOC", 7, false))
-	}
-	return strings.Join(b, " ")
-}
-
-func gpuLine(g GPU, s Screen, w int, bars bool, st Styles) string {
-	name, bar := gpuWidths(s, w, bars)
-	bars = bar > 0
-	b := []string{indexCell(g, st), fit(g.Name, name, false)}
-	ratio := gpu.Value{}
-	if g.MemoryUsed.Valid && g.MemoryTotal.Valid && g.MemoryTotal.V > 0 {
-		ratio = gpu.Known(g.MemoryUsed.V / g.MemoryTotal.V)
-	}
-	mem := "-"
-	if g.MemoryUsed.Valid && g.MemoryTotal.Valid {
-		mem = fmt.Sprintf("%.0f/%.0fG", g.MemoryUsed.V/(1<<30), g.MemoryTotal.V/(1<<30))
-	}
-	if bars {
-		b = append(b, meter(g.Utilization, bar, st)+" "+fit(ps.Percent(g.Utilization), 4, true),
-			meter(ratio, bar, st)+" "+fit(mem, 9, true))
-	} else {
-		b = append(b, fit(ps.Percent(g.Utilization), 4, true), fit(mem, 9, true))
-	}
-	temp, power := "-", "-"
-	if g.Temperature.Valid {
-		temp = fmt.Sprintf("%.0f°C", g.Temperature.V)
-	}
-	if g.Power.Valid {
-		power = fmt.Sprintf("%.0fW", g.Power.V)
-	}
-	b = append(b, fit(temp, 4, true), fit(power, 5, true), fit(g.Mode, 10, false))
-	if s.AllocationsKnown {
-		b = append(b, allocCell(g, st))
-	}
-	return strings.Join(b, " ")
-}
-
-// allocCell says how many pods hold the GPU, marked "!" when a pod uses it without an allocation and "○" when a
-// pod holds it idle; the signal lines below name them.
-func allocCell(g GPU, st Styles) string {
-	if g.AllocationsUnknown {
-		return fit("-", 7, false)
-	}
-	text := "none"
-	switch {
-	case g.AllocatedPods == 1:
-		text = "1 pod"
-	case g.AllocatedPods > 1:
-		text = fmt.Sprintf("%d pods", g.AllocatedPods)
-	}
-	switch {
-	case g.Unrequested > 0:
-		return st.Alert.Render(fit(text+" !", 7, false))
-	case g.IdlePods > 0:
-		return st.Warn.Render(fit(text+" ○", 7, false))
-	}
-	return fit(text, 7, false)
-}
-
-// meter is a bar of width cells, coloured by how full it is.
-func meter(v gpu.Value, width int, st Styles) string {
-	if !v.Valid {
-		return strings.Repeat(" ", width)
-	}
-	r := min(max(v.V, 0), 1)
-	full := int(r*float64(width) + 0.5)
-	style := st.Low
-	switch {
-	case r >= 0.9:
-		style = st.High
-	case r >= 0.6:
-		style = st.Mid
-	}
-	return style.Render(strings.Repeat("█", full)) + st.Dim.Render(strings.Repeat("░", width-full))
-}
-
-// columns are the process table's widths; a column of width 0 is not shown.
-type columns struct{ node, gpu, pid, user, process, age, owner int }
-
-// processColumns sizes the process table: the owner gets what the other columns leave. A cluster's table starts
-// with the node; USER shows when users are looked up, AGE when start times are known.
-func processColumns(rows []Row, w int, grouped, cluster bool) columns {
-	c := columns{gpu: 3, pid: 7, process: 7}
-	if grouped {
-		c.pid = 8
-	}
-	if cluster {
-		c.node = 4
-	}
-	for _, r := range rows {
-		c.gpu = max(c.gpu, min(ansi.StringWidth(r.GPU), 11))
-		c.process = max(c.process, min(ansi.StringWidth(r.Process), 24))
-		if cluster {
-			c.node = max(c.node, min(ansi.StringWidth(r.Node), 16))
-		}
-		if r.User != "" {
-			c.user = max(c.user, 4, min(ansi.StringWidth(r.User), 12))
-		}
-		if !r.Started.IsZero() {
-			c.age = 6
-		}
-	}
-	fixed := c.gpu + 1 + c.pid + 1 + 1 + 8 + 1 + 4 + 1
-	for _, optional := range []int{c.node, c.user, c.age} {
-		if optional > 0 {
-			fixed += optional + 1
-		}
-	}
-	c.process = min(c.process, max((w-fixed)/4, 7))
-	c.owner = max(w-fixed-c.process, 10)
-	return c
-}
-
-func (c columns) line(node, gpuCol, pid, user, process, mem, sm, age, owner string) string {
-	var cells []string
-	if c.node > 0 {
-		cells = append(cells, fit(node, c.node, false))
-	}
-	cells = append(cells, fit(gpuCol, c.gpu, false), fit(pid, c.pid, true))
-	if c.user > 0 {
-		cells = append(cells, fit(user, c.user, false))
-	}
-	cells = append(cells, fit(process, c.process, false), fit(mem, 8, true), fit(sm, 4, true))
-	if c.age > 0 {
-		cells = append(cells, fit(age, c.age, true))
-	}
-	return strings.Join(append(cells, shorten(owner, c.owner)), " ")
-}
-
-// shorten cuts an owner to width columns in the middle, so that a long pod name keeps its container: "pod
-// ml-training/bert-finetune-7c…/trainer".
-func shorten(owner string, width int) string {
-	if ansi.StringWidth(owner) <= width {
-		return owner
-	}
-	i := strings.LastIndex(owner, "/")
-	if i < 0 || ansi.StringWidth(owner[i:]) > width/3 {
-		return ansi.Truncate(owner, width, "…")
-	}
-	tail := owner[i:]
-	return ansi.Truncate(owner[:i], width-ansi.StringWidth(tail), "…") + tail
-}
-
 func footerLine(f Frame, st Styles) string {
-	if f.Editing {
-		return ansi.Truncate(st.Key.Render("/")+" filter by namespace or owner: "+f.View.Filter+"█  "+
-			st.Dim.Render("enter apply · esc clear"), max(f.Width, minWidth), "")
+	w := max(f.Width, minWidth)
+	switch {
+	case f.Editing:
+		return ansi.Truncate(st.Key.Render("/")+" filter (text, user: gpu: ns: node:): "+f.Options.Filter+"█  "+
+			st.Dim.Render("enter apply · esc clear"), w, "")
+	case f.Detail != nil:
+		return ansi.Truncate(st.Key.Render("Esc")+" back · "+st.Key.Render("q")+" quit", w, "…")
 	}
 	parts := []string{
-		"sort " + st.Key.Render(f.View.Sort.String()) + ": " + st.Key.Render("m") + "em " + st.Key.Render("s") + "m " + st.Key.Render("g") + "pu",
+		"sort " + st.Key.Render(f.Options.Sort.String()) + ": " + st.Key.Render("m") + "em " + st.Key.Render("s") + "m " + st.Key.Render("g") + "pu",
 		st.Key.Render("w") + " group",
 		st.Key.Render("/") + " filter",
 		st.Key.Render("?") + " help",
 		st.Key.Render("q") + " quit",
 	}
 	switch {
-	case f.Screen.Cluster && f.View.Group && !f.View.Namespaces:
+	case f.Screen.Reading != nil && f.Screen.Cluster && f.Options.Group && !f.Options.Namespaces:
 		parts[1] = st.Key.Render("w") + " namespaces"
-	case f.View.Group:
+	case f.Options.Group:
 		parts[1] = st.Key.Render("w") + " ungroup"
 	}
-	if f.View.Filter != "" {
-		parts[2] = st.Key.Render("/") + " filter: " + f.View.Filter
+	if f.Options.Filter != "" {
+		parts[2] = st.Key.Render("/") + " filter: " + f.Options.Filter
 	}
-	if f.Screen.Cluster {
+	if f.Screen.Reading != nil && f.Screen.Cluster {
 		byNode := st.Key.Render("n") + " by node"
-		if f.View.ByNode {
+		if f.Options.ByNode {
 			byNode = st.Key.Render("n") + " nodes only"
 		}
 		parts = slices.Insert(parts, 2, byNode)
 	}
 	line := strings.Join(parts, " · ")
-	if ansi.StringWidth(line) > max(f.Width, minWidth) {
+	if ansi.StringWidth(line) > w {
 		// Narrow: the sort keys are left to the help, so that help and quit stay in sight.
-		parts[0] = "sort " + st.Key.Render(f.View.Sort.String())
+		parts[0] = "sort " + st.Key.Render(f.Options.Sort.String())
 		line = strings.Join(parts, " · ")
 	}
-	return ansi.Truncate(line, max(f.Width, minWidth), "…")
+	return ansi.Truncate(line, w, "…")
 }
 
 // fit pads or truncates s to exactly width columns.
 func fit(s string, width int, right bool) string {
 	s = ansi.Truncate(s, width, "…")
-	gap := strings.Repeat(" ", width-ansi.StringWidth(s))
+	gap := strings.Repeat(" ", max(width-ansi.StringWidth(s), 0))
 	if right {
 		return gap + s
 	}

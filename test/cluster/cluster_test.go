@@ -72,8 +72,11 @@ func startFleet(t *testing.T) *fleet {
 		// The node's name as instance, as the chart's ServiceMonitor writes it.
 		fmt.Fprintf(&targets, "      - {targets: [%q], labels: {instance: %s, cluster: lab}}\n", f.exporters[node].Addr, node)
 	}
-	config := fmt.Sprintf("global:\n  scrape_interval: %s\nscrape_configs:\n  - job_name: gpu-pod-exporter\n    static_configs:\n%s",
-		interval, targets.String())
+	// gpu-a is scraped twice, as a ServiceMonitor and annotation-based discovery both would: the second job names
+	// it by its address.
+	config := fmt.Sprintf("global:\n  scrape_interval: %s\nscrape_configs:\n  - job_name: gpu-pod-exporter\n    static_configs:\n%s"+
+		"  - job_name: annotations\n    static_configs:\n      - {targets: [%q], labels: {cluster: lab}}\n",
+		interval, targets.String(), f.exporters["gpu-a"].Addr)
 	f.prom, f.auth, f.noAuth = startSecurePrometheus(t, config)
 	return f
 }
@@ -102,12 +105,13 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 
 func TestClusterThroughPrometheus(t *testing.T) {
 	f := startFleet(t)
-	// Every node scraped, and its allocations read: a cluster ps without a warning.
+	// Every node scraped (gpu-a by both jobs), and its allocations read: a cluster ps without a warning.
 	var last string
 	testkit.WaitFor(t, 30*time.Second, "the three nodes in Prometheus", func() bool {
 		out, errOut, code := f.ps(t, f.auth, "-o", "json")
 		last = errOut
-		return code == 0 && errOut == "" && strings.Count(out, `"node": "gpu-`) == 7
+		return code == 0 && !strings.Contains(errOut, "warning:") && strings.Count(out, `"node": "gpu-`) == 7 &&
+			strings.Contains(errOut, "read twice")
 	})
 	if t.Failed() {
 		t.Fatalf("last stderr: %s", last)
@@ -124,11 +128,27 @@ func TestClusterThroughPrometheus(t *testing.T) {
 }
 
 // `ps --prometheus -o json` is the union of the three nodes' own `ps -o json`, each row with its node first,
-// the keys in the same order, the values the same; `runtime` is the one key Prometheus does not carry.
+// the keys in the same order, the values the same; `runtime` is the one key Prometheus does not carry. gpu-a,
+// scraped by two jobs, is there once, by its name; the notes on stderr say so, and say the GPUs' health as the
+// nodes' own ps say it.
 func testPS(t *testing.T, f *fleet) {
 	out, errOut, code := f.ps(t, f.auth, "-o", "json")
-	if code != 0 || errOut != "" {
+	if code != 0 || strings.Contains(errOut, "warning:") {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	wantNotes := "# simulated GPU data (--demo or --gpu.simulated-config)\n" +
+		"# GPU 0 of gpu-b: needs GPU reset, XID 48\n" +
+		"# GPU 1 of gpu-c: PCIe x8 of x16\n"
+	if !strings.HasPrefix(errOut, wantNotes) || !regexp.MustCompile(`\n# \d+ series read twice \(a node scraped by two jobs\): each is shown once\n$`).MatchString(errOut) {
+		t.Errorf("notes:\n%s\nwant them to start with\n%s", errOut, wantNotes)
+	}
+	for _, node := range []string{"gpu-b", "gpu-c"} {
+		_, nodeErr, _ := run(t, "ps", "--gpu.simulated-config="+f.files[node])
+		for _, l := range strings.Split(nodeErr, "\n") {
+			if strings.HasPrefix(l, "# GPU ") && !strings.Contains(errOut, strings.Replace(l, ":", " of "+node+":", 1)+"\n") {
+				t.Errorf("%s's ps says %q; the cluster's does not", node, l)
+			}
+		}
 	}
 	cluster := decodeRows(t, out)
 	var want []map[string]any
@@ -165,14 +185,22 @@ func testPS(t *testing.T, f *fleet) {
 	// The table: a NODE column, the filters as on a node, and the selector narrowing every query.
 	out, errOut, code = f.ps(t, f.auth, "--namespace=vision")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "# simulated GPU data") ||
-		!regexp.MustCompile(`^NODE +GPU +PID +PROCESS +MEMORY +SM +OWNER$`).MatchString(lines[1]) ||
-		!regexp.MustCompile(`^gpu-a +0:1/0 +9000101 +python3 +8\.0 GiB +35% +pod vision/resnet-train-0/train$`).MatchString(lines[2]) {
+	if code != 0 || len(lines) != 3 ||
+		!regexp.MustCompile(`^NODE +GPU +PID +PROCESS +MEMORY +SM +OWNER$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^gpu-a +0:1/0 +9000101 +python3 +8\.0 GiB +35% +pod vision/resnet-train-0/train$`).MatchString(lines[1]) {
 		t.Errorf("ps --namespace=vision: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, _ = f.ps(t, f.auth, "--owner=slurm", "--no-headers", `--prometheus.selector=cluster="lab",instance=~"gpu-[ab]"`)
 	if !regexp.MustCompile(`^gpu-a +1 +9000201 +lmp +60\.0 GiB +91% +slurm job 88231\n$`).MatchString(out) {
 		t.Errorf("ps --owner=slurm with a selector:\n%s", out)
+	}
+	out, _, _ = f.ps(t, f.auth, "--user=nobody", "--gpu=1", "--no-headers")
+	if out != "" {
+		t.Errorf("ps --user=nobody:\n%s", out)
+	}
+	out, _, _ = f.ps(t, f.auth, "--gpu=1", "--no-headers", "--sort=memory", "-o", "custom-columns=NODE:node,PID:pid,OWNER:owner")
+	if want := "gpu-a  9000201  slurm job 88231\n"; out != want {
+		t.Errorf("ps --gpu=1 -o custom-columns:\n%s\nwant\n%s", out, want)
 	}
 	out, errOut, code = f.ps(t, f.auth, `--prometheus.selector=cluster="elsewhere"`)
 	if code != 1 || out != "" || !strings.Contains(errOut, `gpu_pod_exporter_build_info{cluster="elsewhere"}`) ||
@@ -240,16 +268,17 @@ func testCredentials(t *testing.T, f *fleet) {
 	}
 }
 
-// top shows every node's line, the signals of the whole cluster, each node's GPUs under it with n, and the
-// filter and groups of the node view.
+// top shows every node's line, marked where a GPU has a health problem, the signals of the whole cluster by
+// severity, each node's GPUs under it with n, and the filter and groups of the node view.
 func testTop(t *testing.T, term *tmuxterm.Terminal) {
 	term = term.On(t)
-	lines := term.WaitForText("3 nodes  5 GPUs  7 processes  (simulated)", "q quit")
+	lines := term.WaitForText("3 nodes  5 GPUs  7 processes", "(simulated)", "q quit")
 	for _, want := range []string{
-		`^NODE +GPUS BUSY UTIL +MEMORY IDLE UNREQ EXPORTER`,
-		`^gpu-a +2 +2 +93% +72/160G +0 +0 up`,
-		`^gpu-b +1 +1 +71% +26/80G +0 +1 up`,
-		`^gpu-c +2 +1 +28% +40/90G +1 +0 up`,
+		`^  NODE +GPUS BUSY UTIL +MEMORY IDLE UNREQ EXPORTER`,
+		`^  gpu-a +2 +2 +93% +72/160G +0 +0 up$`,
+		`^✗ gpu-b +1 +1 +71% +26/80G +0 +1 up · 1 GPU ✗$`,
+		`^✗ gpu-c +2 +1 +28% +40/90G +1 +0 up · 1 GPU ✗$`,
+		`^✗ GPU 0 of gpu-b: needs GPU reset, XID 48 · GPU 1 of gpu-c: PCIe x8 of x16$`,
 		`^! unrequested use: data-science/jupyter-bob-0/notebook on GPU 0 of gpu-b$`,
 		`^○ idle allocation: ml/idle-0/notebook holds GPU 1 of gpu-c$`,
 		`^NODE +GPU +PID PROCESS +MEMORY +SM OWNER`,
@@ -260,18 +289,21 @@ func testTop(t *testing.T, term *tmuxterm.Terminal) {
 			t.Errorf("no line like %s in\n%s", want, strings.Join(lines, "\n"))
 		}
 	}
+	if !strings.Contains(lines[0], "series scraped twice, shown once") {
+		t.Errorf("the title does not say gpu-a is scraped twice: %q", lines[0])
+	}
 
-	// n: each node's GPUs under its line.
+	// n: each node's GPUs under its line, with the node view's marks.
 	term.Keys("n")
 	lines = term.WaitForText("n nodes only")
 	for _, want := range []string{
 		`^gpu-a  2 GPUs · 2 busy · up$`,
 		`^  0 A100-SXM4-80GB .* 12/80G 40°C  250W MIG ×2 +2 pods$`,
 		`^  1 A100-SXM4-80GB .* 93% .* 60/80G 66°C  390W 1 workload +none$`,
-		`^gpu-b  1 GPU · 1 busy · 1 unrequested use · up$`,
-		`^  0 H100 80GB HBM3 .* 71% .* shared ×2 +1 pod !$`,
-		`^gpu-c  2 GPUs · 1 busy · 1 idle allocation · up$`,
-		`^  1 L40S .* 0% .* idle +1 pod ○$`,
+		`^gpu-b  1 GPU · 1 busy · 1 ✗ · 1 unrequested use · up$`,
+		`^✗ 0 H100 80GB HBM3 .* 71% .* shared ×2 +1 pod !$`,
+		`^gpu-c  2 GPUs · 1 busy · 1 ✗ · 1 idle allocation · up$`,
+		`^✗ 1 L40S .* 0% .* idle +1 pod ○$`,
 	} {
 		if !matchesLine(lines, want) {
 			t.Errorf("by node: no line like %s in\n%s", want, strings.Join(lines, "\n"))
@@ -280,27 +312,29 @@ func testTop(t *testing.T, term *tmuxterm.Terminal) {
 	term.Keys("n")
 	term.WaitForText("n by node")
 
-	// A node's name as the filter: that node, its signal and its processes only.
-	term.Keys("/", "gpu-b", "Enter")
-	lines = term.WaitForText("/ filter: gpu-b")
-	screen := strings.Join(lines, "\n")
-	if strings.Contains(screen, "gpu-a") || strings.Contains(screen, "gpu-c") || !strings.Contains(screen, "! unrequested use") ||
-		strings.Count(screen, "\ngpu-b ") != 3 {
-		t.Errorf("filtered by gpu-b:\n%s", screen)
+	// A node's name as the filter: that node, its signals and its processes only; node: says it is a node's.
+	for _, filter := range []string{"gpu-b", "node:gpu-b"} {
+		term.Keys("/", filter, "Enter")
+		lines = term.WaitForText("/ filter: " + filter)
+		screen := strings.Join(lines, "\n")
+		if strings.Contains(screen, "gpu-a") || strings.Contains(screen, "gpu-c") || !strings.Contains(screen, "! unrequested use") ||
+			strings.Count(screen, "\ngpu-b ") != 2 || !strings.Contains(screen, "\n✗ gpu-b ") {
+			t.Errorf("filtered by %s:\n%s", filter, screen)
+		}
+		term.Keys("Escape")
+		term.WaitForText("· / filter ·")
 	}
-	term.Keys("Escape")
-	term.WaitForText("· / filter ·")
 
-	// w: by workload (the Slurm job is one row), then by namespace.
+	// w: by workload (the Slurm job is one row), with its history; then by namespace.
 	term.Keys("w", "m")
-	lines = term.WaitForText("w namespaces", "sort memory")
-	if !matchesLine(lines, `^gpu-a +1 +9000201 lmp +60.0 GiB +91% slurm job 88231$`) ||
-		!matchesLine(lines, `^gpu-a +0 +9000101 python3 +8.0 GiB +35% pod vision/resnet-train-0$`) {
+	lines = term.WaitForText("w namespaces", "sort memory", "HISTORY")
+	if !matchesLine(lines, `^gpu-a +1 +9000201 lmp +60.0 GiB +91% .*slurm job 88231$`) ||
+		!matchesLine(lines, `^gpu-a +0:1/0 +9000101 python3 +8.0 GiB +35% .*pod vision/resnet-train-0/train$`) {
 		t.Errorf("grouped by workload:\n%s", strings.Join(lines, "\n"))
 	}
 	term.Keys("w")
 	lines = term.WaitForText("w ungroup")
-	if !matchesLine(lines, `^gpu-a +0 +2 procs python3 \+1 +12.0 GiB +35% namespace vision$`) {
+	if !matchesLine(lines, `^gpu-a +0:1/0,0:2/0 +2 procs python3 \+1 +12.0 GiB +35% .*namespace vision$`) {
 		t.Errorf("grouped by namespace:\n%s", strings.Join(lines, "\n"))
 	}
 	term.Keys("w", "g")
@@ -330,7 +364,7 @@ func testStale(t *testing.T, f *fleet, term *tmuxterm.Terminal) {
 	if seen > 2*interval {
 		t.Errorf("gpu-c was seen stale %s after its exporter stopped, more than two scrape intervals (%s)", seen, 2*interval)
 	}
-	if strings.Count(errOut, "\n") != 1 {
+	if strings.Count(errOut, "warning:") != 1 {
 		t.Errorf("ps warns of more than gpu-c:\n%s", errOut)
 	}
 	// Its age: since its last sample, found by a subquery stepping at the scrape interval.
@@ -340,7 +374,7 @@ func testStale(t *testing.T, f *fleet, term *tmuxterm.Terminal) {
 	}
 	t.Logf("gpu-c stale after %s", seen.Round(time.Millisecond))
 	lines := term.WaitForText("3 nodes (1 stale)", "× node gpu-c: stale: exporter down, last reading")
-	if !matchesLine(lines, `^gpu-c +- +- +- +- +- +- stale \d+s \(down\)$`) {
+	if !matchesLine(lines, `^  gpu-c +- +- +- +- +- +- stale \d+s \(down\)$`) {
 		t.Errorf("gpu-c's line:\n%s", strings.Join(lines, "\n"))
 	}
 	// Its processes are gone with its series; the others stay.

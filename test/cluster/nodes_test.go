@@ -55,7 +55,8 @@ allocations:
   - {namespace: vision, pod: resnet-serve-0, container: serve, resource: nvidia.com/mig-3g.40gb, device_ids: ["MIG-aaaaaaaa-0002-4000-8000-000000000000"]}
 `
 
-// gpuB's GPU is shared by a pod that requested it and one that did not: an unrequested use.
+// gpuB's GPU is shared by a pod that requested it and one that did not: an unrequested use. It needs a reset
+// after an XID 48.
 const gpuB = `
 driver_version: "580.95.05"
 cuda_version: "13.0"
@@ -66,6 +67,8 @@ gpus:
     utilization_ratio: 0.71
     temperature_celsius: 52
     power_usage_watts: 402
+    recovery_action: gpu_reset
+    xid_errors: {48: 1, 13: 2}
     processes:
       - pid: 9000301
         name: python3
@@ -83,7 +86,8 @@ allocations:
   - {namespace: ml-training, pod: bert-finetune-0, container: trainer, device_ids: ["GPU-bbbbbbbb-0000-4000-8000-000000000000"]}
 `
 
-// gpuC's allocations come from a kubelet: GPU 0 is held and used, GPU 1 held by a pod that runs nothing on it.
+// gpuC's allocations come from a kubelet: GPU 0 is held and used, GPU 1 held by a pod that runs nothing on it,
+// on a PCIe link of half its width.
 const gpuC = `
 driver_version: "580.95.05"
 cuda_version: "13.0"
@@ -112,4 +116,5 @@ gpus:
     utilization_ratio: 0
     temperature_celsius: 31
     power_usage_watts: 35
+    pcie: {generation: 4, max_generation: 4, width: 8, max_width: 16}
 `

@@ -167,9 +167,13 @@ func TestPSDemoJSON(t *testing.T) {
 		t.Errorf("ps JSON: null sm_utilization_ratio seen %v, Slurm job 88231 on GPU 4 seen %v", sawNullSM, sawSlurm)
 	}
 
-	table, err := exec.Command(binary, "ps", "--demo").Output()
-	if err != nil || !bytes.Contains(table, []byte("pod inference/triton-llm-0/triton")) || !bytes.Contains(table, []byte("simulated")) {
-		t.Errorf("ps --demo table (err %v):\n%s", err, table)
+	// The table on stdout; the note that the data is simulated on stderr, with the others.
+	var stderr bytes.Buffer
+	cmd := exec.Command(binary, "ps", "--demo")
+	cmd.Stderr = &stderr
+	table, err := cmd.Output()
+	if err != nil || !bytes.Contains(table, []byte("pod inference/triton-llm-0/triton")) || !bytes.Contains(stderr.Bytes(), []byte("# simulated")) {
+		t.Errorf("ps --demo table (err %v):\n%s\n%s", err, table, stderr.Bytes())
 	}
 }
 

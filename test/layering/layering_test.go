@@ -42,8 +42,10 @@ var rules = []rule{
 	},
 	{
 		// The views show readings and the domain packages' answers, not metric series.
-		name:    "internal/top and internal/ps do not import internal/collector",
-		applies: func(pkg string) bool { return within(pkg, "internal/top") || within(pkg, "internal/ps") },
+		name: "internal/view, internal/top and internal/ps do not import internal/collector",
+		applies: func(pkg string) bool {
+			return within(pkg, "internal/view") || within(pkg, "internal/top") || within(pkg, "internal/ps")
+		},
 		allowed: func(_, dep string) bool { return !within(dep, "internal/collector") },
 	},
 	{
@@ -70,6 +72,31 @@ var rules = []rule{
 		name:    "internal/clidoc imports nothing of the module",
 		applies: func(pkg string) bool { return within(pkg, "internal/clidoc") },
 		allowed: func(pkg, dep string) bool { return within(dep, pkg) },
+	},
+	{
+		// ps and top are two renderings of one view model (internal/view): only the command wires them, so that
+		// neither the cluster reader nor the model links a terminal UI or a table printer.
+		name: "only cmd imports internal/top and internal/ps",
+		applies: func(pkg string) bool {
+			return !within(pkg, "cmd") && !within(pkg, "internal/top") && !within(pkg, "internal/ps")
+		},
+		allowed: func(_, dep string) bool { return !within(dep, "internal/top") && !within(dep, "internal/ps") },
+	},
+	{
+		// The cluster reader fills the view model from Prometheus; it knows nothing of how it is drawn.
+		name:    "internal/cluster does not import internal/top",
+		applies: func(pkg string) bool { return within(pkg, "internal/cluster") },
+		allowed: func(_, dep string) bool { return !within(dep, "internal/top") && !within(dep, "internal/ps") },
+	},
+	{
+		// The view model is the one place a workload, a GPU's health and a signal are defined: it reads the node's
+		// reading and the domain packages, never a renderer or a reader of Prometheus.
+		name:    "internal/view imports neither a renderer nor internal/cluster",
+		applies: func(pkg string) bool { return within(pkg, "internal/view") },
+		allowed: func(_, dep string) bool {
+			return !within(dep, "internal/top") && !within(dep, "internal/ps") && !within(dep, "internal/cluster") &&
+				!within(dep, "internal/promapi")
+		},
 	},
 	{
 		// A runtime answers what it is asked (internal/runtime); the attribution engine is the one that asks.

@@ -90,6 +90,20 @@ func restored(term *tmuxterm.Terminal) {
 	testkit.WaitFor(term.T(), wait, "the shell to end", func() bool { return term.Format("#{pane_dead}") == "1" })
 }
 
+// cursorRow is the row the cursor is on: the process row drawn in reverse video (the headers are too), without
+// its colours.
+func cursorRow(term *tmuxterm.Terminal) string {
+	sgr := regexp.MustCompile(`^(\x1b\[[0-9;]*m)+`)
+	for _, l := range strings.Split(term.Tmux("capture-pane", "-p", "-e", "-t", "top"), "\n") {
+		prefix := sgr.FindString(l)
+		text := l[len(prefix):]
+		if regexp.MustCompile(`[\[;]7m`).MatchString(prefix) && regexp.MustCompile(`^[0-9]`).MatchString(text) {
+			return regexp.MustCompile(`\x1b\[[0-9;]*m`).ReplaceAllString(text, "")
+		}
+	}
+	return ""
+}
+
 // hasRow reports whether a line of the screen has these words, whatever the blanks between them.
 func hasRow(lines []string, row string) bool {
 	want := strings.Join(strings.Fields(row), " ")
@@ -149,8 +163,9 @@ func TestTopOnTheDemoNode(t *testing.T) {
 			t.Errorf("GPU %d line %q does not match %s", i, lines[2+i], re)
 		}
 	}
-	// One line names the GPUs' problems, cut at the terminal's width.
-	if !strings.HasPrefix(lines[10], "✗ GPU 3: PCIe x8 of x16 · GPU 4: at power cap · GPU 6: needs GPU reset") {
+	// One line names the GPUs' problems, the one that needs a reset first, cut at the terminal's width; the
+	// signals follow by severity.
+	if !strings.HasPrefix(lines[10], "✗ GPU 6: needs GPU reset, row remap pending, XID 48, 63 · GPU 3: PCIe x8 of x16") {
 		t.Errorf("health line: %q", lines[10])
 	}
 	if lines[11] != "! unrequested use: data-science/jupyter-bob-0/notebook on GPU 3" ||
@@ -158,18 +173,19 @@ func TestTopOnTheDemoNode(t *testing.T) {
 		lines[13] != "○ idle allocation: search/rag-index-0/indexer holds GPU 7" {
 		t.Errorf("allocation signals:\n%s", strings.Join(lines[11:14], "\n"))
 	}
-	// Rows: the demo's users, each process's age, and at 80 columns a long owner cut in the middle, keeping its
-	// container. The ages count on from the demo's start: those that cannot change in the test's minute.
+	// Rows: the demo's users, each process's age, and at 80 columns a long owner cut where it matters least: the
+	// namespace, then the container, the pod's name last. The ages count on from the demo's start: those that
+	// cannot change in the test's minute.
 	if !matchesLine(lines, `^GPU +PID USER +PROCESS +MEMORY +SM +AGE OWNER$`) {
 		t.Errorf("no process header with USER and AGE in\n%s", strings.Join(lines, "\n"))
 	}
 	for _, row := range []string{
-		`0 +29876 alice +python +4\.0 GiB +3% +1d2h pod data-science/notebo…`,
-		`0 +31412 marco +python3 +12\.0 GiB +22% +2h[34]m pod ml-research/ll…/eval`,
-		`1 +2811 root +nvidia-… +512 MiB +- +13d pod gpu-operator/nvidia…`,
-		`1 +40297 triton +triton_… +2\.0 GiB +4% +3d3h pod inference/tr…/triton`,
+		`0 +29876 alice +python +4\.0 GiB +3% +1d2h d…/notebook-alice-0/n…`,
+		`0 +31412 marco +python3 +12\.0 GiB +22% +2h[34]m pod m…/llama-eval-0/eval`,
+		`1 +2811 root +nvidia-… +512 MiB +- +13d g…/nvidia-device-plu…/m…`,
+		`1 +40297 triton +triton_… +2\.0 GiB +4% +3d3h pod i…/triton-llm-0/tri…`,
 	} {
-		if !matchesLine(lines, `^`+row+`$`) {
+		if !matchesLine(lines, `^`+row+` *$`) {
 			t.Errorf("no row like %s in\n%s", row, strings.Join(lines, "\n"))
 		}
 	}
@@ -177,28 +193,57 @@ func TestTopOnTheDemoNode(t *testing.T) {
 		t.Errorf("the line under the rows: %q", lines[22])
 	}
 
-	// Rows past the screen scroll: a row with ↓ and j, a page with PgDn, to the end and back.
-	term.Keys("Down", "j")
-	lines = term.WaitForText("… 2 rows above")
-	if pids := pidColumn(lines); len(pids) == 0 || pids[0] != "31412" {
-		t.Errorf("two rows down: %v", pids)
+	// A cursor selects a row: shown in reverse video, it moves with ↓ and j, and the rows scroll to keep it on
+	// the screen; End and Home go to the last row and back.
+	if row := cursorRow(term); !strings.Contains(row, " 29876 ") {
+		t.Errorf("the cursor is not on the first row: %q", row)
 	}
-	term.Keys("k", "PageDown") // a page is the 6 rows between the two lines
-	lines = term.WaitForText("… 7 rows above")
-	if !matchesLine(lines, `^2:1/0 +45102 li\.wei +python3 +18\.0 GiB +- +9h3[01]m pod vision/resnet…/train$`) {
-		t.Errorf("a page down: no MIG row of GPU 2's instance 1/0 in\n%s", strings.Join(lines, "\n"))
+	term.Keys("Down", "j")
+	term.WaitFor("the cursor on the third row", func([]string) bool { return strings.Contains(cursorRow(term), " 31412 ") })
+	term.Keys("j", "j", "j", "j", "j")
+	lines = term.WaitForText("… 2 rows above")
+	if row := cursorRow(term); !strings.Contains(row, " 45102 ") || !matchesLine(lines, `^2:1/0 +45102 li\.wei +python3 +18\.0 GiB +- +9h3[01]m`) {
+		t.Errorf("seven rows down, the cursor on %q:\n%s", row, strings.Join(lines, "\n"))
 	}
 	term.Keys("End")
 	lines = term.WaitForText("… 8 rows above")
-	if pids := pidColumn(lines); len(pids) != 7 || pids[6] != "80412" || strings.Contains(strings.Join(lines, "\n"), "more rows") {
+	if pids := pidColumn(lines); len(pids) != 7 || pids[6] != "80412" || strings.Contains(strings.Join(lines, "\n"), "more rows") ||
+		!strings.Contains(cursorRow(term), " 80412 ") {
 		t.Errorf("at the end: %v\n%s", pids, strings.Join(lines, "\n"))
 	}
 	term.Keys("Home")
 	term.WaitFor("the top of the rows", func(lines []string) bool { return lines[22] == "… 8 more rows" })
 
+	// Enter looks at the process under the cursor: who owns it, its GPUs, what to type to look further; Esc goes
+	// back.
+	term.Keys("j", "Enter")
+	lines = term.WaitForText("gpu-pod-exporter top: process 31337")
+	for _, want := range []string{
+		`^  process +python3 \(compute\), PID 31337$`, `^  user +priya$`, `^  GPU 0 +memory 22\.0 GiB, SM 41%  GPU-f5217cdd`,
+		`^  pod +bert-finetune-7c9d8b6f4-x2kqp$`, `^  pod uid +7ddb3c42-a12c-313e-3625-f5c431a14770$`, `^  qos +`,
+		`^  kubectl -n ml-training describe pod bert-finetune-7c9d8b6f4-x2kqp$`,
+		`^  kubectl -n ml-training logs bert-finetune-7c9d8b6f4-x2kqp -c trainer$`,
+		// The demo's processes are not this host's: their /proc is not read.
+		`^Esc back · q quit$`,
+	} {
+		if !matchesLine(lines, want) {
+			t.Errorf("the process's detail has no line like %s:\n%s", want, strings.Join(lines, "\n"))
+		}
+	}
+	if strings.Contains(strings.Join(lines, "\n"), "host ") {
+		t.Errorf("a simulated process's /proc was read:\n%s", strings.Join(lines, "\n"))
+	}
+	term.Keys("Escape")
+	term.WaitForText("… 8 more rows", "q quit")
+
 	// ? shows the keys; any key goes back.
 	term.Keys("?")
 	term.WaitForText("gpu-pod-exporter top: keys", "PgUp PgDn  Home End", "AGE: how long the process has run.")
+	term.Keys("x")
+	term.WaitForText("… 8 more rows")
+	// e lists every signal in full.
+	term.Keys("e")
+	term.WaitForText("gpu-pod-exporter top: signals and warnings", "✗ GPU 4: at power cap", "○ idle allocation: search/rag-index-0/indexer holds GPU 7")
 	term.Keys("x")
 	term.WaitForText("… 8 more rows")
 	if colored := term.Tmux("capture-pane", "-p", "-e", "-t", "top"); !strings.Contains(colored, "\x1b[") {
@@ -219,15 +264,31 @@ func TestTopOnTheDemoNode(t *testing.T) {
 	}
 	lines = term.WaitForText("sort GPU")
 
-	// Filter by namespace, then by owner; Escape clears it.
+	// The filter finds any text of a row: a namespace, a user, a process name, an owner; a field with its prefix;
+	// Escape clears it.
 	term.Keys("/", "vision")
-	term.WaitForText("/ filter by namespace or owner: vision")
+	term.WaitForText("/ filter (text, user: gpu: ns: node:): vision")
 	term.Keys("Enter")
 	lines = term.WaitForText("/ filter: vision")
-	if pids := pidColumn(lines); fmt.Sprint(pids) != "[45102 45377 45590]" {
-		t.Errorf("filtered by namespace vision: %v", pids)
+	if pids := pidColumn(lines); fmt.Sprint(pids) != "[45102 45590 45377]" {
+		t.Errorf("filtered by vision: %v", pids)
 	}
-	// Escape, then a wait: a key that follows Escape at once is read as Alt and that key.
+	for _, c := range []struct{ filter, want string }{
+		{"jdoe", "[61001]"},
+		{"python", "[29876 31337 31412 40297 45102 45590]"}, // python, python3 and triton_python_b; the rest below
+		{"user:triton gpu:1", "[40211 40297 40388]"},
+		{"ns:data-science", "[29876 51234]"},
+		{"88231", "[61001]"},
+	} {
+		// Escape, then a wait: a key that follows Escape at once is read as Alt and that key.
+		term.Keys("/", "Escape")
+		term.WaitForText("· / filter · ? help · q quit")
+		term.Keys("/", c.filter, "Enter")
+		lines = term.WaitForText("/ filter: " + c.filter)
+		if pids := pidColumn(lines); len(pids) < len(strings.Fields(c.want)) || fmt.Sprint(pids[:len(strings.Fields(c.want))]) != c.want {
+			t.Errorf("filtered by %s: %v, want %s\n%s", c.filter, pids, c.want, strings.Join(lines, "\n"))
+		}
+	}
 	term.Keys("/", "Escape")
 	term.WaitForText("· / filter · ? help · q quit")
 	term.Keys("/", "slurm", "Enter")
@@ -246,15 +307,18 @@ func TestTopOnTheDemoNode(t *testing.T) {
 	lines = term.WaitFor("the view to fill 120×32", func(lines []string) bool {
 		return len(lines) == 32 && len(pidColumn(lines)) == 15 && strings.HasSuffix(lines[31], "q quit")
 	})
-	if !regexp.MustCompile(`^  0 H100 80GB HBM3 +[█░]{20,} +71% `).MatchString(lines[2]) {
+	// A bar, or once there is history its sparkline of the last minutes.
+	if !regexp.MustCompile(`^  0 H100 80GB HBM3 +[█░▁▂▃▄▅▆▇ ]{20,} +71% `).MatchString(lines[2]) {
 		t.Errorf("GPU 0 at 120 columns: %q", lines[2])
 	}
 
-	// Group by workload: one row per pod, without its container; triton-llm-0's two processes are one row.
+	// Group by workload, as gpu_workloads counts them: triton-llm-0's two processes of one container are one row,
+	// with memory and SM summed (ΣSM).
 	term.Keys("w")
 	lines = term.WaitForText("w ungroup")
-	if !matchesLine(lines, `^0 +29876 alice +python +4\.0 GiB +3% +1d2h pod data-science/notebook-alice-0$`) ||
-		!matchesLine(lines, `^1 +2 procs triton +tritonserver.* +11\.0 GiB +37% +3d3h pod inference/triton-llm-0$`) {
+	if !matchesLine(lines, `^GPU +PROCS USER +PROCESS +MEMORY +ΣSM +AGE HISTORY +OWNER$`) ||
+		!matchesLine(lines, `^0 +29876 alice +python +4\.0 GiB +3% +1d2h .* pod data-science/notebook-alice-0/notebook$`) ||
+		!matchesLine(lines, `^1 +2 procs triton +tritonserver.* +11\.0 GiB +37% +3d3h .* pod inference/triton-llm-0/triton$`) {
 		t.Errorf("grouped rows:\n%s", strings.Join(lines, "\n"))
 	}
 
@@ -347,11 +411,10 @@ func TestTopFollowsAChangingNode(t *testing.T) {
 		t.Errorf("no row for the new pod:\n%s", strings.Join(lines, "\n"))
 	}
 
-	// Grouped, the pod with two containers is one row with its memory and SM summed.
+	// Grouped, a workload is a container of the pod, as gpu_workloads counts them: two rows for the pod's two.
 	term.Keys("w", "m")
 	lines = term.WaitForText("w ungroup", "sort memory")
-	rows := pidColumn(lines)
-	if !hasRow(lines, "0 2 procs trainer +1 4.0 GiB 30% pod team-a/llm-0") || len(rows) != 3 || rows[0] != "201" {
+	if !hasRow(lines, "0 102 loader 3.0 GiB 5% pod team-a/llm-0/loader") || !hasRow(lines, "0 101 trainer 1.0 GiB 25% pod team-a/llm-0/trainer") {
 		t.Errorf("grouped by workload:\n%s", strings.Join(lines, "\n"))
 	}
 	quit(term)
@@ -441,8 +504,21 @@ func TestPSFiltersAndWatch(t *testing.T) {
 	if _, err := p.Exited(); err != nil {
 		t.Errorf("ps -w stopped by Ctrl-C: %v", err)
 	}
-	if tables := strings.Split(strings.TrimSpace(p.Output()), "\n\n"); len(tables) < 3 || !strings.HasPrefix(tables[1], "# simulated") {
+	if tables := strings.Split(strings.TrimSpace(p.Output()), "\n\n"); len(tables) < 3 {
 		t.Errorf("ps -w output:\n%s", p.Output())
+	}
+
+	// Into a pipe, stdout is the rows alone: the notes go to stderr, the health of GPU 6 among them.
+	var stdout, stderr bytes.Buffer
+	ps := exec.Command(binary, "ps", "--demo", "--gpu=6,4", "--sort=memory")
+	ps.Stdout, ps.Stderr = &stdout, &stderr
+	if err := ps.Run(); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "GPU ") || !strings.HasPrefix(lines[1], "4 ") ||
+		!strings.Contains(stderr.String(), "# GPU 6: needs GPU reset, row remap pending, XID 48, 63\n") {
+		t.Errorf("ps --gpu=6,4: stdout\n%s\nstderr\n%s", stdout.String(), stderr.String())
 	}
 }
 

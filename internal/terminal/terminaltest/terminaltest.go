@@ -27,6 +27,8 @@ var Attacks = []Attack{
 	{"line separator", "x\u2028y", `x\u2028y`},
 	{"paragraph separator", "x\u2029y", `x\u2029y`},
 	{"invalid UTF-8", "x\xff\xfey", `x\xff\xfey`},
+	{"right-to-left override reverses what follows", "x\u202ey", `x\u202ey`},
+	{"zero-width space hides a difference", "x\u200by", `x\u200by`},
 }
 
 // Shown fails the test if out holds anything a terminal would act on rather than show: a control character other
