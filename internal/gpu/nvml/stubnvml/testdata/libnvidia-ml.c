@@ -28,6 +28,7 @@
  *   STUB_NVML_PROCESSES_FAIL  GPU 0's compute process lists answer NVML_ERROR_UNKNOWN
  *   STUB_NVML_XID79      the first event wait after registration reports XID 79 on GPU 1, which is then lost:
  *                        every later call about it answers NVML_ERROR_GPU_IS_LOST
+ *   STUB_NVML_XID_STORM  every event wait reports XID 13 on GPU 0 at once, as a driver in an XID storm does
  *   STUB_NVML_UTIL_GROWS nvmlDeviceGetProcessUtilization asks for more room on its second call than on its first,
  *                        as when processes start between go-nvml's two calls (go-nvml#11, #27)
  *   STUB_NVML_MIG        GPU 1 is in MIG mode with GPU instance 1 (one compute instance, 3g.40gb) and GPU
@@ -36,8 +37,8 @@
  *                        next one's slot, as some drivers give wrong values for batched metrics
  *   STUB_NVML_FABRIC_V2  nvmlDeviceGetGpuFabricInfoV answers version 3 with NVML_ERROR_ARGUMENT_VERSION_MISMATCH, as
  *                        R550 to R575 do
- *   STUB_NVML_REPORT     a file that nvmlShutdown writes "calls=N samples=M": the NVML calls made and the GPM
- *                        samples still allocated
+ *   STUB_NVML_REPORT     a file that nvmlShutdown writes "calls=N xids=X samples=M": the NVML calls made, the XID
+ *                        events reported, and the GPM samples still allocated
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -83,7 +84,7 @@ static struct nvmlDevice_st devices[STUB_GPUS + STUB_MIGS] = {
 static struct nvmlGpuInstance_st gpu_instances[] = {{1}, {2}};
 static int initialized;
 static int xid79_sent;
-static unsigned long long calls;
+static unsigned long long calls, xids_sent;
 static long live_samples;
 
 static int env_int(const char *name, int def) {
@@ -131,7 +132,7 @@ nvmlReturn_t nvmlShutdown(void) {
 	if (report != NULL) {
 		FILE *f = fopen(report, "w");
 		if (f != NULL) {
-			fprintf(f, "calls=%llu samples=%ld\n", calls, live_samples);
+			fprintf(f, "calls=%llu xids=%llu samples=%ld\n", calls, xids_sent, live_samples);
 			fclose(f);
 		}
 	}
@@ -555,6 +556,16 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
 		data->eventType = nvmlEventTypeXidCriticalError;
 		data->eventData = 79;
 		data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
+		xids_sent++;
+		return NVML_SUCCESS;
+	}
+	if (getenv("STUB_NVML_XID_STORM") != NULL && (set.handle->registered & 1)) {
+		memset(data, 0, sizeof *data);
+		data->device.handle = &devices[0];
+		data->eventType = nvmlEventTypeXidCriticalError;
+		data->eventData = 13;
+		data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
+		xids_sent++;
 		return NVML_SUCCESS;
 	}
 	struct timespec wait = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000};
