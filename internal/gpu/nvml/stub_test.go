@@ -628,3 +628,30 @@ func TestStubLibraryXIDStorm(t *testing.T) {
 		t.Errorf("%d WARN lines, want GPU 0's first %d XIDs of the minute", st.WarnLines, xidLogBurst)
 	}
 }
+
+// A driver that answers INSUFFICIENT_SIZE to a process list however much room it is given, each time with a larger
+// count: go-nvml's lists call it again without end, doubling their buffer, and the reading never returns (a core
+// spinning inside go-nvml). The source's own calls give up after maxSizeRetries, and GPU 0's processes are unlisted
+// for the reading with an error that says why; GPU 1 and the rest of GPU 0 are read.
+func TestStubLibraryProcessListThatKeepsGrowing(t *testing.T) {
+	start := time.Now()
+	res := mustRunStub(t, stubnvml.H100R580.Build(t), "snapshot", "STUB_NVML_PROCESSES_GROW=1", stubReadingsEnv+"=1")
+	var calls uint64
+	if _, err := fmt.Sscanf(res.Report, "calls=%d", &calls); err != nil {
+		t.Fatalf("stub report %q: %v", res.Report, err)
+	}
+	t.Logf("a reading against a process list that keeps growing: %d NVML calls, %v", calls, time.Since(start).Round(time.Millisecond))
+	d := res.device(t, 0, "GPU-stub-0")
+	if d.ProcessesListed || len(d.Processes) != 0 {
+		t.Errorf("GPU 0 listed %v with %d processes, want unlisted", d.ProcessesListed, len(d.Processes))
+	}
+	if e, ok := res.findError(0, "processes"); !ok || !strings.Contains(e.Message, "kept answering INSUFFICIENT_SIZE") {
+		t.Errorf("GPU 0 processes error = %+v (found %v), want one that says NVML kept asking for more room", e, ok)
+	}
+	if d.MemoryUsedBytes != gpu.Known(stubnvml.MemoryUsed) {
+		t.Errorf("GPU 0 memory used = %+v, want it read", d.MemoryUsedBytes)
+	}
+	if d1 := res.device(t, 0, "GPU-stub-1"); !d1.ProcessesListed {
+		t.Errorf("GPU 1 processes not listed")
+	}
+}

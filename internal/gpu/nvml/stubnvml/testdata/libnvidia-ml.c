@@ -26,6 +26,9 @@
  *
  *   STUB_NVML_PROCESSES  compute processes on GPU 0 (default 2): PIDs 1001, 1002, ..., using 1, 2, ... GiB
  *   STUB_NVML_PROCESSES_FAIL  GPU 0's compute process lists answer NVML_ERROR_UNKNOWN
+ *   STUB_NVML_PROCESSES_GROW  GPU 0's process lists answer NVML_ERROR_INSUFFICIENT_SIZE however much room they are
+ *                        given, with a count one larger than they were given (up to 4096): go-nvml's lists retry
+ *                        that without end
  *   STUB_NVML_XID79      the first event wait after registration reports XID 79 on GPU 1, which is then lost:
  *                        every later call about it answers NVML_ERROR_GPU_IS_LOST
  *   STUB_NVML_XID_STORM  every event wait reports XID 13 on GPU 0 at once, as a driver in an XID storm does
@@ -414,6 +417,10 @@ static unsigned int process_count(nvmlDevice_t d) {
 		if (r_ != NVML_SUCCESS) return r_;                                                                             \
 		if ((first) == 1001 && d.handle->index == 0 && getenv("STUB_NVML_PROCESSES_FAIL") != NULL)                     \
 			return NVML_ERROR_UNKNOWN;                                                                                 \
+		if (d.handle->index == 0 && getenv("STUB_NVML_PROCESSES_GROW") != NULL) {                                      \
+			*(count) = *(count) < 4096 ? *(count) + 1 : 4096;                                                          \
+			return NVML_ERROR_INSUFFICIENT_SIZE;                                                                       \
+		}                                                                                                              \
 		unsigned int n_ = (n);                                                                                         \
 		if (*(count) < n_) {                                                                                           \
 			*(count) = n_;                                                                                             \
