@@ -31,13 +31,16 @@ type Client struct {
 
 // New returns a client of the API under base (http://prometheus:9090, or a prefix such as Mimir's
 // http://mimir/prometheus), sending its requests through hc, which carries the credentials, TLS and proxy of the
-// user's HTTP client configuration.
+// user's HTTP client configuration. A copy of hc is used, which follows redirects only within base's origin
+// (secrets.go).
 func New(base string, hc *http.Client) (*Client, error) {
 	u, err := ParseURL(base)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{base: u, http: hc, maxBytes: DefaultMaxResponseBytes}, nil
+	own := *hc
+	own.CheckRedirect = checkRedirect(hc.CheckRedirect)
+	return &Client{base: u, http: &own, maxBytes: DefaultMaxResponseBytes}, nil
 }
 
 // ParseURL checks a server URL: http or https, with a host, and neither a query nor a fragment.
@@ -170,6 +173,9 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) {
 		err = urlErr.Err // the URL is said once, redacted, below
+	}
+	if redirect := (*errRedirect)(nil); errors.As(err, &redirect) {
+		return fmt.Errorf("Prometheus at %s: %w", c.URL(), redirect)
 	}
 	return classified{fmt.Errorf("cannot reach Prometheus at %s: %w", c.URL(), err), ErrUnreachable}
 }
