@@ -94,6 +94,7 @@ func (r *Reader) Processes(ctx context.Context) (*top.Cluster, error) { return r
 func (r *Reader) Read(ctx context.Context) (*top.Cluster, error) { return r.read(ctx, true) }
 
 func (r *Reader) read(ctx context.Context, forTop bool) (*top.Cluster, error) {
+	ctx = promapi.WithBudget(ctx, promapi.NewBudget(promapi.DefaultReadingBytes)) // one for all the reading's answers
 	res := newResults(r.cfg.NodeLabel)
 	var warnings [nQueries][]string
 	run := func(want func(query) bool) error {
