@@ -133,12 +133,12 @@ type client struct {
 	inFlight bool
 }
 
-// waiter is a check waiting for bcrypt. It is told on go whether it got a slot (true) or lost its place (false).
+// waiter is a check waiting for bcrypt. It is told on turn whether it got a slot (true) or lost its place (false).
 type waiter struct {
 	standing standing // its client's, when it came
 	seq      uint64
 	client   *client
-	go_      chan bool
+	turn     chan bool
 }
 
 // standing is a check's place in the queue: its client's whole failed checks left, whether it asks again for a
@@ -319,7 +319,7 @@ func (c *Checker) refuse(cl *client, key flightKey) {
 // check cannot wait. c.mu is held.
 func (c *Checker) wait(cl *client, key flightKey) *waiter {
 	c.seq++
-	w := &waiter{standing: cl.standing(c.refused.has(key)), seq: c.seq, client: cl, go_: make(chan bool, 1)}
+	w := &waiter{standing: cl.standing(c.refused.has(key)), seq: c.seq, client: cl, turn: make(chan bool, 1)}
 	if len(c.waiting) >= c.cfg.MaxWaiting {
 		last := 0
 		for i, o := range c.waiting {
@@ -333,7 +333,7 @@ func (c *Checker) wait(cl *client, key flightKey) *waiter {
 		displaced := c.waiting[last]
 		c.waiting = slices.Delete(c.waiting, last, last+1)
 		c.refusedBusy++
-		displaced.go_ <- false // its client's refusal is noted as it returns
+		displaced.turn <- false // its client's refusal is noted as it returns
 	}
 	c.waiting = append(c.waiting, w)
 	return w
@@ -342,7 +342,7 @@ func (c *Checker) wait(cl *client, key flightKey) *waiter {
 // await waits for w's turn, unless ctx ends first; it reports whether w holds a slot now.
 func (c *Checker) await(ctx context.Context, w *waiter) bool {
 	select {
-	case got := <-w.go_:
+	case got := <-w.turn:
 		return got
 	case <-ctx.Done():
 	}
@@ -353,7 +353,7 @@ func (c *Checker) await(ctx context.Context, w *waiter) bool {
 		return false
 	}
 	// Given a slot or its place taken as ctx ended: a slot is handed on.
-	if <-w.go_ {
+	if <-w.turn {
 		c.release()
 	}
 	return false
@@ -373,7 +373,7 @@ func (c *Checker) release() {
 	}
 	w := c.waiting[first]
 	c.waiting = slices.Delete(c.waiting, first, first+1)
-	w.go_ <- true
+	w.turn <- true
 }
 
 // client returns the budget of the client at addr, brought up to date. c.mu is held.
