@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
 
@@ -191,6 +192,8 @@ func run(args []string) int {
 	if pu.on() {
 		af.users = pu.resolver(af.procfs)
 	}
+	keptBudget, _ := procfs.KeptFileBudget(wf.maxConnections) // no connections unless serving
+	af.kept = procfs.NewKeptFiles(keptBudget)
 	attributor, err := af.open(logger, preset, sf.demo, cmd.forPerson)
 	if err != nil {
 		return fail(cmd.forPerson, logger, "cannot attribute GPU processes", err)
@@ -218,7 +221,7 @@ func run(args []string) int {
 	}
 	defer allocs.stop()
 	opts.Allocations = allocs.source
-	self := append([]prometheus.Collector{attributor}, allocs.self...)
+	self := append([]prometheus.Collector{attributor, af.kept}, allocs.self...)
 	if c, ok := source.(prometheus.Collector); ok { // sources with self-metrics (NVML's XID watcher)
 		self = append(self, c)
 	}
