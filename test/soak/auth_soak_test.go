@@ -210,6 +210,23 @@ func h1Guess(ctx context.Context, addr, source string, seq *atomic.Int64, answer
 	}
 }
 
+// authExporter builds the exporter and returns it with a web configuration of TLS and one basic-auth user,
+// prometheus, whose password s3cret is hashed by bcrypt at its default cost (10), as htpasswd hashes it.
+func authExporter(t *testing.T) (binary, webConfig string) {
+	t.Helper()
+	binary, err := e2eutil.BuildBinary(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := testkit.WriteSelfSignedCert(t, t.TempDir())
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.DefaultCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return binary, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  prometheus: %s\n",
+		certFile, keyFile, hash)
+}
+
 // TestSoakAuthFloods: an exporter with TLS and bcrypt basic auth (cost 10) is flooded with wrong passwords while
 // Prometheus, already authenticated, scrapes it every half second with a 10 s timeout. Two floods, each against a
 // fresh exporter, with HTTP/2 as the web configuration leaves it and with HTTP/2 turned on:
@@ -220,18 +237,7 @@ func h1Guess(ctx context.Context, addr, source string, seq *atomic.Int64, answer
 // At least 99% of Prometheus's scrapes must succeed, with a p99 latency of at most 2 s.
 func TestSoakAuthFloods(t *testing.T) {
 	duration := soakDuration(t)
-	binary, err := e2eutil.BuildBinary(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := testkit.WriteSelfSignedCert(t, dir)
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.DefaultCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  prometheus: %s\n",
-		certFile, keyFile, hash)
+	binary, base := authExporter(t)
 	floods := []struct {
 		name  string
 		flood func(ctx context.Context, t *testing.T, addr string) string
@@ -336,18 +342,8 @@ func TestSoakAuthFloods(t *testing.T) {
 // the run says how many did from the first. (Before, every scrape after the restart failed.)
 func TestSoakAuthFloodAcrossRestart(t *testing.T) {
 	duration := soakDuration(t)
-	binary, err := e2eutil.BuildBinary(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := testkit.WriteSelfSignedCert(t, dir)
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.DefaultCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webCfg := filepath.Join(dir, "web.yml")
-	cfg := fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  prometheus: %s\n", certFile, keyFile, hash)
+	binary, cfg := authExporter(t)
+	webCfg := filepath.Join(t.TempDir(), "web.yml")
 	if err := os.WriteFile(webCfg, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -560,29 +560,26 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, 
 	return NVML_SUCCESS;
 }
 
+/* xid reports XID code on GPU index, not on a MIG instance. */
+static nvmlReturn_t xid(nvmlEventData_t *data, unsigned int index, unsigned long long code) {
+	memset(data, 0, sizeof *data);
+	data->device.handle = &devices[index];
+	data->eventType = nvmlEventTypeXidCriticalError;
+	data->eventData = code;
+	data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
+	xids_sent++;
+	return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
 	if (!initialized) return NVML_ERROR_UNINITIALIZED;
 	if (getenv("STUB_NVML_XID79") != NULL && !xid79_sent && (set.handle->registered & 2)) {
 		/* GPU 1 falls off the bus: XID 79, and from now on it is lost. */
 		xid79_sent = 1;
 		devices[1].lost = 1;
-		memset(data, 0, sizeof *data);
-		data->device.handle = &devices[1];
-		data->eventType = nvmlEventTypeXidCriticalError;
-		data->eventData = 79;
-		data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
-		xids_sent++;
-		return NVML_SUCCESS;
+		return xid(data, 1, 79);
 	}
-	if (getenv("STUB_NVML_XID_STORM") != NULL && (set.handle->registered & 1)) {
-		memset(data, 0, sizeof *data);
-		data->device.handle = &devices[0];
-		data->eventType = nvmlEventTypeXidCriticalError;
-		data->eventData = 13;
-		data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
-		xids_sent++;
-		return NVML_SUCCESS;
-	}
+	if (getenv("STUB_NVML_XID_STORM") != NULL && (set.handle->registered & 1)) return xid(data, 0, 13);
 	struct timespec wait = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000};
 	nanosleep(&wait, NULL);
 	return NVML_ERROR_TIMEOUT;
