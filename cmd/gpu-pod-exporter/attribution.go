@@ -26,6 +26,7 @@ type attributionFlags struct {
 	podmanHost       string
 	podLabels        []string
 	users            attribution.UserResolver // nil without --collector.process-user
+	kept             *procfs.KeptFiles        // the budget of process files kept open; set before open
 }
 
 func (f *attributionFlags) register(app flagHost) {
@@ -49,7 +50,8 @@ func (f *attributionFlags) register(app flagHost) {
 // asks no runtime. `ps` runs once, so it waits for names as long as one
 // runtime call may take instead of leaving them to a next scrape that never comes.
 func (f *attributionFlags) open(logger *slog.Logger, preset attribution.Preset, demo, once bool) (*attribution.Attributor, error) {
-	cfg := attribution.Config{ProcFS: f.procfs, Preset: preset, PodLabels: splitList(f.podLabels), Users: f.users, Logger: logger}
+	cfg := attribution.Config{ProcFS: f.procfs, Preset: preset, PodLabels: splitList(f.podLabels), Users: f.users,
+		KeptFiles: f.kept, Logger: logger}
 	if once {
 		cfg.LookupBudget = attribution.DefaultLookupTimeout
 	}

@@ -42,6 +42,8 @@ type prometheusFlags struct {
 	sel    promapi.Selector
 	atTime time.Time
 	client *http.Client
+	// exposed says how the client configuration exposes its secrets, for the start's warnings.
+	exposed []string
 }
 
 func (f *prometheusFlags) register(cmd flagHost) {
@@ -70,7 +72,7 @@ func (f *prometheusFlags) register(cmd flagHost) {
 		PlaceHolder("FILE").StringVar(&f.httpConfig)
 }
 
-func (f *prometheusFlags) warnings() []string { return nil }
+func (f *prometheusFlags) warnings() []string { return f.exposed }
 
 // on reports whether the command reads the cluster.
 func (f *prometheusFlags) on() bool { return f.url != "" }
@@ -124,6 +126,7 @@ func (f *prometheusFlags) check() error {
 	if f.client, err = config.NewClientFromConfig(cfg, "gpu-pod-exporter"); err != nil {
 		return flagError("http.config.file", "%v", err)
 	}
+	f.exposed = promapi.ConfigWarnings(f.url, &cfg, f.httpConfig)
 	return nil
 }
 

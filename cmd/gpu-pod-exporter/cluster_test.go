@@ -53,6 +53,21 @@ func TestPrometheusFlags(t *testing.T) {
 	}
 }
 
+// The start warns, once, of credentials sent over http:// and of a client configuration others can read.
+func TestPrometheusFlagsWarnOfExposedSecrets(t *testing.T) {
+	httpConfig := filepath.Join(t.TempDir(), "http.yml")
+	if err := os.WriteFile(httpConfig, []byte("basic_auth: {username: gpe, password: pw}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parsePrometheus(t, "--prometheus=http://prometheus.example.com:9090", "--http.config.file="+httpConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := f.warnings(); len(ws) != 2 || !strings.Contains(ws[0], "over http://") || !strings.Contains(ws[1], httpConfig) {
+		t.Errorf("warnings %q, want the password over http:// and the file others can read", ws)
+	}
+}
+
 func TestPrometheusFlagsRefused(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "http.yml")

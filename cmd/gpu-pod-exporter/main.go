@@ -22,6 +22,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/clidoc"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/collector"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/server"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
@@ -184,7 +185,11 @@ func run(args []string) int {
 		return tf.runCluster(ctx, &tpf)
 	}
 
-	source, err := sf.open(ctx, logger, af.procfs)
+	// One budget of process files kept open between readings, for the source (the drm source's DRM files) and
+	// attribution together.
+	keptBudget, _ := procfs.KeptFileBudget(wf.maxConnections) // no connections unless serving
+	af.kept = procfs.NewKeptFiles(keptBudget)
+	source, err := sf.open(ctx, logger, af.procfs, af.kept)
 	if err != nil {
 		return fail(cmd.forPerson, logger, "cannot read GPUs", err)
 	}
@@ -226,7 +231,7 @@ func run(args []string) int {
 	}
 	defer allocs.stop()
 	opts.Allocations = allocs.source
-	self := append([]prometheus.Collector{attributor}, allocs.self...)
+	self := append([]prometheus.Collector{attributor, af.kept}, allocs.self...)
 	self = append(self, sourceCollectors(source)...) // sources with self-metrics (NVML's XID watcher)
 	summary := startupSummary{source: source, procfs: af.procfs, runtimes: af.runtimes(), kubelet: allocs.describe}
 	return runServer(ctx, logger, reader, collector.New(reader, opts, self...), &wf, ls, rf.timeout, hangups, summary)

@@ -16,6 +16,7 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/drm"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/mixed"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/nvidiasmi"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/simulated"
 )
 
@@ -103,9 +104,9 @@ func (f *sourceFlags) check() error {
 	return nil
 }
 
-// open opens the source the flags ask for; procfs is the host's proc filesystem, where the drm source reads the
+// open opens the source the flags ask for; procRoot is the host's proc filesystem, where the drm source reads the
 // processes' open DRM files.
-func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procfs string) (gpu.Source, error) {
+func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procRoot string, kept *procfs.KeptFiles) (gpu.Source, error) {
 	switch {
 	case f.demo:
 		return simulated.DemoNamed(f.demoName)
@@ -118,7 +119,7 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procfs stri
 	case "nvidia-smi":
 		return f.openNvidiaSMI(logger)
 	case "drm":
-		return f.openDRM(procfs, 0)
+		return f.openDRM(procRoot, kept, 0)
 	}
 	// auto: the NVIDIA GPUs' source, and the AMD and Intel GPUs' through DRM where sysfs has any; both on a node
 	// with both.
@@ -134,7 +135,7 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procfs stri
 	if nvidia != nil {
 		first = drm.NVIDIAGPUs(f.sysfs)
 	}
-	d, err := f.openDRM(procfs, first)
+	d, err := f.openDRM(procRoot, kept, first)
 	if err != nil {
 		if nvidia != nil {
 			_ = nvidia.Close()
@@ -192,9 +193,9 @@ func sourceCollectors(src gpu.Source) []prometheus.Collector {
 	return out
 }
 
-// openDRM opens the DRM source, its GPUs numbered from first.
-func (f *sourceFlags) openDRM(procfs string, first int) (gpu.Source, error) {
-	return drm.New(drm.Config{SysFS: f.sysfs, ProcFS: procfs, FirstIndex: first})
+// openDRM opens the DRM source, its GPUs numbered from first, its kept files within kept's budget.
+func (f *sourceFlags) openDRM(procRoot string, kept *procfs.KeptFiles, first int) (gpu.Source, error) {
+	return drm.New(drm.Config{SysFS: f.sysfs, ProcFS: procRoot, FirstIndex: first, KeptFiles: kept})
 }
 
 func (f *sourceFlags) openNvidiaSMI(logger *slog.Logger) (gpu.Source, error) {

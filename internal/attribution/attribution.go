@@ -70,7 +70,9 @@ type Config struct {
 	// MaxPendingLookups bounds the lookups started and not ended, running or waiting for one of the
 	// MaxConcurrentLookups: a container found beyond it keeps its cgroup labels and is looked up at a later scrape.
 	MaxPendingLookups int
-	Logger            *slog.Logger
+	// KeptFiles is the budget of process files kept open between readings (procfs.KeptFileBudget). Nil: 4,096.
+	KeptFiles *procfs.KeptFiles
+	Logger    *slog.Logger
 	// Now is the clock for NegativeTTL; tests inject one. Default time.Now.
 	Now func() time.Time
 }
@@ -97,6 +99,7 @@ type Attributor struct {
 	metrics *metrics
 	self    selfmetrics.Set // metrics, as a prometheus.Collector
 	health  *procfs.Health
+	kept    *procfs.KeptFiles
 	names   *names
 	// podCaches are the resolvers that keep pods between lookups: told the pods of each complete reading.
 	podCaches []runtime.PodCache
@@ -142,6 +145,9 @@ func New(cfg Config) *Attributor {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.KeptFiles == nil {
+		cfg.KeptFiles = procfs.NewKeptFiles(maxOpenStat)
+	}
 	m := newMetrics(cfg.Resolvers)
 	n := newNames(cfg, m)
 	kernel, _ := procfs.IsProcFS(cfg.ProcFS)
@@ -165,6 +171,7 @@ func New(cfg Config) *Attributor {
 		metrics:   m,
 		self:      m.set(n, cfg.Resolvers),
 		health:    procfs.NewHealth(cfg.ProcFS, cfg.Logger),
+		kept:      cfg.KeptFiles,
 		names:     n,
 		podCaches: podCaches,
 	}

@@ -1,6 +1,7 @@
 package attribution
 
 import (
+	"errors"
 	"strings"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cgroup"
@@ -102,16 +103,18 @@ func (a *Attributor) readStat(r *procfs.Reader, pid uint32, keep bool) (string, 
 		}
 		_ = f.Close()
 	}
-	if !keep {
+	var f *procfs.KeptFile
+	err := procfs.ErrNoKeptRoom
+	switch {
+	case !keep:
+	case a.keptComm:
+		f, err = a.kept.OpenComm(r, pid)
+	default:
+		f, err = a.kept.OpenStat(r, pid)
+	}
+	if errors.Is(err, procfs.ErrNoKeptRoom) { // past the file budget: read by path, as often as it takes
 		comm, start, err := r.Stat(pid)
 		return comm, start, nil, err
-	}
-	var f *procfs.KeptFile
-	var err error
-	if a.keptComm {
-		f, err = r.OpenComm(pid)
-	} else {
-		f, err = r.OpenStat(pid)
 	}
 	if err != nil {
 		return "", 0, nil, err

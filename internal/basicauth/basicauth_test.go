@@ -129,7 +129,8 @@ func checkRefusals(t *testing.T, c *Checker, client, busy int) {
 gpu_pod_exporter_basic_auth_refused_total{reason="busy"} %d
 gpu_pod_exporter_basic_auth_refused_total{reason="client"} %d
 `, "Requests answered 429 without a password check, by reason: client (its budget of failed checks is spent, or it "+
-		"has a check in flight), busy (as many checks wait for bcrypt as may).", busy, client)
+		"has a check in flight), busy (as many checks wait for bcrypt as may, from clients in no worse standing, or one in "+
+		"better standing took its place).", busy, client)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
@@ -242,6 +243,101 @@ func TestClientsAreBounded(t *testing.T) {
 	if len(c.clients) != 4 {
 		t.Errorf("%d clients remembered, want 4", len(c.clients))
 	}
+}
+
+// An exporter restarted under a flood of wrong passwords from 200 addresses, each asking again 10 ms after every
+// answer, has remembered no password yet. Prometheus's first scrape may be refused only while the first attempts of
+// those addresses fill the queue, which it cannot be told from; every scrape after it must succeed. (Before, every
+// scrape got 429: the attackers' checks filled the queue first, and kept filling it.)
+func TestRightPasswordGetsThroughAFloodAfterARestart(t *testing.T) {
+	for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
+		t.Run(fmt.Sprintf("first scrape %v into the flood", delay), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeBcrypt{}
+				compare := func(hash, password []byte) error {
+					time.Sleep(70 * time.Millisecond) // bcrypt at cost 10 on one core
+					return f.compare(hash, password)
+				}
+				c := New(Config{Compare: compare, MaxConcurrent: 1})
+				flood, stop := context.WithCancel(context.Background())
+				var attackers sync.WaitGroup
+				var guesses atomic.Int64
+				for i := range 200 {
+					attackers.Go(func() {
+						for flood.Err() == nil {
+							c.Check(flood, fmt.Sprintf("10.1.%d.%d:1", i/250, i%250), "prometheus", hash, fmt.Sprint("guess-", guesses.Add(1)))
+							time.Sleep(10 * time.Millisecond)
+						}
+					})
+				}
+				synctest.Wait() // every attacker has asked once: the queue is full of them
+				time.Sleep(delay)
+				var failed []string
+				var firstTook time.Duration
+				for scrape := range 10 {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					start := time.Now()
+					ok, err := c.Check(ctx, "10.9.9.9:4000", "prometheus", hash, "s3cret")
+					cancel()
+					if scrape == 0 {
+						firstTook = time.Since(start)
+					}
+					if !ok && (scrape > 0 || delay > 0) {
+						failed = append(failed, fmt.Sprintf("scrape %d: %v, %v", scrape, ok, err))
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
+				stop()
+				attackers.Wait()
+				calls, _ := f.count()
+				t.Logf("%d wrong passwords sent, %d checked; Prometheus's first check took %v", guesses.Load(), calls, firstTook)
+				if len(failed) > 0 || delay > 0 && firstTook > time.Second {
+					t.Errorf("Prometheus's scrapes failed: %q; the first took %v", failed, firstTook)
+				}
+			})
+		})
+	}
+}
+
+// A password refused before it could be checked goes first when it is asked again, before the first attempts of
+// clients in the same standing: a scraper asks again with its one password, a flood with a new guess. Once checked,
+// right or wrong, it has no such place.
+func TestPasswordAskedAgainGoesFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBcrypt{gate: make(chan struct{})}
+		c := New(Config{Compare: f.compare, MaxConcurrent: 1, MaxWaiting: 2})
+		for i := range 3 { // one running, two waiting
+			go check(t, c, fmt.Sprintf("10.0.0.%d:1", i), fmt.Sprint("guess-", i))
+			synctest.Wait()
+		}
+		if _, err := check(t, c, "10.0.9.9:1", "s3cret"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("the scraper's first ask into a full queue of first attempts: %v, want ErrBusy", err)
+		}
+		if _, err := check(t, c, "10.0.0.9:1", "guess-9"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("another first attempt: %v, want ErrBusy", err)
+		}
+		result := make(chan bool)
+		go func() {
+			ok, _ := check(t, c, "10.0.9.9:1", "s3cret")
+			result <- ok
+		}()
+		synctest.Wait()
+		if _, err := check(t, c, "10.0.0.10:1", "guess-10"); !errors.Is(err, ErrBusy) {
+			t.Errorf("a first attempt after the scraper took a place: %v, want ErrBusy", err)
+		}
+		f.mu.Lock()
+		calls := f.calls
+		f.mu.Unlock()
+		close(f.gate)
+		if !<-result {
+			t.Error("the scraper's password, asked again, was not accepted")
+		}
+		synctest.Wait()
+		if got, _ := f.count(); got != calls+2 {
+			t.Errorf("%d more checks, want 2: the scraper's, and the one waiting attempt left", got-calls)
+		}
+		checkRefusals(t, c, 0, 4)
+	})
 }
 
 func TestBcrypt(t *testing.T) {

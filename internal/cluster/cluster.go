@@ -105,6 +105,7 @@ type What struct {
 // Read reads the cluster: each node's state, every GPU process with its owner, each GPU's health, and with
 // what.Top each GPU's line, the allocation signals and the history.
 func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
+	ctx = promapi.WithBudget(ctx, promapi.NewBudget(promapi.DefaultReadingBytes)) // one for all the reading's answers
 	res := newResults(r.cfg.NodeLabel)
 	at := r.cfg.At
 	if at.IsZero() {

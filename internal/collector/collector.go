@@ -43,17 +43,19 @@ type part interface {
 // Gatherer is the exporter's one source of metrics: each gathering takes one reading, builds every part's
 // families from it, then gathers the self-metrics, so that they describe the reading just served.
 type Gatherer struct {
-	reader *reading.Reader
-	self   *prometheus.Registry
-	parts  []part
-	series *series.Engine
+	reader    *reading.Reader
+	self      *prometheus.Registry
+	parts     []part
+	series    *series.Engine
+	plausible *plausibility // the device values left out, a self-metric of the collector's own
 }
 
 // New returns the collector. self are the self-metrics of the pieces behind the reader (attribution, resolvers);
 // more can be registered with Registerer.
 func New(reader *reading.Reader, opts Options, self ...prometheus.Collector) *Gatherer {
 	labels := newPodLabels(opts.PodLabels, opts.ProcessUser)
-	parts := []part{newDeviceMetrics()}
+	devices := newDeviceMetrics()
+	parts := []part{devices}
 	if opts.Processes {
 		parts = append(parts, newProcessMetrics(labels))
 	}
@@ -68,9 +70,12 @@ func New(reader *reading.Reader, opts Options, self ...prometheus.Collector) *Ga
 	}
 	engine := series.NewEngine(descs...)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(append([]prometheus.Collector{reader, engine}, self...)...)
-	return &Gatherer{reader: reader, self: reg, parts: parts, series: engine}
+	reg.MustRegister(append([]prometheus.Collector{reader, engine, devices.plausible}, self...)...)
+	return &Gatherer{reader: reader, self: reg, parts: parts, series: engine, plausible: devices.plausible}
 }
+
+// DescribeSelf describes the collector's own self-metrics, which are served only once they have a series.
+func (c *Gatherer) DescribeSelf(ch chan<- *prometheus.Desc) { c.plausible.Describe(ch) }
 
 // Registerer is where the exporter's other self-metrics (build information, Go runtime, HTTP handler) go: they are
 // served with the GPU series.

@@ -297,6 +297,11 @@ func (m *dcgmMetrics) whole(i int, d *gpu.Device, at time.Time) gpu.Value {
 	if !v.Valid && m.estimate && f.estimate != nil {
 		v = f.estimate(d)
 	}
+	// A field of the family's own value, or of its counters (the NVLink bandwidth), is bounded as the family is
+	// (and counted there); one of a value of its own (the clock event mask) is not.
+	if (f.value == nil || f.rate) && v.Valid && !m.families[i].within.holds(v.V) {
+		v = gpu.Value{}
+	}
 	if f.rate {
 		v = m.rates.Rate(rateKey{d.UUID, i}, v, at)
 	}

@@ -126,7 +126,7 @@ func profilingField(name string, typ metricType, help string, read func(*gpu.Pro
 // migProfilingFamily is a performance monitor ratio of MIG GPU instances.
 func migProfilingFamily(name, help string, read func(*gpu.Profiling) gpu.Value) deviceFamily {
 	return deviceFamily{
-		name: name, typ: gauge, unit: "ratio", sources: fromNVML | fromSimulated, help: help + migMonitorHelp, labels: migLabels,
+		name: name, typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated, help: help + migMonitorHelp, labels: migLabels,
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			for _, m := range d.MIG {
 				s.addMIG(profiled(m.Profiling, read), m)

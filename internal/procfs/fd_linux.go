@@ -108,12 +108,13 @@ func (r *Reader) FDInfo(pid uint32, fd int) ([]byte, error) {
 	return r.readFD(f, path, maxFDInfoFile, false)
 }
 
-// OpenFDInfo opens <procfs>/<pid>/fdinfo/<fd> for ReadFDInfo, as every file of a process is opened. Like a kept
-// stat file, it stays tied to its process: each read shows the fd as it is then (another file, if the number was
-// reused), and once the process has exited, reading fails with ESRCH, whoever has its PID now. Close it when done.
-func (r *Reader) OpenFDInfo(pid uint32, fd int) (*KeptFile, error) {
+// OpenFDInfo opens <procfs>/<pid>/fdinfo/<fd> for ReadFDInfo, as every file of a process is opened, when the budget
+// has room; ErrNoKeptRoom when it has none, and the file is to be read by path (Reader.FDInfo). Like a kept stat
+// file, it stays tied to its process: each read shows the fd as it is then (another file, if the number was reused),
+// and once the process has exited, reading fails with ESRCH, whoever has its PID now. Close it when done.
+func (k *KeptFiles) OpenFDInfo(r *Reader, pid uint32, fd int) (*KeptFile, error) {
 	r.fdinfo = strconv.AppendInt(append(r.fdinfo[:0], "fdinfo/"...), int64(fd), 10)
-	return r.openFile(pid, string(r.fdinfo))
+	return k.openFile(r, pid, string(r.fdinfo))
 }
 
 // ReadFDInfo reads an open fdinfo file from its start, as FDInfo reads one. The bytes are the Reader's, good until

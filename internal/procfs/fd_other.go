@@ -33,7 +33,7 @@ func (r *Reader) FDs(uint32, int, func(int, func() (FDTarget, error)) bool) (int
 func (r *Reader) FDInfo(uint32, int) ([]byte, error) { return nil, errNotLinux }
 
 // OpenFDInfo fails: only Linux has the proc filesystem the exporter reads.
-func (r *Reader) OpenFDInfo(uint32, int) (*KeptFile, error) { return nil, errNotLinux }
+func (k *KeptFiles) OpenFDInfo(*Reader, uint32, int) (*KeptFile, error) { return nil, errNotLinux }
 
 // ReadFDInfo fails: only Linux has the proc filesystem the exporter reads.
 func (r *Reader) ReadFDInfo(*KeptFile) ([]byte, error) { return nil, errNotLinux }

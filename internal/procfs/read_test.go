@@ -96,13 +96,13 @@ func TestReaderRefusesWhatTheKernelNeverWrites(t *testing.T) {
 						got = string(b)
 					case "stat kept open":
 						var f *KeptFile
-						if f, err = r.OpenStat(42); err == nil {
+						if f, err = NewKeptFiles(1).OpenStat(r, 42); err == nil {
 							got, _, err = r.ReadStat(f)
 							f.Close()
 						}
 					case "comm kept open":
 						var f *KeptFile
-						if f, err = r.OpenComm(42); err == nil {
+						if f, err = NewKeptFiles(1).OpenComm(r, 42); err == nil {
 							got, err = r.ReadComm(f)
 							f.Close()
 						}

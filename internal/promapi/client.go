@@ -18,10 +18,6 @@ import (
 	"time"
 )
 
-// DefaultMaxResponseBytes bounds one answer: about 30 times what a query of every process of 1,000 eight-GPU
-// nodes returns.
-const DefaultMaxResponseBytes = 512 << 20
-
 // Client queries one Prometheus-compatible API.
 type Client struct {
 	base     *url.URL
@@ -31,13 +27,16 @@ type Client struct {
 
 // New returns a client of the API under base (http://prometheus:9090, or a prefix such as Mimir's
 // http://mimir/prometheus), sending its requests through hc, which carries the credentials, TLS and proxy of the
-// user's HTTP client configuration.
+// user's HTTP client configuration. A copy of hc is used, which follows redirects only within base's origin
+// (secrets.go).
 func New(base string, hc *http.Client) (*Client, error) {
 	u, err := ParseURL(base)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{base: u, http: hc, maxBytes: DefaultMaxResponseBytes}, nil
+	own := *hc
+	own.CheckRedirect = checkRedirect(hc.CheckRedirect)
+	return &Client{base: u, http: &own, maxBytes: DefaultReadingBytes}, nil
 }
 
 // ParseURL checks a server URL: http or https, with a host, and neither a query nor a fragment.
@@ -58,7 +57,7 @@ func ParseURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// SetMaxResponseBytes changes the bound on one answer's body.
+// SetMaxResponseBytes changes the budget of a query whose context carries none (WithBudget).
 func (c *Client) SetMaxResponseBytes(n int64) { c.maxBytes = n }
 
 // URL is the server's URL as messages show it, without a password.
@@ -107,7 +106,11 @@ func (c *Client) run(ctx context.Context, endpoint string, form url.Values, expr
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body := &boundedReader{r: resp.Body, left: c.maxBytes}
+	budget := budgetOf(ctx)
+	if budget == nil {
+		budget = NewBudget(c.maxBytes)
+	}
+	body := &boundedReader{r: resp.Body, budget: budget}
 	if resp.StatusCode/100 != 2 && !isAPIError(resp) {
 		return nil, c.statusError(resp, body, expr)
 	}
@@ -122,8 +125,10 @@ func (c *Client) run(ctx context.Context, endpoint string, form url.Values, expr
 		apiErr.URL, apiErr.Query, apiErr.Status = c.URL(), expr, resp.StatusCode
 		return warnings, apiErr
 	case errors.Is(err, errTooLarge):
-		return warnings, fmt.Errorf("Prometheus at %s: the answer to %s is larger than %d MiB: narrow it with a selector",
-			c.URL(), expr, c.maxBytes>>20)
+		return warnings, fmt.Errorf("Prometheus at %s: the answers to a reading are larger than %s in all (at the "+
+			"answer to %s): narrow it with a selector", c.URL(), sizeText(budget.size), expr)
+	case errors.Is(err, errValueTooLarge):
+		return warnings, fmt.Errorf("Prometheus at %s: reading the answer to %s: %w", c.URL(), expr, err)
 	case err != nil && ctx.Err() != nil:
 		return warnings, c.contextError(ctx, err)
 	case err != nil:
@@ -185,6 +190,9 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) {
 		err = urlErr.Err // the URL is said once, redacted, below
+	}
+	if redirect := (*errRedirect)(nil); errors.As(err, &redirect) {
+		return fmt.Errorf("Prometheus at %s: %w", c.URL(), redirect)
 	}
 	return classified{fmt.Errorf("cannot reach Prometheus at %s: %w", c.URL(), err), ErrUnreachable}
 }
@@ -252,26 +260,6 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("Prometheus at %s: %s: %s (query: %s)", e.URL, e.Type, e.Msg, e.Query)
 }
 
-var errTooLarge = errors.New("answer too large")
-
-// boundedReader fails, rather than cutting the answer short, once more than left bytes are read.
-type boundedReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (b *boundedReader) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, errTooLarge
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.r.Read(p)
-	b.left -= int64(n)
-	return n, err
-}
-
 // decode reads an API answer, {"status":…, "data":{"resultType":"vector","result":[…]}, "warnings":[…], …}, in
 // any order of its keys (but resultType before result, as servers write it), one sample at a time.
 func decode(r io.Reader, each func(Sample) error) (warnings []string, err error) {
@@ -289,14 +277,7 @@ func decode(r io.Reader, each func(Sample) error) (warnings []string, err error)
 		case "error":
 			return dec.Decode(&errMsg)
 		case "warnings", "infos":
-			var ws []string
-			if err := dec.Decode(&ws); err != nil {
-				return err
-			}
-			for _, w := range ws {
-				warnings = append(warnings, strings.TrimSuffix(key, "s")+": "+w)
-			}
-			return nil
+			return messages(dec, strings.TrimSuffix(key, "s"), &warnings)
 		case "data":
 			return object(dec, func(key string) error {
 				switch key {
@@ -380,9 +361,41 @@ func delim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-func skip(dec *json.Decoder) error {
-	var v json.RawMessage
-	return dec.Decode(&v)
+// skip reads past a value, which the decoder holds whole while it does: boundedReader bounds it.
+func skip(dec *json.Decoder) error { return dec.Decode(&discard{}) }
+
+// discard is a value that the decoder reads and forgets, without a copy of it.
+type discard struct{}
+
+func (*discard) UnmarshalJSON([]byte) error { return nil }
+
+// messages reads an array of warnings or infos, a string at a time, keeping maxWarnings of them (each prefixed with
+// kind, "warning" or "info") and one more line that counts the rest.
+func messages(dec *json.Decoder, kind string, out *[]string) error {
+	if t, err := dec.Token(); err != nil {
+		return err
+	} else if t == nil {
+		return nil // null: none
+	} else if t != json.Delim('[') {
+		return classified{fmt.Errorf("%ss are %v, not an array", kind, t), ErrNotAPI}
+	}
+	kept, more := 0, 0
+	for dec.More() {
+		var m string
+		if err := dec.Decode(&m); err != nil {
+			return err
+		}
+		if kept < maxWarnings {
+			*out = append(*out, kind+": "+m)
+			kept++
+		} else {
+			more++
+		}
+	}
+	if more > 0 {
+		*out = append(*out, fmt.Sprintf("%s: %d more %ss in this answer", kind, more, kind))
+	}
+	return delim(dec, ']')
 }
 
 // vector reads the result array one sample at a time into one reused map.

@@ -203,7 +203,7 @@ func TestQueryBoundsTheAnswer(t *testing.T) {
 	c.SetMaxResponseBytes(4 << 10)
 	n := 0
 	_, err := c.Query(context.Background(), "up", time.Time{}, func(Sample) error { n++; return nil })
-	if err == nil || !strings.Contains(err.Error(), "is larger than 0 MiB: narrow it with a selector") {
+	if err == nil || !strings.Contains(err.Error(), "are larger than 4 KiB in all (at the answer to up): narrow it with a selector") {
 		t.Errorf("error %v after %d samples", err, n)
 	}
 	if n == 0 || n > 120 {

@@ -46,8 +46,8 @@ func newLabelSet(l *layout, values []string, hash uint64, maxValue int) *labelSe
 		return s
 	}
 	size := 1
-	for i, v := range values {
-		size += len(l.labels[i]) + len(v) + 4
+	for i, v := range s.shown {
+		size += len(l.labels[i]) + len(v) + 4 // of the values as served: a long one would leave its length unused here
 	}
 	var b strings.Builder
 	b.Grow(size)
@@ -74,13 +74,27 @@ const truncationMark = "…[truncated %x]"
 // boundary (v is UTF-8). The digest in the mark keeps apart values that differ only past the cut, and cuts a value
 // the same way in every gathering and every run of the exporter, so that its series keeps its identity.
 func truncate(v string, limit int) string {
-	sum := sha256.Sum256([]byte(v))
+	sum := digest(v)
 	mark := fmt.Sprintf(truncationMark, sum[:8])
 	cut := max(limit-len(mark), 0)
 	for cut > 0 && !utf8.RuneStart(v[cut]) {
 		cut--
 	}
 	return v[:cut] + mark
+}
+
+// digest is the SHA-256 of v, read through a small buffer rather than a copy of v, which may be megabytes.
+func digest(v string) [sha256.Size]byte {
+	h := sha256.New()
+	var buf [4096]byte
+	for len(v) > 0 {
+		n := copy(buf[:], v)
+		h.Write(buf[:n])
+		v = v[n:]
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // needsEscaping reports whether the text format escapes something in a label value.

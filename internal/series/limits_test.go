@@ -2,7 +2,9 @@ package series
 
 import (
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -116,4 +118,28 @@ func TestSeriesPerFamilyAreCapped(t *testing.T) {
 		}
 		g.Release()
 	}
+}
+
+// A value over the cap costs what is served, not its own length again: one long value (a simulated node file may
+// give a thousand GPUs the same name through a YAML alias) must not be copied, or leave its length as unused
+// capacity, in each label set that holds it.
+func TestLongLabelValueIsNotCopiedPerSeries(t *testing.T) {
+	long := strings.Repeat("n", 1<<20)
+	d := NewDesc("gpu_info", "h", []string{"gpu", "name"})
+	e := NewEngine(d)
+	const sets = 64
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b := e.Batch()
+	for i := range sets {
+		b.Gauge(d, 1, strconv.Itoa(i), long)
+	}
+	g := gather(t, b)
+	runtime.ReadMemStats(&after)
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > sets*8*MaxLabelValueBytes {
+		t.Errorf("%d label sets of one 1 MiB value allocated %d MiB, want at most %d KiB (the value as served, per set)",
+			sets, allocated>>20, sets*8*MaxLabelValueBytes>>10)
+	}
+	g.Release()
 }

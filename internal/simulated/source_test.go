@@ -3,6 +3,7 @@ package simulated
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,6 +185,53 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 	for _, path := range []string{pipe, "/dev/zero"} {
 		if err := testkit.Within(t, 5*time.Second, path, func() error { _, err := Open(path); return err }); !errors.Is(err, configfile.ErrNotRegular) {
 			t.Errorf("Open(%s) = %v, want a refusal", path, err)
+		}
+	}
+}
+
+// TestOpenRefusesAliasExpansion: YAML aliases let a file within MaxFileBytes stand for gigabytes (GPUs that alias
+// one long name); a file whose values, aliases expanded, pass MaxExpandedBytes is refused, naming the reason. Aliases
+// that share a little (one GPU's health readings for all) are fine.
+func TestOpenRefusesAliasExpansion(t *testing.T) {
+	node := func(gpus int, name string) string {
+		var b strings.Builder
+		b.WriteString("gpus:\n")
+		for i := range gpus {
+			fmt.Fprintf(&b, "  - uuid: GPU-5c1f2a3e-0d4b-4c8e-9a7f-%012d\n    memory_total_bytes: 1000\n", i)
+			if i == 0 {
+				fmt.Fprintf(&b, "    name: &name %q\n    pcie: &pcie {generation: 5, width: 16}\n", name)
+			} else {
+				b.WriteString("    name: *name\n    pcie: *pcie\n")
+			}
+		}
+		return b.String()
+	}
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	for _, tc := range []struct {
+		what string
+		data string
+		ok   bool
+	}{
+		{"1,000 GPUs sharing a short name and PCIe readings", node(1000, "NVIDIA H100 80GB HBM3"), true},
+		{"200 GPUs aliasing a 64 KiB name (12.8 MiB expanded)", node(200, strings.Repeat("n", 64<<10)), false},
+		{"1,000 GPUs aliasing a 3 MiB name (3 GiB expanded)", node(1000, strings.Repeat("n", 3<<20)), false},
+	} {
+		if len(tc.data) > MaxFileBytes {
+			t.Fatalf("%s: the file is %d bytes, over MaxFileBytes", tc.what, len(tc.data))
+		}
+		if err := os.WriteFile(path, []byte(tc.data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(path)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v", tc.what, err)
+		case tc.ok:
+			if snap, err := s.Snapshot(t.Context()); err != nil || len(snap.Devices) != 1000 {
+				t.Errorf("%s: snapshot error %v", tc.what, err)
+			}
+		case err == nil || !strings.Contains(err.Error(), "YAML aliases expanded") || !strings.Contains(err.Error(), path):
+			t.Errorf("%s: Open = %v, want an error naming the file and the expansion", tc.what, err)
 		}
 	}
 }

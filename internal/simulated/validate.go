@@ -56,6 +56,9 @@ func validateIdentity(g gpuConfig) error {
 // parse reads a node file strictly: unknown keys, wrong types and out-of-range values are errors that name the key
 // or value and its line.
 func parse(data []byte) (*nodeConfig, error) {
+	if err := checkExpansion(data); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var cfg nodeConfig
@@ -188,6 +191,48 @@ func validateClaim(a allocationConfig) error {
 			return fmt.Errorf("device_ids: %q is not a %s GPU device name (gpu-<minor>, gpu-<minor>-mig-<profile>-<profile id>-<start>)",
 				name, kubelet.NVIDIADRADriver)
 		}
+	}
+	return nil
+}
+
+// MaxExpandedBytes bounds a node file with its YAML aliases expanded, as the exporter holds it: an alias repeats
+// what its anchor holds, so that a 3 MB file whose thousand GPUs alias one 3 MB name stands for 3 GB. Twice
+// MaxFileBytes is room for a file of a thousand GPUs that shares its processes or health readings through aliases.
+const MaxExpandedBytes = 2 * MaxFileBytes
+
+// nodeOverhead is what one YAML node counts for besides its text, so that many aliases of an empty value count too.
+const nodeOverhead = 16
+
+// checkExpansion refuses a file whose values, aliases expanded, take more than MaxExpandedBytes. It walks the
+// parsed nodes once, each anchor's size counted once and added at each of its aliases, and stops at the bound.
+// A file that does not parse is left to the decoding that follows, which says where.
+func checkExpansion(data []byte) error {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return nil
+	}
+	sizes := map[*yaml.Node]int64{}
+	var size func(n *yaml.Node) int64
+	size = func(n *yaml.Node) int64 {
+		if s, ok := sizes[n]; ok {
+			return s
+		}
+		sizes[n] = MaxExpandedBytes + 1 // while it is being measured: an anchor aliased inside itself has no end
+		s := int64(nodeOverhead + len(n.Value))
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			s += size(n.Alias)
+		}
+		for _, c := range n.Content {
+			if s += size(c); s > MaxExpandedBytes {
+				break
+			}
+		}
+		sizes[n] = s
+		return s
+	}
+	if s := size(&root); s > MaxExpandedBytes {
+		return fmt.Errorf("the file's values take more than %d MiB with its YAML aliases expanded (an alias repeats "+
+			"what its anchor holds): write the values out, or alias less", MaxExpandedBytes>>20)
 	}
 	return nil
 }

@@ -118,3 +118,55 @@ func TestAutoListsProcessesWithNvidiaSMIWhereNVMLCannot(t *testing.T) {
 		t.Errorf("the fallback was logged %d times, want once:\n%s", n, exp.Output())
 	}
 }
+
+// A driver that answers NVML_VALUE_NOT_AVAILABLE (-1) for GPU 1's values with SUCCESS, as drivers do for some GPUs
+// and fields: each is left out, not written as 4.29e7 of utilization, 4.29e9 °C, 4.29 MW or 2^64 KiB of NVLink
+// traffic, and counted by family; GPU 0 is written whole, and GPU 1's other values too.
+func TestNVMLSentinelsAreLeftOut(t *testing.T) {
+	t.Setenv("LD_LIBRARY_PATH", stubNVML(t))
+	t.Setenv("STUB_NVML_SENTINELS", "1")
+	exp := e2eutil.StartExporter(t, binary, "--gpu.source=nvml", "--path.procfs="+t.TempDir(), "--compat=dcgm")
+	body, families := e2eutil.Scrape(t, exp.Addr)
+	byGPU := func(name, uuid string) int {
+		n := 0
+		for _, m := range families[name].GetMetric() {
+			if e2eutil.Label(m, "uuid") == uuid || e2eutil.Label(m, "UUID") == uuid {
+				n++
+			}
+		}
+		return n
+	}
+	for _, name := range []string{"gpu_utilization_ratio", "gpu_memory_utilization_ratio", "gpu_temperature_celsius",
+		"gpu_power_usage_watts", "gpu_energy_consumption_joules_total", "gpu_pcie_replays_total", "gpu_recovery_action",
+		"gpu_nvlink_bytes_total", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+		"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"} {
+		if n := byGPU(name, "GPU-stub-1"); n != 0 {
+			t.Errorf("%s: %d series of GPU 1, written from NVML's \"not available\"", name, n)
+		}
+		if name != "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" && byGPU(name, "GPU-stub-0") == 0 { // a rate: absent at first
+			t.Errorf("%s: no series of GPU 0", name)
+		}
+	}
+	if byGPU("gpu_memory_used_bytes", "GPU-stub-1") != 1 || byGPU("gpu_clock_hertz", "GPU-stub-1") != 4 {
+		t.Errorf("GPU 1's plausible values left out too")
+	}
+	counted := map[string]float64{}
+	for _, m := range families["gpu_pod_exporter_implausible_values_total"].GetMetric() {
+		counted[e2eutil.Label(m, "family")+"/"+e2eutil.Label(m, "reason")] = e2eutil.Value(m)
+	}
+	for _, f := range []string{"gpu_utilization_ratio", "gpu_temperature_celsius", "gpu_power_usage_watts",
+		"gpu_energy_consumption_joules_total", "gpu_recovery_action"} {
+		if counted[f+"/out_of_range"] != 1 {
+			t.Errorf("gpu_pod_exporter_implausible_values_total: %v, want %s counted once", counted, f)
+		}
+	}
+	if counted["gpu_nvlink_bytes_total/out_of_range"] != 2 {
+		t.Errorf("gpu_pod_exporter_implausible_values_total: %v, want both NVLink directions counted", counted)
+	}
+	for line := range strings.Lines(body) {
+		gpuSeries := strings.HasPrefix(line, "gpu_") || strings.HasPrefix(line, "DCGM_")
+		if gpuSeries && (strings.Contains(line, "4.294967295e+") || strings.Contains(line, "1.8446744073709")) {
+			t.Errorf("a sentinel was written: %s", line)
+		}
+	}
+}

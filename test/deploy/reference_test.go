@@ -84,10 +84,12 @@ func TestReferenceNamesEveryMetricFamily(t *testing.T) {
 	ch := make(chan *prometheus.Desc)
 	go func() {
 		// The self-metrics; vectors that have no series yet are not served, nor are the series engine's before it
-		// drops a series, nor the password checks' without basic auth.
+		// drops a series, nor the collector's before it leaves out a value, nor the password checks' without basic
+		// auth.
 		for _, self := range []prometheus.Collector{reader, attr, kc, series.NewEngine(), basicauth.New(basicauth.Config{})} {
 			self.Describe(ch)
 		}
+		c.DescribeSelf(ch)
 		close(ch)
 	}()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)

@@ -84,16 +84,20 @@ type drmFile struct {
 
 // scanner looks through the processes' open files for DRM clients, reading by reading.
 type scanner struct {
-	r     *procfs.Reader
-	procs map[uint32]*openFiles
-	kept  int // fdinfo files open
+	r      *procfs.Reader
+	budget *procfs.KeptFiles
+	procs  map[uint32]*openFiles
+	kept   int // fdinfo files open
 	// Reused from one reading to the next.
 	pids []uint32
 	fds  []procfs.DeviceFD
 }
 
-func newScanner(procfsRoot string) *scanner {
-	return &scanner{r: procfs.NewReader(procfsRoot), procs: make(map[uint32]*openFiles)}
+func newScanner(procfsRoot string, budget *procfs.KeptFiles) *scanner {
+	if budget == nil {
+		budget = procfs.NewKeptFiles(maxKept)
+	}
+	return &scanner{r: procfs.NewReader(procfsRoot), budget: budget, procs: make(map[uint32]*openFiles)}
 }
 
 // scan finds the DRM clients of the drivers and devices this source reads in every process's open files, each
@@ -224,7 +228,7 @@ func (sc *scanner) look(pid uint32, p *openFiles, limit int, now time.Time) (_ *
 		}
 		d := drmFile{DeviceFD: f}
 		if tracked && sc.kept < maxKept {
-			if k, err := sc.r.OpenFDInfo(pid, f.FD); err == nil {
+			if k, err := sc.budget.OpenFDInfo(sc.r, pid, f.FD); err == nil {
 				d.info = k
 				sc.kept++
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // Config configures a Source. Zero values take the defaults.
@@ -23,7 +24,11 @@ type Config struct {
 	// Bounds on the open files looked at per process and per reading; DefaultMaxFDsPerProcess and
 	// DefaultMaxFDsPerReading by default.
 	MaxFDsPerProcess, MaxFDsPerReading int
-	Now                                func() time.Time
+	// KeptFiles is the budget of process files kept open between readings, shared with attribution's, so that the
+	// two together leave descriptors for connections; past it a DRM file's fdinfo is read by path. nil: a budget of
+	// this source's own.
+	KeptFiles *procfs.KeptFiles
+	Now       func() time.Time
 }
 
 // Source reads the node's amdgpu, i915 and xe GPUs (gpu.Source). Like every source it is called one Snapshot at
@@ -55,7 +60,7 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Source{cfg: cfg, scan: newScanner(cfg.ProcFS), known: make(map[string]*device),
+	s := &Source{cfg: cfg, scan: newScanner(cfg.ProcFS, cfg.KeptFiles), known: make(map[string]*device),
 		clients: make(map[rateKey]clientCounters), energy: make(map[string]energy), kfd: make(kfdFiles)}
 	devs, err := discover(&s.files, cfg.SysFS, cfg.ProcFS, s.known)
 	if err != nil {

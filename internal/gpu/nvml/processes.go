@@ -14,7 +14,7 @@ import (
 )
 
 // maxSizeRetries bounds the calls made when NVML answers INSUFFICIENT_SIZE because processes appeared between
-// asking for the count and reading the list.
+// asking for the count and reading the list: a driver that keeps answering it is given up on for the reading.
 const maxSizeRetries = 3
 
 // procKey identifies one process on one GPU or MIG instance.
@@ -169,7 +169,7 @@ func (r *deviceReader) listProcesses(h gonvml.Device, ref deviceRef, scope listS
 		{h.GetGraphicsRunningProcesses, false, func(e *procEntry) { e.graphics = true }},
 		{h.GetMPSComputeRunningProcesses, false, func(e *procEntry) { e.mps = true }},
 	}
-	if r.s.syms.processRecordsTooLong {
+	if r.s.records != nil {
 		for i := range lists {
 			lists[i].call = func() ([]gonvml.ProcessInfo, gonvml.Return) { return r.s.records.list(processList(i), ref) }
 		}
@@ -178,14 +178,26 @@ func (r *deviceReader) listProcesses(h gonvml.Device, ref deviceRef, scope listS
 		lists = lists[:2]
 	}
 	for _, l := range lists {
-		infos, ret := retrySize(l.call)
-		if ret != gonvml.SUCCESS {
-			if unsupported(ret) {
-				if l.required {
-					return listUnsupported
-				}
-				continue
-			}
+		var infos []gonvml.ProcessInfo
+		var ret gonvml.Return
+		if r.s.records != nil {
+			infos, ret = l.call() // retries INSUFFICIENT_SIZE itself
+		} else {
+			infos, ret = retrySize(l.call)
+		}
+		switch {
+		case ret == gonvml.SUCCESS:
+		case unsupported(ret) && l.required:
+			return listUnsupported
+		case unsupported(ret):
+			continue
+		case ret == gonvml.ERROR_INSUFFICIENT_SIZE && r.lost == nil:
+			r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcesses, fmt.Errorf("listing the processes of GPU %d: "+
+				"NVML kept answering INSUFFICIENT_SIZE however much room it was given, %d times in a row (the exporter "+
+				"stops there, where go-nvml would go on without end); read again at the next reading: %w",
+				r.index, maxSizeRetries, ret)))
+			return listFailed
+		default:
 			r.ok(gpu.OpProcesses, ret)
 			return listFailed
 		}

@@ -59,7 +59,7 @@ type Source struct {
 	lib               gonvml.Interface
 	syms              symbols
 	fields            []deviceField // the field values the driver defines
-	records           recordLister  // where _v3 process records are longer than go-nvml's; else nil
+	records           recordLister  // the source's own process lists (records.go); nil: go-nvml's
 	log               *slog.Logger
 	now               func() time.Time
 	utilizationWindow time.Duration
@@ -162,14 +162,18 @@ func (s *Source) configure() {
 	s.fields = fieldsOf(branch)
 	s.fabricV2Only = false
 	s.records = nil
-	if syms.processRecordsTooLong {
-		records, err := newLongRecords()
-		if err != nil {
-			s.log.Warn("GPU processes will not be listed", "err", errProcessRecordsTooLong, "lookup", err)
-			return
-		}
+	records, err := newOwnLists(syms.processRecordsTooLong)
+	switch {
+	case err == nil:
 		s.records = records
-		s.log.Info("this NVIDIA driver writes 32-byte process records where go-nvml expects 24; reading the process lists with the exporter's own calls")
+		if syms.processRecordsTooLong {
+			s.log.Info("this NVIDIA driver writes 32-byte process records where go-nvml expects 24; reading them as they are")
+		}
+	case syms.processRecordsTooLong:
+		s.log.Warn("GPU processes will not be listed", "err", errProcessRecordsTooLong, "lookup", err)
+	default:
+		// go-nvml's lists: they read the same records, but retry INSUFFICIENT_SIZE without bound.
+		s.log.Debug("listing GPU processes through go-nvml", "lookup", err)
 	}
 }
 

@@ -9,10 +9,13 @@ package nvml
 // stubChildEnv set, runs TestStubChild, which writes what it read as JSON.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +23,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +39,7 @@ const (
 	stubLibEnv      = "GPE_NVML_STUB_LIB"      // the stub library's path
 	stubOutEnv      = "GPE_NVML_STUB_OUT"      // where the child writes its result
 	stubReadingsEnv = "GPE_NVML_STUB_READINGS" // snapshots the "snapshot" scenario takes, one second apart
+	stubStormEnv    = "GPE_NVML_STUB_STORM"    // how long the "xid storm" scenario watches the storm
 )
 
 // stubResult is what a child read.
@@ -45,8 +51,18 @@ type stubResult struct {
 	// Processes is what go-nvml itself returned for GPU 0's compute processes (scenario "go-nvml processes").
 	Processes []gonvml.ProcessInfo
 	GPM       stubGPM
-	// Report is what the stub wrote at nvmlShutdown: its call count and the GPM samples still allocated.
+	// Report is what the stub wrote at nvmlShutdown: its call count, the XIDs it reported and the GPM samples still
+	// allocated.
 	Report string
+	Storm  stubStorm
+}
+
+// stubStorm is what the XID watcher did in an XID storm (scenario "xid storm").
+type stubStorm struct {
+	Seconds    float64 // how long it was watched
+	WarnLines  int64   // the WARN lines logged meanwhile
+	CPUSeconds float64 // the process's CPU time meanwhile, user and system
+	Counted    uint64  // the XIDs counted, after Close
 }
 
 // stubGPM is what go-nvml alone computed from two GPM samples of GPU 0 (scenario "go-nvml gpm").
@@ -146,6 +162,8 @@ func TestStubChild(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	case "xid storm":
+		res.Storm = watchStorm(t, lib)
 	case "go-nvml processes":
 		// go-nvml alone, as every program that uses it lists processes.
 		h := stubGPU0(t, lib)
@@ -168,6 +186,51 @@ func TestStubChild(t *testing.T) {
 	if err := os.WriteFile(os.Getenv(stubOutEnv), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// watchStorm runs the source, and so its XID watcher, through the stub's XID storm for GPE_NVML_STUB_STORM (2 s by
+// default), logging as the exporter does (text, here to nowhere).
+func watchStorm(t *testing.T, lib gonvml.Interface) stubStorm {
+	d, err := time.ParseDuration(cmp.Or(os.Getenv(stubStormEnv), "2s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warn := &warnCounter{Handler: slog.NewTextHandler(io.Discard, nil)}
+	s, err := New(Config{Library: lib, Logger: slog.New(warn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := processCPUSeconds(t)
+	time.Sleep(d)
+	storm := stubStorm{Seconds: d.Seconds(), CPUSeconds: processCPUSeconds(t) - cpu, WarnLines: warn.n.Load()}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range s.xid.countsOf("GPU-stub-0") {
+		storm.Counted += x.Count
+	}
+	return storm
+}
+
+// warnCounter counts the WARN records its handler gets.
+type warnCounter struct {
+	slog.Handler
+	n atomic.Int64
+}
+
+func (w *warnCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		w.n.Add(1)
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func processCPUSeconds(t *testing.T) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func stubGPU0(t *testing.T, lib gonvml.Interface) gonvml.Device {
@@ -540,4 +603,55 @@ func TestStubLibraryProcessUtilizationGrowsBetweenCalls(t *testing.T) {
 		t.Errorf("process_utilization error = %+v (found %v)", e, ok)
 	}
 	res.device(t, 0, "GPU-stub-1")
+}
+
+// A driver in an XID storm answers every event wait at once. Through the real library: every XID the driver
+// reported is counted, the log has GPU 0's first xidLogBurst of the minute, and the watcher reads at most
+// maxXIDEventsPerSecond a second, which bounds its CPU (measured and logged, not asserted: the machine's load is
+// not the test's).
+func TestStubLibraryXIDStorm(t *testing.T) {
+	res := mustRunStub(t, stubnvml.H100R580.Build(t), "xid storm", "STUB_NVML_XID_STORM=1")
+	var sent uint64
+	if _, err := fmt.Sscanf(res.Report, "calls=%d xids=%d", new(uint64), &sent); err != nil {
+		t.Fatalf("stub report %q: %v", res.Report, err)
+	}
+	st := res.Storm
+	t.Logf("XID storm for %.0f s: %d XIDs reported and %d counted, %d WARN lines, %.2f CPU-s",
+		st.Seconds, sent, st.Counted, st.WarnLines, st.CPUSeconds)
+	if st.Counted != sent || sent == 0 {
+		t.Errorf("%d XIDs counted, want every one the driver reported: %d", st.Counted, sent)
+	}
+	if max := uint64(st.Seconds+1) * maxXIDEventsPerSecond; sent > max {
+		t.Errorf("%d XIDs read in %.0f s, want at most %d a second", sent, st.Seconds, maxXIDEventsPerSecond)
+	}
+	if st.WarnLines != xidLogBurst {
+		t.Errorf("%d WARN lines, want GPU 0's first %d XIDs of the minute", st.WarnLines, xidLogBurst)
+	}
+}
+
+// A driver that answers INSUFFICIENT_SIZE to a process list however much room it is given, each time with a larger
+// count: go-nvml's lists call it again without end, doubling their buffer, and the reading never returns (a core
+// spinning inside go-nvml). The source's own calls give up after maxSizeRetries, and GPU 0's processes are unlisted
+// for the reading with an error that says why; GPU 1 and the rest of GPU 0 are read.
+func TestStubLibraryProcessListThatKeepsGrowing(t *testing.T) {
+	start := time.Now()
+	res := mustRunStub(t, stubnvml.H100R580.Build(t), "snapshot", "STUB_NVML_PROCESSES_GROW=1", stubReadingsEnv+"=1")
+	var calls uint64
+	if _, err := fmt.Sscanf(res.Report, "calls=%d", &calls); err != nil {
+		t.Fatalf("stub report %q: %v", res.Report, err)
+	}
+	t.Logf("a reading against a process list that keeps growing: %d NVML calls, %v", calls, time.Since(start).Round(time.Millisecond))
+	d := res.device(t, 0, "GPU-stub-0")
+	if d.ProcessesListed || len(d.Processes) != 0 {
+		t.Errorf("GPU 0 listed %v with %d processes, want unlisted", d.ProcessesListed, len(d.Processes))
+	}
+	if e, ok := res.findError(0, "processes"); !ok || !strings.Contains(e.Message, "kept answering INSUFFICIENT_SIZE") {
+		t.Errorf("GPU 0 processes error = %+v (found %v), want one that says NVML kept asking for more room", e, ok)
+	}
+	if d.MemoryUsedBytes != gpu.Known(stubnvml.MemoryUsed) {
+		t.Errorf("GPU 0 memory used = %+v, want it read", d.MemoryUsedBytes)
+	}
+	if d1 := res.device(t, 0, "GPU-stub-1"); !d1.ProcessesListed {
+		t.Errorf("GPU 1 processes not listed")
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,11 @@ import (
 // NVML says an event set whose wait failed is in an undefined state and should be freed: the watcher then frees it,
 // waits for the backoff, and creates and registers a new one until that works. A watcher that found no GPU that
 // supports XID events runs no goroutine and counts nothing.
+//
+// A driver in an XID storm answers each wait at once. The watcher then reads at most maxXIDEventsPerSecond events a
+// second (NVML keeps the others ready for the next waits, each with its own data on Linux), so that the storm costs
+// a bounded share of a core, and every event read is counted; the log says the first xidLogBurst XIDs of each GPU
+// in a minute one by one and the rest in one line when the minute is over.
 type xidWatcher struct {
 	lib     gonvml.Interface
 	log     *slog.Logger
@@ -35,6 +41,7 @@ type xidWatcher struct {
 	backoff time.Duration
 	cancel  context.CancelFunc
 	done    chan struct{}
+	lines   xidLog // the watcher goroutine's own
 
 	mu     sync.Mutex
 	up     bool
@@ -48,9 +55,16 @@ type xidWatcher struct {
 // errNoXIDSupport means no GPU supports XID events, which is permanent for the driver and GPUs.
 var errNoXIDSupport = errors.New("no GPU supports XID events")
 
+// Bounds of an XID storm: the events read a second, and the XIDs of one GPU logged one by one in a minute.
+const (
+	maxXIDEventsPerSecond = 1000
+	xidLogBurst           = 10
+	xidLogWindow          = time.Minute
+)
+
 func newXIDWatcher(lib gonvml.Interface, log *slog.Logger, wait, backoff time.Duration) *xidWatcher {
 	return &xidWatcher{lib: lib, log: log, wait: wait, backoff: backoff, counts: map[string]map[uint64]uint64{},
-		uuids: map[gonvml.Device]string{}, registered: map[string]int{}}
+		uuids: map[gonvml.Device]string{}, registered: map[string]int{}, lines: xidLog{log: log, gpus: map[string]*xidLogGPU{}}}
 }
 
 // start registers every GPU that supports XID events and starts the goroutine. Failures only cost the XID counts,
@@ -129,7 +143,9 @@ func (w *xidWatcher) register() (gonvml.EventSet, error) {
 // event") frees the set; after the backoff a new one is created and registered.
 func (w *xidWatcher) run(ctx context.Context, set gonvml.EventSet) {
 	defer close(w.done)
+	defer func() { w.lines.flush(time.Now(), true) }()
 	waitMs := uint32(w.wait.Milliseconds())
+	var pace eventPace
 	for {
 		if set == nil {
 			if !sleepCtx(ctx, w.backoff) {
@@ -148,10 +164,14 @@ func (w *xidWatcher) run(ctx context.Context, set gonvml.EventSet) {
 			var ev gonvml.EventData
 			switch ev, ret = set.Wait(waitMs); ret {
 			case gonvml.SUCCESS:
-				w.record(ev)
+				w.record(ev, time.Now())
+				if d := pace.next(time.Now()); d > 0 && !sleepCtx(ctx, d) {
+					ret = gonvml.ERROR_TIMEOUT // stopping: leave the loop, and free the set
+				}
 			case gonvml.ERROR_TIMEOUT:
 				ret = gonvml.SUCCESS
 			}
+			w.lines.flush(time.Now(), false)
 		}
 		w.setUp(false)
 		set.Free()
@@ -191,7 +211,7 @@ func (w *xidWatcher) isUp() bool {
 
 // record counts one event. The UUID comes from the registration, because a GPU that reports XID 79 is lost by the
 // time the event is read; GetUUID is asked only for a handle that was not registered.
-func (w *xidWatcher) record(ev gonvml.EventData) {
+func (w *xidWatcher) record(ev gonvml.EventData, now time.Time) {
 	if ev.EventType != gonvml.EventTypeXidCriticalError || ev.Device == nil {
 		return
 	}
@@ -201,11 +221,11 @@ func (w *xidWatcher) record(ev gonvml.EventData) {
 	if !ok {
 		var ret gonvml.Return
 		if uuid, ret = ev.Device.GetUUID(); ret != gonvml.SUCCESS {
-			w.log.Warn("XID error on a GPU that is not registered and whose UUID cannot be read", "xid", ev.EventData, "err", ret)
+			w.lines.xid(now, "", ev.EventData, ret)
 			return
 		}
 	}
-	w.log.Warn("XID error", "uuid", uuid, "xid", ev.EventData)
+	w.lines.xid(now, uuid, ev.EventData, nil)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	byXID := w.counts[uuid]
@@ -270,4 +290,76 @@ func (w *xidWatcher) stop() {
 	w.cancel()
 	<-w.done
 	w.cancel, w.done = nil, nil
+}
+
+// eventPace bounds the events read a second: next is called after each one, and says how long to wait before the
+// next wait, once maxXIDEventsPerSecond were read in the current second.
+type eventPace struct {
+	second time.Time
+	n      int
+}
+
+func (p *eventPace) next(now time.Time) time.Duration {
+	if now.Sub(p.second) >= time.Second || now.Before(p.second) {
+		p.second, p.n = now, 0
+	}
+	if p.n++; p.n < maxXIDEventsPerSecond {
+		return 0
+	}
+	return time.Second - now.Sub(p.second)
+}
+
+// xidLog writes the XID log lines: each GPU's first xidLogBurst XIDs of a minute one by one, the rest counted and
+// said in one line when the minute is over. Only the watcher goroutine uses it.
+type xidLog struct {
+	log  *slog.Logger
+	gpus map[string]*xidLogGPU // by UUID; "" for XIDs of a GPU that could not be named
+}
+
+type xidLogGPU struct {
+	since  time.Time         // the start of the minute
+	logged int               // XIDs logged one by one in it
+	more   map[uint64]uint64 // the others, by XID
+}
+
+// xid logs one XID of the GPU uuid, or counts it for the minute's summary. err is set when the GPU could not be named.
+func (l *xidLog) xid(now time.Time, uuid string, code uint64, err error) {
+	g := l.gpus[uuid]
+	if g == nil {
+		g = &xidLogGPU{since: now, more: map[uint64]uint64{}}
+		l.gpus[uuid] = g
+	}
+	if g.logged >= xidLogBurst {
+		g.more[code]++
+		return
+	}
+	g.logged++
+	if err != nil {
+		l.log.Warn("XID error on a GPU that is not registered and whose UUID cannot be read", "xid", code, "err", err)
+		return
+	}
+	l.log.Warn("XID error", "uuid", uuid, "xid", code)
+}
+
+// flush ends the minutes that are over (all of them with all set): it says how many XIDs each GPU had past the ones
+// logged, and forgets the GPU until its next XID.
+func (l *xidLog) flush(now time.Time, all bool) {
+	for uuid, g := range l.gpus {
+		if !all && now.Sub(g.since) < xidLogWindow {
+			continue
+		}
+		delete(l.gpus, uuid)
+		if len(g.more) == 0 {
+			continue
+		}
+		var n uint64
+		codes := slices.Sorted(maps.Keys(g.more))
+		byCode := make([]string, len(codes))
+		for i, c := range codes {
+			n += g.more[c]
+			byCode[i] = fmt.Sprintf("%d: %d", c, g.more[c])
+		}
+		l.log.Warn(fmt.Sprintf("%d more XIDs on GPU %s in the last minute, counted but not logged one by one", n, cmp.Or(uuid, "(unnamed)")),
+			"uuid", uuid, "more", n, "by_xid", strings.Join(byCode, ", "), "window", now.Sub(g.since).Round(time.Second))
+	}
 }

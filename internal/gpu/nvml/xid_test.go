@@ -3,6 +3,10 @@
 package nvml
 
 import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
 )
 
 // eventSet is a mock event set fed by the test: Wait returns the next queued reply, or ERROR_TIMEOUT when none
@@ -261,6 +266,79 @@ func TestXIDUnsupportedRunsNoGoroutine(t *testing.T) {
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// A driver in an XID storm answers every wait at once with another XID. Every XID read is counted, exactly; the
+// watcher reads at most maxXIDEventsPerSecond a second (the rest wait in NVML's queue), so the storm costs a bounded
+// share of a core; and the log has each GPU's first xidLogBurst XIDs of a minute and then one line with the rest,
+// rather than a line per XID (673,565 WARN lines in 10 s before).
+func TestXIDStormIsPacedAndSummarized(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev0, dev1 := newDevice("GPU-0"), newDevice("GPU-1")
+		const storm = 20 * maxXIDEventsPerSecond // then the driver is quiet
+		var sent [2]uint64
+		set := &mock.EventSet{
+			WaitFunc: func(timeoutMs uint32) (gonvml.EventData, gonvml.Return) {
+				if sent[0]+sent[1] == storm {
+					time.Sleep(time.Duration(timeoutMs) * time.Millisecond)
+					return gonvml.EventData{}, gonvml.ERROR_TIMEOUT
+				}
+				i := (sent[0] + sent[1]) % 4 / 3 // three XIDs of GPU 0 for one of GPU 1
+				sent[i]++
+				dev := []*mock.Device{dev0, dev1}[i]
+				return gonvml.EventData{Device: dev, EventType: gonvml.EventTypeXidCriticalError, EventData: 13 + 18*i}, gonvml.SUCCESS
+			},
+			FreeFunc: func() gonvml.Return { return gonvml.SUCCESS },
+		}
+		lib := newLibrary(dev0, dev1)
+		lib.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) { return set, gonvml.SUCCESS }
+		logs := &testkit.Logs{}
+		s, err := New(Config{Library: lib, Logger: slog.New(logs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+
+		time.Sleep(10 * time.Second) // fake time: the watcher runs only while the storm lets it
+		waits := len(set.WaitCalls())
+		if waits < 10*maxXIDEventsPerSecond || waits > 11*maxXIDEventsPerSecond {
+			t.Errorf("%d waits in 10 s of a storm, want about %d a second", waits, maxXIDEventsPerSecond)
+		}
+		if n := logs.Count(slog.LevelWarn); n != 2*xidLogBurst {
+			t.Errorf("%d WARN lines in 10 s of a storm on 2 GPUs, want %d (each GPU's first %d)", n, 2*xidLogBurst, xidLogBurst)
+		}
+
+		time.Sleep(51 * time.Second) // the storm is over, and the minute: one summary line per GPU
+		synctest.Wait()
+		snap, err := s.Snapshot(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted := map[string]uint64{}
+		for _, d := range snap.Devices {
+			for _, x := range d.XIDErrors {
+				counted[d.UUID] += x.Count
+			}
+		}
+		if counted["GPU-0"] != sent[0] || counted["GPU-1"] != sent[1] {
+			t.Errorf("counted %v, want every XID read: GPU-0 %d, GPU-1 %d", counted, sent[0], sent[1])
+		}
+		var summaries []string
+		for _, r := range logs.Records() {
+			if strings.Contains(r.Message, "more XIDs on GPU") {
+				summaries = append(summaries, r.Message)
+			}
+		}
+		want := []string{fmt.Sprintf("%d more XIDs on GPU GPU-0 in the last minute", sent[0]-xidLogBurst),
+			fmt.Sprintf("%d more XIDs on GPU GPU-1 in the last minute", sent[1]-xidLogBurst)}
+		if len(summaries) != 2 || !slices.ContainsFunc(summaries, func(m string) bool { return strings.HasPrefix(m, want[0]) }) ||
+			!slices.ContainsFunc(summaries, func(m string) bool { return strings.HasPrefix(m, want[1]) }) {
+			t.Errorf("summaries %q, want one per GPU starting %q", summaries, want)
+		}
+		if n := logs.Count(slog.LevelWarn); n > 2*(2*xidLogBurst+1) {
+			t.Errorf("%d WARN lines in 61 s of a storm on 2 GPUs, want at most %d", n, 2*(2*xidLogBurst+1))
 		}
 	})
 }

@@ -26,8 +26,15 @@
  *
  *   STUB_NVML_PROCESSES  compute processes on GPU 0 (default 2): PIDs 1001, 1002, ..., using 1, 2, ... GiB
  *   STUB_NVML_PROCESSES_FAIL  GPU 0's compute process lists answer NVML_ERROR_UNKNOWN
+ *   STUB_NVML_PROCESSES_GROW  GPU 0's process lists answer NVML_ERROR_INSUFFICIENT_SIZE however much room they are
+ *                        given, with a count one larger than they were given (up to 4096): go-nvml's lists retry
+ *                        that without end
  *   STUB_NVML_XID79      the first event wait after registration reports XID 79 on GPU 1, which is then lost:
  *                        every later call about it answers NVML_ERROR_GPU_IS_LOST
+ *   STUB_NVML_XID_STORM  every event wait reports XID 13 on GPU 0 at once, as a driver in an XID storm does
+ *   STUB_NVML_SENTINELS  GPU 1 answers NVML_VALUE_NOT_AVAILABLE (-1) for its values, with SUCCESS, as drivers do for
+ *                        some GPUs and fields: 0xFFFFFFFF for utilization, temperature, power, PCIe replays and the
+ *                        recovery action, 2^64-1 for its energy and NVLink throughput counters
  *   STUB_NVML_UTIL_GROWS nvmlDeviceGetProcessUtilization asks for more room on its second call than on its first,
  *                        as when processes start between go-nvml's two calls (go-nvml#11, #27)
  *   STUB_NVML_MIG        GPU 1 is in MIG mode with GPU instance 1 (one compute instance, 3g.40gb) and GPU
@@ -36,8 +43,8 @@
  *                        next one's slot, as some drivers give wrong values for batched metrics
  *   STUB_NVML_FABRIC_V2  nvmlDeviceGetGpuFabricInfoV answers version 3 with NVML_ERROR_ARGUMENT_VERSION_MISMATCH, as
  *                        R550 to R575 do
- *   STUB_NVML_REPORT     a file that nvmlShutdown writes "calls=N samples=M": the NVML calls made and the GPM
- *                        samples still allocated
+ *   STUB_NVML_REPORT     a file that nvmlShutdown writes "calls=N xids=X samples=M": the NVML calls made, the XID
+ *                        events reported, and the GPM samples still allocated
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -83,7 +90,7 @@ static struct nvmlDevice_st devices[STUB_GPUS + STUB_MIGS] = {
 static struct nvmlGpuInstance_st gpu_instances[] = {{1}, {2}};
 static int initialized;
 static int xid79_sent;
-static unsigned long long calls;
+static unsigned long long calls, xids_sent;
 static long live_samples;
 
 static int env_int(const char *name, int def) {
@@ -92,6 +99,9 @@ static int env_int(const char *name, int def) {
 }
 
 static int mig_mode(void) { return getenv("STUB_NVML_MIG") != NULL; }
+
+/* sentinel says whether d answers NVML_VALUE_NOT_AVAILABLE for its values (STUB_NVML_SENTINELS, GPU 1). */
+static int sentinel(nvmlDevice_t d) { return d.handle->index == 1 && getenv("STUB_NVML_SENTINELS") != NULL; }
 
 static nvmlReturn_t check(nvmlDevice_t d) {
 	calls++;
@@ -131,7 +141,7 @@ nvmlReturn_t nvmlShutdown(void) {
 	if (report != NULL) {
 		FILE *f = fopen(report, "w");
 		if (f != NULL) {
-			fprintf(f, "calls=%llu samples=%ld\n", calls, live_samples);
+			fprintf(f, "calls=%llu xids=%llu samples=%ld\n", calls, xids_sent, live_samples);
 			fclose(f);
 		}
 	}
@@ -331,8 +341,8 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 	nvmlReturn_t r = check(d);
 	if (r != NVML_SUCCESS) return r;
 	if (in_mig_mode(d)) return NVML_ERROR_NOT_SUPPORTED;
-	u->gpu = 40;
-	u->memory = 20;
+	u->gpu = sentinel(d) ? 0xFFFFFFFF : 40;
+	u->memory = sentinel(d) ? 0xFFFFFFFF : 20;
 	return NVML_SUCCESS;
 }
 
@@ -350,7 +360,7 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, nvmlTemperatureSensors_t s
 	nvmlReturn_t r = check(d);
 	if (r != NVML_SUCCESS) return r;
 	if (s != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
-	*t = 41;
+	*t = sentinel(d) ? 0xFFFFFFFF : 41;
 	return NVML_SUCCESS;
 }
 
@@ -360,7 +370,9 @@ static nvmlReturn_t uint_value(nvmlDevice_t d, unsigned int *out, unsigned int v
 	*out = v;
 	return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *p) { return uint_value(d, p, 120000); }
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *p) {
+	return uint_value(d, p, sentinel(d) ? 0xFFFFFFFF : 120000);
+}
 /* The administrator's limit is 700 W; another limit holds the GPU at 650 W. */
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned int *p) { return uint_value(d, p, 700000); }
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *p) { return uint_value(d, p, 650000); }
@@ -377,7 +389,7 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, nvmlClockType_t t, unsigned 
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *e) {
 	nvmlReturn_t r = check(d);
 	if (r != NVML_SUCCESS) return r;
-	*e = 5000000;
+	*e = sentinel(d) ? 0xFFFFFFFFFFFFFFFFULL : 5000000;
 	return NVML_SUCCESS;
 }
 
@@ -413,6 +425,10 @@ static unsigned int process_count(nvmlDevice_t d) {
 		if (r_ != NVML_SUCCESS) return r_;                                                                             \
 		if ((first) == 1001 && d.handle->index == 0 && getenv("STUB_NVML_PROCESSES_FAIL") != NULL)                     \
 			return NVML_ERROR_UNKNOWN;                                                                                 \
+		if (d.handle->index == 0 && getenv("STUB_NVML_PROCESSES_GROW") != NULL) {                                      \
+			*(count) = *(count) < 4096 ? *(count) + 1 : 4096;                                                          \
+			return NVML_ERROR_INSUFFICIENT_SIZE;                                                                       \
+		}                                                                                                              \
 		unsigned int n_ = (n);                                                                                         \
 		if (*(count) < n_) {                                                                                           \
 			*(count) = n_;                                                                                             \
@@ -544,19 +560,26 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, 
 	return NVML_SUCCESS;
 }
 
+/* xid reports XID code on GPU index, not on a MIG instance. */
+static nvmlReturn_t xid(nvmlEventData_t *data, unsigned int index, unsigned long long code) {
+	memset(data, 0, sizeof *data);
+	data->device.handle = &devices[index];
+	data->eventType = nvmlEventTypeXidCriticalError;
+	data->eventData = code;
+	data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
+	xids_sent++;
+	return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
 	if (!initialized) return NVML_ERROR_UNINITIALIZED;
 	if (getenv("STUB_NVML_XID79") != NULL && !xid79_sent && (set.handle->registered & 2)) {
 		/* GPU 1 falls off the bus: XID 79, and from now on it is lost. */
 		xid79_sent = 1;
 		devices[1].lost = 1;
-		memset(data, 0, sizeof *data);
-		data->device.handle = &devices[1];
-		data->eventType = nvmlEventTypeXidCriticalError;
-		data->eventData = 79;
-		data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFF;
-		return NVML_SUCCESS;
+		return xid(data, 1, 79);
 	}
+	if (getenv("STUB_NVML_XID_STORM") != NULL && (set.handle->registered & 1)) return xid(data, 0, 13);
 	struct timespec wait = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000};
 	nanosleep(&wait, NULL);
 	return NVML_ERROR_TIMEOUT;
@@ -629,7 +652,7 @@ static nvmlReturn_t field_value(nvmlDevice_t d, nvmlFieldValue_t *v) {
 	case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
 	case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
 		if (v->scopeId != 0xFFFFFFFF) return NVML_ERROR_INVALID_ARGUMENT; /* only the sum is modelled */
-		set_ull(v, v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? 123456 : 654321); /* KiB */
+		set_ull(v, sentinel(d) ? 0xFFFFFFFFFFFFFFFFULL : v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? 123456 : 654321); /* KiB */
 		return NVML_SUCCESS;
 	case NVML_FI_DEV_PERF_POLICY_POWER: set_ull(v, 1500000000ULL); return NVML_SUCCESS; /* ns */
 	case NVML_FI_DEV_PERF_POLICY_THERMAL: set_ull(v, 250000000ULL); return NVML_SUCCESS;
@@ -643,7 +666,7 @@ static nvmlReturn_t field_value(nvmlDevice_t d, nvmlFieldValue_t *v) {
 	case NVML_FI_DEV_PCIE_COUNT_TX_BYTES: set_ull(v, 5000000000000ULL); return NVML_SUCCESS;
 	case NVML_FI_DEV_PCIE_COUNT_RX_BYTES: set_ull(v, 7000000000000ULL); return NVML_SUCCESS;
 	case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-		set_uint(v, gpu1 ? NVML_GPU_RECOVERY_ACTION_GPU_RESET : NVML_GPU_RECOVERY_ACTION_NONE);
+		set_uint(v, sentinel(d) ? 0xFFFFFFFF : gpu1 ? NVML_GPU_RECOVERY_ACTION_GPU_RESET : NVML_GPU_RECOVERY_ACTION_NONE);
 		return NVML_SUCCESS;
 	default:
 		return NVML_ERROR_NOT_SUPPORTED;
@@ -667,7 +690,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
 }
 
 /* GPU 0's link runs at full width; GPU 1's at half (x8 of x16), a degraded link. */
-nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned int *n) { return uint_value(d, n, 12); }
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned int *n) {
+	return uint_value(d, n, sentinel(d) ? 0xFFFFFFFF : 12);
+}
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned int *g) { return uint_value(d, g, 5); }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *g) { return uint_value(d, g, 5); }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int *w) { return uint_value(d, w, 16); }
