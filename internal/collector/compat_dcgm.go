@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -390,13 +391,20 @@ func (m *dcgmMetrics) split(d *gpu.Device, e dcgmSeries, processes []gpu.Process
 	return append(out, e)
 }
 
+// update writes the series of the NVIDIA GPUs, the only ones DCGM reads: an AMD or Intel GPU of a mixed node has no
+// series under DCGM's names. DCGM numbers its GPUs (gpu, and device nvidiaN) as NVML does, and a mixed node keeps
+// NVML's index for its NVIDIA GPUs (the others are numbered after them), so the index is DCGM's.
 func (m *dcgmMetrics) update(b *series.Batch, r *reading.Reading) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
+		if d.Vendor != gpu.VendorNVIDIA {
+			continue
+		}
 		idx := itoa(d.Index)
+		driver := cmp.Or(d.DriverVersion, snap.DriverVersion)
 		for _, s := range m.deviceSeries(d, r) {
-			labels := []string{idx, d.UUID, d.PCIBusID, "nvidia" + idx, d.Name, m.hostname, snap.DriverVersion,
+			labels := []string{idx, d.UUID, d.PCIBusID, "nvidia" + idx, d.Name, m.hostname, driver,
 				s.profile, s.instance, s.namespace, s.pod, s.container}
 			for f, v := range s.v {
 				if v.Valid {

@@ -67,7 +67,8 @@ type Device struct {
 	// DRMCard is the GPU's DRM card, card<N> of /dev/dri and /sys/class/drm, for the GPUs that the DRM source reads:
 	// Intel's device plugin names GPUs by it. Empty for the others.
 	DRMCard string
-	// MinorNumber is the N of /dev/nvidiaN. It can differ from Index; NVIDIA's DRA driver names GPUs by it.
+	// MinorNumber is the N of /dev/nvidiaN, for NVIDIA GPUs only. It can differ from Index; NVIDIA's DRA driver names
+	// GPUs by it.
 	MinorNumber Value
 	MIGMode     MIGMode
 
