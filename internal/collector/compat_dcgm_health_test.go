@@ -71,8 +71,8 @@ func TestCompatDCGMProfiling(t *testing.T) {
 			PCIeTXBytesPerSecond: gpu.Known(pcieTX), PCIeRXBytesPerSecond: gpu.Known(2 * pcieTX)}
 	}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-h100", Vendor: gpu.VendorNVIDIA, Profiling: prof(0.8, 1e9)},
-		{Index: 1, UUID: "GPU-a100", Vendor: gpu.VendorNVIDIA, UtilizationRatio: gpu.Known(0.9)}, // no performance monitor
+		{Index: 0, UUID: "GPU-h100", Vendor: gpu.VendorNVIDIA, Profiling: prof(0.8, 1e9), PerformanceMonitor: gpu.Known(1)},
+		{Index: 1, UUID: "GPU-a100", Vendor: gpu.VendorNVIDIA, UtilizationRatio: gpu.Known(0.9), PerformanceMonitor: gpu.Known(0)},
 		{Index: 2, UUID: "GPU-mig", Vendor: gpu.VendorNVIDIA, MIGMode: gpu.MIGEnabled, Profiling: prof(0.5, 6e8), MIG: []gpu.MIGInstance{
 			{UUID: "MIG-1", GPUInstance: 1, ComputeInstance: 0, Profile: "3g.40gb", Profiling: prof(0.9, 4e8)},
 			{UUID: "MIG-1b", GPUInstance: 1, ComputeInstance: 1, Profile: "3g.40gb"}, // the GPU instance's, once
