@@ -124,12 +124,22 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procRoot st
 	// auto: the NVIDIA GPUs' source, and the AMD and Intel GPUs' through DRM where sysfs has any; both on a node
 	// with both.
 	nvidia, noNvidia, nvErr := f.openNvidia(logger)
+	return f.auto(logger, procfs, nvidia, noNvidia, nvErr)
+}
+
+// auto joins the NVIDIA GPUs' source, as openNvidia opened it (or did not), to the DRM source where sysfs has AMD
+// or Intel GPUs.
+func (f *sourceFlags) auto(logger *slog.Logger, procfs string, nvidia gpu.Source, noNvidia bool, nvErr error) (gpu.Source, error) {
 	drivers := drm.Present(f.sysfs)
 	switch {
 	case len(drivers) == 0:
 		return nvidia, nvErr
 	case nvErr != nil && !noNvidia:
-		return nil, nvErr // an NVIDIA driver that fails (a mismatch, no permission) is the node's problem to see
+		// An NVIDIA driver that fails (a mismatch, no permission) is the node's problem to see, in every reading's
+		// errors as on a mixed node whose NVIDIA source fails later; it does not keep the other GPUs unread.
+		logger.Warn("the NVIDIA GPUs cannot be read; reading the other GPUs through the kernel's DRM interfaces",
+			"err", nvErr, "drivers", strings.Join(drivers, ","))
+		nvidia = failedSource{name: "nvml", err: nvErr}
 	}
 	first := 0
 	if nvidia != nil {
@@ -177,6 +187,19 @@ func (f *sourceFlags) openNvidia(logger *slog.Logger) (src gpu.Source, none bool
 	}
 	return smi, false, nil
 }
+
+// failedSource is a source that could not be opened, for a mixed node's NVIDIA side: every reading fails with
+// why, and the other side is served.
+type failedSource struct {
+	name string
+	err  error
+}
+
+func (s failedSource) Name() string { return s.name }
+
+func (s failedSource) Snapshot(context.Context) (*gpu.Snapshot, error) { return nil, s.err }
+
+func (s failedSource) Close() error { return nil }
 
 // sourceCollectors are the self-metrics of the sources read (NVML's XID watcher), a mixed node's included.
 func sourceCollectors(src gpu.Source) []prometheus.Collector {

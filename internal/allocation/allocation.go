@@ -128,11 +128,13 @@ func (t target) covers(p *gpu.Process) bool {
 	return !t.isMIG() || !p.MIG || p.GPUInstance == t.gi && p.ComputeInstance == t.ci
 }
 
-// devices indexes one snapshot's GPUs and MIG instances by the names device plugins and DRA drivers use.
+// devices indexes one snapshot's GPUs and MIG instances by the names device plugins and DRA drivers use. Indices
+// and minor numbers are NVIDIA's names (its device plugin's index IDs, its DRA driver's gpu-<minor>): only NVIDIA's
+// GPUs are found by them, since on a mixed node an AMD or Intel GPU's index or DRM minor can be the same number.
 type devices struct {
 	byUUID  map[string]target
-	byIndex map[int]*gpu.Device
-	byMinor map[int]*gpu.Device
+	byIndex map[int]*gpu.Device    // NVIDIA's GPUs
+	byMinor map[int]*gpu.Device    // NVIDIA's GPUs
 	byPCI   map[string]*gpu.Device // AMD's device plugin, in the kernel's form of the address
 	byCard  map[string]*gpu.Device // Intel's device plugin
 }
@@ -143,15 +145,17 @@ func indexDevices(snap *gpu.Snapshot) devices {
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
 		ds.byUUID[d.UUID] = target{dev: d, gi: -1, ci: -1}
-		ds.byIndex[d.Index] = d
+		if d.Vendor == gpu.VendorNVIDIA {
+			ds.byIndex[d.Index] = d
+			if d.MinorNumber.Valid {
+				ds.byMinor[int(d.MinorNumber.V)] = d
+			}
+		}
 		if pci, ok := gpu.ParsePCIBusID(d.PCIBusID); ok {
 			ds.byPCI[pci] = d
 		}
 		if d.DRMCard != "" {
 			ds.byCard[d.DRMCard] = d
-		}
-		if d.MinorNumber.Valid {
-			ds.byMinor[int(d.MinorNumber.V)] = d
 		}
 		for _, mig := range d.MIG {
 			ds.byUUID[mig.UUID] = target{dev: d, gi: mig.GPUInstance, ci: mig.ComputeInstance}

@@ -26,8 +26,8 @@ func resolved(ds devices, ref kubelet.DeviceRef) string {
 
 func TestResolveDeviceIDs(t *testing.T) {
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-0"},
-		{Index: 1, UUID: "GPU-1", MIG: []gpu.MIGInstance{{UUID: "MIG-x", GPUInstance: 3, ComputeInstance: 0}, {UUID: "MIG-y", GPUInstance: 5, ComputeInstance: 1}}},
+		{Index: 0, UUID: "GPU-0", Vendor: gpu.VendorNVIDIA},
+		{Index: 1, UUID: "GPU-1", Vendor: gpu.VendorNVIDIA, MIG: []gpu.MIGInstance{{UUID: "MIG-x", GPUInstance: 3, ComputeInstance: 0}, {UUID: "MIG-y", GPUInstance: 5, ComputeInstance: 1}}},
 	}}
 	ds := indexDevices(snap)
 	for id, want := range map[string]string{
@@ -45,7 +45,7 @@ func TestResolveDeviceIDs(t *testing.T) {
 // node with both, NVIDIA's names resolve as before: a minor number or an index never matches a DRM card.
 func TestResolveAMDAndIntelDeviceIDs(t *testing.T) {
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-n0", PCIBusID: "00000000:18:00.0", MinorNumber: gpu.Known(0)},
+		{Index: 0, UUID: "GPU-n0", Vendor: gpu.VendorNVIDIA, PCIBusID: "00000000:18:00.0", MinorNumber: gpu.Known(0)},
 		{Index: 1, UUID: "GPU-2c5ab07d91e3f640", PCIBusID: "0000:26:00.0", Vendor: gpu.VendorAMD, DRMCard: "card1", MinorNumber: gpu.Known(1)},
 		{Index: 2, UUID: "PCI-0000:83:00.0", PCIBusID: "0000:83:00.0", Vendor: gpu.VendorIntel, DRMCard: "card2", MinorNumber: gpu.Known(2)},
 	}}
@@ -60,6 +60,30 @@ func TestResolveAMDAndIntelDeviceIDs(t *testing.T) {
 	}
 }
 
+// NVIDIA's minor numbers are /dev/nvidiaN's; an AMD or Intel GPU's DRM card has a minor number of its own, which can
+// be the same N. On a mixed node, NVIDIA's names (a DRA driver's gpu-N, a device plugin's index) resolve to NVIDIA
+// GPUs only.
+func TestNVIDIANamesResolveToNVIDIAGPUsOnly(t *testing.T) {
+	snap := &gpu.Snapshot{Devices: []gpu.Device{
+		{Index: 0, UUID: "GPU-n0", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(0)},
+		{Index: 1, UUID: "GPU-n1", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(1)},
+		{Index: 2, UUID: "GPU-2c5ab07d91e3f640", PCIBusID: "0000:26:00.0", Vendor: gpu.VendorAMD, DRMCard: "card1", MinorNumber: gpu.Known(1)},
+		{Index: 3, UUID: "PCI-0000:83:00.0", PCIBusID: "0000:83:00.0", Vendor: gpu.VendorIntel, DRMCard: "card2", MinorNumber: gpu.Known(2)},
+	}}
+	ds := indexDevices(snap)
+	for name, want := range map[string]string{"gpu-0": "0//", "gpu-1": "1//", "gpu-2": "unmapped"} {
+		ref, _ := kubelet.ParseDRADeviceName(name)
+		if got := resolved(ds, ref); got != want {
+			t.Errorf("DRA device %s resolves to %s, want %s", name, got, want)
+		}
+	}
+	for id, want := range map[string]string{"1": "1//", "nvidia1": "1//", "2": "unmapped", "3": "unmapped", "card1-0": "2//"} {
+		if got := resolved(ds, kubelet.ParseDeviceID(id)); got != want {
+			t.Errorf("device ID %s resolves to %s, want %s", id, got, want)
+		}
+	}
+}
+
 // DRA device names resolve through the minor number, and MIG devices through their placement, or their profile
 // where the source has no placement and the profile is unique on the GPU. Nothing else is guessed.
 func TestResolveDRADeviceNames(t *testing.T) {
@@ -67,10 +91,10 @@ func TestResolveDRADeviceNames(t *testing.T) {
 		return &gpu.MIGPlacement{ProfileID: id, Start: start, Size: size}
 	}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-0", MinorNumber: gpu.Known(2)},
-		{Index: 1, UUID: "GPU-1"}, // minor unknown
+		{Index: 0, UUID: "GPU-0", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(2)},
+		{Index: 1, UUID: "GPU-1", Vendor: gpu.VendorNVIDIA}, // minor unknown
 		// With placements (NVML as a privileged user).
-		{Index: 2, UUID: "GPU-2", MinorNumber: gpu.Known(0), MIG: []gpu.MIGInstance{
+		{Index: 2, UUID: "GPU-2", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(0), MIG: []gpu.MIGInstance{
 			{UUID: "MIG-a", GPUInstance: 7, ComputeInstance: 0, Profile: "1g.10gb", Placement: p(19, 0, 1)},
 			{UUID: "MIG-b", GPUInstance: 8, ComputeInstance: 0, Profile: "1g.10gb", Placement: p(19, 1, 1)},
 			{UUID: "MIG-c", GPUInstance: 1, ComputeInstance: 0, Profile: "3g.40gb", Placement: p(9, 4, 4)},
@@ -79,7 +103,7 @@ func TestResolveDRADeviceNames(t *testing.T) {
 			{UUID: "MIG-e", GPUInstance: 2, ComputeInstance: 1, Profile: "1c.2g.20gb", Placement: p(14, 2, 2)},
 		}},
 		// Without placements (nvidia-smi, or NVML unprivileged): by profile, when it is unique.
-		{Index: 3, UUID: "GPU-3", MinorNumber: gpu.Known(1), MIG: []gpu.MIGInstance{
+		{Index: 3, UUID: "GPU-3", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(1), MIG: []gpu.MIGInstance{
 			{UUID: "MIG-f", GPUInstance: 3, ComputeInstance: 0, Profile: "3g.40gb"},
 			{UUID: "MIG-g", GPUInstance: 9, ComputeInstance: 0, Profile: "1g.10gb"},
 			{UUID: "MIG-h", GPUInstance: 10, ComputeInstance: 0, Profile: "1g.10gb"},
@@ -129,14 +153,14 @@ func TestJoin(t *testing.T) {
 	}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
 		// train holds two time-sliced replicas and runs; a pod whose names a runtime has not given yet may be train's.
-		{Index: 0, UUID: "GPU-0", ProcessesListed: true, Processes: []gpu.Process{proc(1), proc(2)}},
+		{Index: 0, UUID: "GPU-0", Vendor: gpu.VendorNVIDIA, ProcessesListed: true, Processes: []gpu.Process{proc(1), proc(2)}},
 		// idle holds it and runs nothing; train runs here twice without a request, and so do a service and ghost,
 		// whose allocation names a GPU this reading does not have.
-		{Index: 1, UUID: "GPU-1", ProcessesListed: true, Processes: []gpu.Process{proc(3), proc(4), proc(5), proc(6)}},
+		{Index: 1, UUID: "GPU-1", Vendor: gpu.VendorNVIDIA, ProcessesListed: true, Processes: []gpu.Process{proc(3), proc(4), proc(5), proc(6)}},
 		// Its process list could not be read: whether blind runs here is unknown.
-		{Index: 2, UUID: "GPU-2", ProcessesListed: false},
+		{Index: 2, UUID: "GPU-2", Vendor: gpu.VendorNVIDIA, ProcessesListed: false},
 		// MIG: infer holds 1/0 and runs there, on 2/0 without a request, and once where the source did not say.
-		{Index: 3, UUID: "GPU-3", MIGMode: gpu.MIGEnabled, ProcessesListed: true,
+		{Index: 3, UUID: "GPU-3", Vendor: gpu.VendorNVIDIA, MIGMode: gpu.MIGEnabled, ProcessesListed: true,
 			MIG:       []gpu.MIGInstance{{UUID: "MIG-a", GPUInstance: 1, ComputeInstance: 0}, {UUID: "MIG-b", GPUInstance: 2, ComputeInstance: 0}},
 			Processes: []gpu.Process{migProc(7, 1, 0), migProc(8, 2, 0), proc(9)}},
 	}}

@@ -38,18 +38,18 @@ func allocationNode() (*gpu.Snapshot, fixedOwners, []kubelet.Allocation) {
 	}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
 		// GPU 0: time-sliced; train holds two replicas and runs, share holds one and runs nothing.
-		{Index: 0, UUID: "GPU-0", ProcessesListed: true, Processes: []gpu.Process{proc(1)}},
+		{Index: 0, UUID: "GPU-0", Vendor: gpu.VendorNVIDIA, ProcessesListed: true, Processes: []gpu.Process{proc(1)}},
 		// GPU 1: train also runs here without a request; idx holds it by index; a host process and a pod whose
 		// names are not known yet.
-		{Index: 1, UUID: "GPU-1", ProcessesListed: true, Processes: []gpu.Process{proc(2), proc(3), proc(6), proc(7)}},
+		{Index: 1, UUID: "GPU-1", Vendor: gpu.VendorNVIDIA, ProcessesListed: true, Processes: []gpu.Process{proc(2), proc(3), proc(6), proc(7)}},
 		// GPU 2: allocated to idle, nothing runs.
-		{Index: 2, UUID: "GPU-2", ProcessesListed: true},
+		{Index: 2, UUID: "GPU-2", Vendor: gpu.VendorNVIDIA, ProcessesListed: true},
 		// GPU 3: MIG; infer holds instance 1/0 and also runs on 2/0.
-		{Index: 3, UUID: "GPU-3", MIGMode: "enabled", ProcessesListed: true,
+		{Index: 3, UUID: "GPU-3", Vendor: gpu.VendorNVIDIA, MIGMode: "enabled", ProcessesListed: true,
 			MIG:       []gpu.MIGInstance{{UUID: "MIG-a", GPUInstance: 1, ComputeInstance: 0}, {UUID: "MIG-b", GPUInstance: 2, ComputeInstance: 0}},
 			Processes: []gpu.Process{migProc(4, 1, 0), migProc(5, 2, 0)}},
 		// GPU 4: its process list could not be read: allocated, but idleness unknown.
-		{Index: 4, UUID: "GPU-4", ProcessesListed: false},
+		{Index: 4, UUID: "GPU-4", Vendor: gpu.VendorNVIDIA, ProcessesListed: false},
 	}}
 	owners := fixedOwners{
 		1: podOwner("ml", "train", "trainer"),
@@ -166,18 +166,18 @@ func TestDRAAllocationsAndSignals(t *testing.T) {
 	}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
 		// GPU 0 (minor 1): device plugin, busy.
-		{Index: 0, UUID: "GPU-0", MinorNumber: gpu.Known(1), ProcessesListed: true, Processes: []gpu.Process{proc(1), proc(6)}},
+		{Index: 0, UUID: "GPU-0", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(1), ProcessesListed: true, Processes: []gpu.Process{proc(1), proc(6)}},
 		// GPU 1 (minor 0): a DRA whole GPU, busy; train also runs on GPU 0 without a request.
-		{Index: 1, UUID: "GPU-1", MinorNumber: gpu.Known(0), ProcessesListed: true, Processes: []gpu.Process{proc(2)}},
+		{Index: 1, UUID: "GPU-1", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(0), ProcessesListed: true, Processes: []gpu.Process{proc(2)}},
 		// GPU 2 (minor 2): MIG; infer's claim holds the instance at slice 6 (GI 5) and it also runs on GI 3.
-		{Index: 2, UUID: "GPU-2", MinorNumber: gpu.Known(2), MIGMode: "enabled", ProcessesListed: true,
+		{Index: 2, UUID: "GPU-2", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(2), MIGMode: "enabled", ProcessesListed: true,
 			MIG: []gpu.MIGInstance{
 				{UUID: "MIG-c", GPUInstance: 3, ComputeInstance: 0, Profile: "1g.10gb", Placement: &gpu.MIGPlacement{ProfileID: 19, Start: 4, Size: 1}},
 				{UUID: "MIG-d", GPUInstance: 5, ComputeInstance: 0, Profile: "1g.10gb", Placement: &gpu.MIGPlacement{ProfileID: 19, Start: 6, Size: 1}},
 			},
 			Processes: []gpu.Process{migProc(3, 5, 0), migProc(4, 3, 0)}},
 		// GPU 3 (minor 3): one claim shared by web-0 (busy) and web-1 (idle), time-sliced by the claim's config.
-		{Index: 3, UUID: "GPU-3", MinorNumber: gpu.Known(3), ProcessesListed: true, Processes: []gpu.Process{proc(5)}},
+		{Index: 3, UUID: "GPU-3", Vendor: gpu.VendorNVIDIA, MinorNumber: gpu.Known(3), ProcessesListed: true, Processes: []gpu.Process{proc(5)}},
 	}}
 	owners := fixedOwners{
 		1: podOwner("ml", "dp", "c"),

@@ -21,7 +21,7 @@ func benchNode() (*gpu.Snapshot, fixedOwners) {
 	owners := fixedOwners{}
 	for g := range 8 {
 		d := gpu.Device{
-			Index: g, UUID: fmt.Sprintf("GPU-00000000-0000-0000-0000-%012d", g), Name: "NVIDIA H100 80GB HBM3",
+			Index: g, UUID: fmt.Sprintf("GPU-00000000-0000-0000-0000-%012d", g), Name: "NVIDIA H100 80GB HBM3", Vendor: gpu.VendorNVIDIA,
 			MemoryTotalBytes: gpu.Known(85520809984), MemoryUsedBytes: gpu.Known(1 << 35), MemoryFreeBytes: gpu.Known(1 << 35),
 			UtilizationRatio: gpu.Known(0.5), TemperatureCelsius: gpu.Known(50), PowerUsageWatts: gpu.Known(400),
 			EnergyJoules: gpu.Known(1e8), ProcessesListed: true,

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -58,8 +59,8 @@ type dcgmField struct {
 	// busy splits a field that measures how busy the GPU was by the pods' shares of that activity
 	// (activity.shares); shareHelp says which.
 	busy *activity
-	// estimate stands in for the value where the GPU has none, with --compat.dcgm-gr-engine-estimate only: an
-	// estimate of the field from a reading the GPU does have.
+	// estimate stands in for the value on a GPU without a performance monitor (gpu.Device.PerformanceMonitor 0),
+	// with --compat.dcgm-gr-engine-estimate only: an estimate of the field from a reading the GPU does have.
 	estimate func(d *gpu.Device) gpu.Value
 	// instance is a GPU instance's value, in the family's unit, for a field that a GPU in MIG mode writes per GPU
 	// instance; the GPU's own series keeps what no GPU instance has, so that its series still add up to the GPU's
@@ -111,8 +112,8 @@ type DCGMOptions struct {
 	// Version is the dcgm-exporter release whose names to write (--compat.dcgm-version); empty is
 	// DefaultDCGMVersion. ParseDCGMVersion checks it.
 	Version string
-	// EstimateGREngineActive writes DCGM_FI_PROF_GR_ENGINE_ACTIVE from the GPU's utilization where the
-	// performance monitor has no reading (--compat.dcgm-gr-engine-estimate).
+	// EstimateGREngineActive writes DCGM_FI_PROF_GR_ENGINE_ACTIVE from the GPU's utilization on GPUs without a
+	// performance monitor (--compat.dcgm-gr-engine-estimate).
 	EstimateGREngineActive bool
 }
 
@@ -294,7 +295,9 @@ func (m *dcgmMetrics) whole(i int, d *gpu.Device, at time.Time) gpu.Value {
 	} else {
 		v = m.families[i].value(d)
 	}
-	if !v.Valid && m.estimate && f.estimate != nil {
+	// Only a GPU known to have no monitor: one with a monitor has no reading on its first scrape or when the monitor
+	// failed, and an estimate there would make its series switch between two measures.
+	if !v.Valid && m.estimate && f.estimate != nil && d.PerformanceMonitor == gpu.Known(0) {
 		v = f.estimate(d)
 	}
 	// A field of the family's own value, or of its counters (the NVLink bandwidth), is bounded as the family is
@@ -395,13 +398,20 @@ func (m *dcgmMetrics) split(d *gpu.Device, e dcgmSeries, processes []gpu.Process
 	return append(out, e)
 }
 
+// update writes the series of the NVIDIA GPUs, the only ones DCGM reads: an AMD or Intel GPU of a mixed node has no
+// series under DCGM's names. DCGM numbers its GPUs (gpu, and device nvidiaN) as NVML does, and a mixed node keeps
+// NVML's index for its NVIDIA GPUs (the others are numbered after them), so the index is DCGM's.
 func (m *dcgmMetrics) update(b *series.Batch, r *reading.Reading) {
 	snap := r.Snapshot
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
+		if d.Vendor != gpu.VendorNVIDIA {
+			continue
+		}
 		idx := itoa(d.Index)
+		driver := cmp.Or(d.DriverVersion, snap.DriverVersion)
 		for _, s := range m.deviceSeries(d, r) {
-			labels := []string{idx, d.UUID, d.PCIBusID, "nvidia" + idx, d.Name, m.hostname, snap.DriverVersion,
+			labels := []string{idx, d.UUID, d.PCIBusID, "nvidia" + idx, d.Name, m.hostname, driver,
 				s.profile, s.instance, s.namespace, s.pod, s.container}
 			for f, v := range s.v {
 				if v.Valid {

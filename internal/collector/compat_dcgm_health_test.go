@@ -34,7 +34,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // nvlinkAt is a one-GPU reading at t0+seconds whose NVLink counters stand at tx and rx bytes.
 func nvlinkAt(seconds float64, tx, rx gpu.Value) *gpu.Snapshot {
 	return &gpu.Snapshot{Time: t0.Add(time.Duration(seconds * float64(time.Second))), Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-a", NVLink: gpu.NVLink{TXBytes: tx, RXBytes: rx}},
+		{Index: 0, UUID: "GPU-a", Vendor: gpu.VendorNVIDIA, NVLink: gpu.NVLink{TXBytes: tx, RXBytes: rx}},
 	}}
 }
 
@@ -71,9 +71,9 @@ func TestCompatDCGMProfiling(t *testing.T) {
 			PCIeTXBytesPerSecond: gpu.Known(pcieTX), PCIeRXBytesPerSecond: gpu.Known(2 * pcieTX)}
 	}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{
-		{Index: 0, UUID: "GPU-h100", Profiling: prof(0.8, 1e9)},
-		{Index: 1, UUID: "GPU-a100", UtilizationRatio: gpu.Known(0.9)}, // no performance monitor
-		{Index: 2, UUID: "GPU-mig", MIGMode: gpu.MIGEnabled, Profiling: prof(0.5, 6e8), MIG: []gpu.MIGInstance{
+		{Index: 0, UUID: "GPU-h100", Vendor: gpu.VendorNVIDIA, Profiling: prof(0.8, 1e9), PerformanceMonitor: gpu.Known(1)},
+		{Index: 1, UUID: "GPU-a100", Vendor: gpu.VendorNVIDIA, UtilizationRatio: gpu.Known(0.9), PerformanceMonitor: gpu.Known(0)},
+		{Index: 2, UUID: "GPU-mig", Vendor: gpu.VendorNVIDIA, MIGMode: gpu.MIGEnabled, Profiling: prof(0.5, 6e8), MIG: []gpu.MIGInstance{
 			{UUID: "MIG-1", GPUInstance: 1, ComputeInstance: 0, Profile: "3g.40gb", Profiling: prof(0.9, 4e8)},
 			{UUID: "MIG-1b", GPUInstance: 1, ComputeInstance: 1, Profile: "3g.40gb"}, // the GPU instance's, once
 			{UUID: "MIG-5", GPUInstance: 5, ComputeInstance: 0, Profile: "2g.20gb", Profiling: prof(0.1, 1e8)},
@@ -108,7 +108,7 @@ func TestCompatDCGMHealth(t *testing.T) {
 			ReplayErrors: gpu.Known(2), RecoveryErrors: gpu.Value{}}
 	}
 	snap := &gpu.Snapshot{Devices: []gpu.Device{{
-		Index: 0, UUID: "GPU-a", VGPULicensed: gpu.Known(0), MemoryTemperatureCelsius: gpu.Known(61),
+		Index: 0, UUID: "GPU-a", Vendor: gpu.VendorNVIDIA, VGPULicensed: gpu.Known(0), MemoryTemperatureCelsius: gpu.Known(61),
 		PowerLimitWatts: gpu.Known(600), PowerManagementLimitWatts: gpu.Known(615),
 		PCIe:   gpu.PCIe{Replays: gpu.Known(41), Generation: gpu.Known(4), MaxGeneration: gpu.Known(5), Width: gpu.Known(8), MaxWidth: gpu.Known(16)},
 		NVLink: gpu.NVLink{Links: []gpu.NVLinkLink{link(0, 3), link(1, 4)}},

@@ -67,6 +67,8 @@ func TestCompatDCGMProfilingSplitBySMShare(t *testing.T) {
 // GPU with a monitor keeps the monitor's value; a GPU instance, which has no utilization of its own, has none.
 func TestCompatDCGMGREngineEstimate(t *testing.T) {
 	snap, owners := compatNode()
+	snap.Devices[0].PerformanceMonitor = gpu.Known(0)
+	snap.Devices[3].PerformanceMonitor = gpu.Known(1)
 	snap.Devices[3].Profiling = &gpu.Profiling{GraphicsEngineActive: gpu.Known(0.25)} // idle but for the monitor
 	const name = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 	got := dcgmValues(t, registry(t, fixedSource{snap}, owners, Options{Compat: []string{CompatDCGM}}))
@@ -93,6 +95,21 @@ func TestCompatDCGMGREngineEstimate(t *testing.T) {
 	}
 	if help := helpOf(t, reg, name); !strings.Contains(help, "estimate") {
 		t.Errorf("%s's help %q does not say that it is an estimate", name, help)
+	}
+}
+
+// A GPU with a performance monitor has no profiling on its first reading (no earlier sample to measure from) nor
+// on one where the monitor failed: its DCGM_FI_PROF_GR_ENGINE_ACTIVE is then absent, even with the estimate on, so
+// that its series never switches between the monitor's value and the estimate. So is a GPU whose source could not
+// tell whether it has a monitor.
+func TestCompatDCGMGREngineEstimateNotOnAGPUWithAMonitor(t *testing.T) {
+	snap, owners := compatNode()
+	snap.Devices[0].PerformanceMonitor = gpu.Known(1) // a Hopper GPU on its first reading: busy, no profiling yet
+	snap.Devices[3].UtilizationRatio = gpu.Known(0.3) // the source could not say whether it has a monitor
+	got := dcgmValues(t, registry(t, fixedSource{snap}, owners, Options{Compat: []string{CompatDCGM},
+		CompatDCGM: DCGMOptions{EstimateGREngineActive: true}}))
+	if v := got["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]; len(v) != 0 {
+		t.Errorf("DCGM_FI_PROF_GR_ENGINE_ACTIVE = %v, want none: neither GPU is known to lack a monitor", v)
 	}
 }
 

@@ -31,7 +31,7 @@ var (
 const DefaultDCGMVersion = "4.8.2"
 
 // ParseDCGMVersion checks a --compat.dcgm-version value: an exporter version (4.8.3), with or without the DCGM
-// version that dcgm-exporter's release tags lead with (4.6.0-4.8.3) and a leading v. Versions before 3.0.0, and
+// version that dcgm-exporter's release tags lead with (4.6.0-4.8.3) and a leading v (see parseVersion). Versions before 3.0.0, and
 // after the newest whose output we checked, are errors that say which are known.
 func ParseDCGMVersion(s string) error {
 	_, err := parseDCGMVersion(s)
@@ -57,18 +57,32 @@ func parseDCGMVersion(s string) (dcgmVersion, error) {
 	return out, nil
 }
 
-// parseVersion reads major.minor.patch, after an optional v and an optional DCGM version and dash.
+// parseVersion reads major.minor.patch, after an optional v and an optional DCGM version (major.minor.patch too)
+// and dash, as dcgm-exporter's release tags write them: 4.8.3, v4.8.3, 4.6.0-4.8.3. Numbers are decimal without
+// leading zeros; nothing else is taken, spaces included: the chart's schema (values.schema.json,
+// compat.dcgm.version) takes the same strings, which a test checks.
 func parseVersion(s string) ([3]int, bool) {
-	s = strings.TrimPrefix(strings.TrimSpace(s), "v")
-	if i := strings.LastIndexByte(s, '-'); i >= 0 {
-		s = s[i+1:]
+	s = strings.TrimPrefix(s, "v")
+	if dcgm, exporter, ok := strings.Cut(s, "-"); ok {
+		if _, ok := parseTriple(dcgm); !ok {
+			return [3]int{}, false
+		}
+		s = exporter
 	}
+	return parseTriple(s)
+}
+
+// parseTriple reads major.minor.patch, each of at most 9 digits (an int on every platform).
+func parseTriple(s string) ([3]int, bool) {
 	parts := strings.Split(s, ".")
 	var v [3]int
 	if len(parts) != 3 {
 		return v, false
 	}
 	for i, p := range parts {
+		if len(p) > 9 {
+			return v, false
+		}
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 || p != strconv.Itoa(n) {
 			return v, false

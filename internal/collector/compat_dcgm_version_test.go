@@ -25,7 +25,7 @@ func TestCompatDCGMVersionHostLabel(t *testing.T) {
 }
 
 func TestParseDCGMVersion(t *testing.T) {
-	for _, ok := range []string{"4.8.2", "4.8.3", "4.8.4", "3.0.0", "4.5.3-4.8.2", "v4.8.3", " 4.8.4 "} {
+	for _, ok := range []string{"4.8.2", "4.8.3", "4.8.4", "3.0.0", "4.5.3-4.8.2", "v4.8.3"} {
 		if err := ParseDCGMVersion(ok); err != nil {
 			t.Errorf("ParseDCGMVersion(%q): %v", ok, err)
 		}
@@ -38,9 +38,52 @@ func TestParseDCGMVersion(t *testing.T) {
 		"latest":       "like 4.8.3",
 		"4.08.3":       "like 4.8.3",
 		"":             "like 4.8.3",
+		" 4.8.4 ":      "like 4.8.3",
+		// The DCGM version before the dash is a version too.
+		"garbage-4.8.3": "like 4.8.3",
+		"v-4.8.3":       "like 4.8.3",
+		"4.6-4.8.3":     "like 4.8.3",
 	} {
 		if err := ParseDCGMVersion(bad); err == nil || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), "dcgm-exporter") {
 			t.Errorf("ParseDCGMVersion(%q) = %v, want an error that says %q", bad, err, says)
 		}
 	}
+}
+
+// Whatever the input, a version the parser takes is one it writes back the same (the input ends with it), and one
+// ParseDCGMVersion accepts is within the range whose names are known and takes the names of the newest release at
+// or before it.
+func FuzzParseDCGMVersion(f *testing.F) {
+	for _, s := range []string{"4.8.3", "v4.8.2", "4.6.0-4.8.3", "3.0.0", "4.8.5", "garbage-4.8.3", "v-4.8.3", "04.8.3", "4.8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, ok := parseVersion(s)
+		got, err := parseDCGMVersion(s)
+		if !ok {
+			if err == nil {
+				t.Fatalf("%q is not a version, and was accepted", s)
+			}
+			return
+		}
+		text := formatVersion(v)
+		if back, ok := parseVersion(text); !ok || back != v || !strings.HasSuffix(s, text) {
+			t.Fatalf("%q reads as %v, written %q, which reads back as %v (%v)", s, v, text, back, ok)
+		}
+		inRange := compareVersions(v, dcgmVersions[0].since) >= 0 && compareVersions(v, dcgmNewest) <= 0
+		if (err == nil) != inRange {
+			t.Fatalf("%q (%s): error %v, in the known range %v", s, text, err, inRange)
+		}
+		if err != nil {
+			return
+		}
+		for _, d := range dcgmVersions {
+			if compareVersions(d.since, v) <= 0 && compareVersions(d.since, got.since) > 0 {
+				t.Fatalf("%q takes the names of %v, but %v is newer and not after it", s, got.since, d.since)
+			}
+		}
+		if compareVersions(got.since, v) > 0 {
+			t.Fatalf("%q takes the names of %v, a later release", s, got.since)
+		}
+	})
 }

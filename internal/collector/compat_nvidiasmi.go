@@ -37,6 +37,9 @@ type smiProcess struct {
 func (m *nvidiasmiMetrics) update(b *series.Batch, r *reading.Reading) {
 	for i := range r.Snapshot.Devices {
 		d := &r.Snapshot.Devices[i]
+		if d.Vendor != gpu.VendorNVIDIA { // nvidia-smi lists NVIDIA's GPUs alone
+			continue
+		}
 		var order []uint32
 		byPID := make(map[uint32]*smiProcess)
 		for _, p := range d.Processes {

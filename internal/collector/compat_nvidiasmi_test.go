@@ -34,7 +34,7 @@ func compatNode() (*gpu.Snapshot, fixedOwners) {
 	clocks := []gpu.Clock{{Name: "graphics", Hertz: 1755e6}, {Name: "sm", Hertz: 1755e6}, {Name: "memory", Hertz: 2619e6}}
 	snap := &gpu.Snapshot{DriverVersion: "580.95.05", CUDAVersion: "13.0", Devices: []gpu.Device{
 		{
-			Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3",
+			Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000", Vendor: gpu.VendorNVIDIA, Name: "NVIDIA H100 80GB HBM3",
 			PCIBusID: "00000000:18:00.0", MIGMode: "disabled",
 			MemoryTotalBytes: gpu.Known(80 * gib), MemoryUsedBytes: gpu.Known(10 * gib), MemoryFreeBytes: gpu.Known(70 * gib),
 			UtilizationRatio: gpu.Known(0.8), MemoryUtilizationRatio: gpu.Known(0.3),
@@ -48,7 +48,7 @@ func compatNode() (*gpu.Snapshot, fixedOwners) {
 			},
 		},
 		{
-			Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3",
+			Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", Vendor: gpu.VendorNVIDIA, Name: "NVIDIA H100 80GB HBM3",
 			PCIBusID: "00000000:2A:00.0", MIGMode: "disabled",
 			MemoryUsedBytes: gpu.Known(8 * gib), MemoryFreeBytes: gpu.Known(72 * gib), PowerUsageWatts: gpu.Known(200),
 			XIDErrors: []gpu.XIDCount{{XID: 13, Count: 2}, {XID: 79, Count: 1}}, ProcessesListed: true,
@@ -58,7 +58,7 @@ func compatNode() (*gpu.Snapshot, fixedOwners) {
 			},
 		},
 		{
-			Index: 2, UUID: "GPU-cccccccc-0000-0000-0000-000000000000", Name: "NVIDIA A100-SXM4-40GB",
+			Index: 2, UUID: "GPU-cccccccc-0000-0000-0000-000000000000", Vendor: gpu.VendorNVIDIA, Name: "NVIDIA A100-SXM4-40GB",
 			PCIBusID: "00000000:3A:00.0", MIGMode: "enabled",
 			MemoryUsedBytes: gpu.Known(4 * gib), TemperatureCelsius: gpu.Known(40), ProcessesListed: true,
 			MIG: []gpu.MIGInstance{
@@ -72,7 +72,7 @@ func compatNode() (*gpu.Snapshot, fixedOwners) {
 			},
 		},
 		{
-			Index: 3, UUID: "GPU-dddddddd-0000-0000-0000-000000000000", Name: "NVIDIA H100 80GB HBM3",
+			Index: 3, UUID: "GPU-dddddddd-0000-0000-0000-000000000000", Vendor: gpu.VendorNVIDIA, Name: "NVIDIA H100 80GB HBM3",
 			PCIBusID: "00000000:5D:00.0", MemoryUsedBytes: gpu.Known(0.5 * gib), ProcessesListed: true,
 		},
 	}}

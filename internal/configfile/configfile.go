@@ -23,23 +23,52 @@ var ErrNotRegular = errors.New("not a regular file")
 // ErrTooLarge is the error for a file over its cap.
 var ErrTooLarge = errors.New("too large")
 
-// Open opens path for reading if it is a regular file of at most max bytes. It does not block on a FIFO: the file
-// is opened without waiting for a writer, and refused for what it is.
-func Open(path string, max int64) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
+// ErrChanged is the error for a path that named another file each time it was opened, between the check and the
+// open.
+var ErrChanged = errors.New("replaced while being opened")
+
+// openTries bounds the opens of a path that is replaced between its check and its open. A Kubernetes Secret or
+// ConfigMap volume replaces its files at once on an update (a symlink swapped), so a second try finds the new file
+// settled; a path replaced at every try is refused.
+const openTries = 3
+
+// Open opens path for reading if it is a regular file of at most max bytes. The path is checked before it is
+// opened, since opening some devices does something (/dev/watchdog arms the watchdog, a tape drive rewinds); the
+// open is non-blocking, so that a FIFO put in its place in between cannot block it, and the file opened must be
+// the one checked (same device and inode), else it is tried again. Symlinks are followed, as the files of a
+// Kubernetes Secret or ConfigMap volume are symlinks.
+func Open(path string, max int64) (*os.File, error) { return open(path, max, os.Stat) }
+
+// open is Open with the check's stat given, for tests.
+func open(path string, max int64, stat func(string) (fs.FileInfo, error)) (*os.File, error) {
+	for range openTries {
+		want, err := stat(path)
+		if err != nil {
+			return nil, err
+		}
+		if err := check(path, want, max); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return nil, err
+		}
+		got, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		if !os.SameFile(want, got) {
+			f.Close()
+			continue
+		}
+		if err := check(path, got, max); err != nil { // it grew in between
+			f.Close()
+			return nil, err
+		}
+		return f, nil
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := check(path, fi, max); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	return nil, fmt.Errorf("%s: %w %d times", path, ErrChanged, openTries)
 }
 
 // Read reads the regular file at path, of at most max bytes.

@@ -67,7 +67,8 @@ type Device struct {
 	// DRMCard is the GPU's DRM card, card<N> of /dev/dri and /sys/class/drm, for the GPUs that the DRM source reads:
 	// Intel's device plugin names GPUs by it. Empty for the others.
 	DRMCard string
-	// MinorNumber is the N of /dev/nvidiaN. It can differ from Index; NVIDIA's DRA driver names GPUs by it.
+	// MinorNumber is the N of /dev/nvidiaN, for NVIDIA GPUs only. It can differ from Index; NVIDIA's DRA driver names
+	// GPUs by it.
 	MinorNumber Value
 	MIGMode     MIGMode
 
@@ -107,6 +108,10 @@ type Device struct {
 	// Profiling is what the GPU's performance monitor (NVML's GPM, Hopper and newer) measured between this reading
 	// and an earlier one; nil where the GPU has none, or on the first reading.
 	Profiling *Profiling
+	// PerformanceMonitor is 1 where the source reads the GPU's performance monitor, so that a nil Profiling is only
+	// a first reading or a failed one; 0 where it reads none (a GPU before Hopper, a driver before R520, a source
+	// without one such as nvidia-smi); unknown where the source could not tell.
+	PerformanceMonitor Value
 
 	MIG []MIGInstance
 	// ProcessesListed is false when the process list could not be read: Processes is then empty without meaning

@@ -108,9 +108,21 @@ func (cfg *nodeConfig) snapshot(elapsedSeconds float64) *gpu.Snapshot {
 		d.MemoryUsedBytes = gpu.Known(used)
 		d.MemoryFreeBytes = gpu.Known(max(d.MemoryTotalBytes.V-used, 0))
 		g.gpuHealthConfig.apply(&d, elapsedSeconds)
+		if d.Vendor == gpu.VendorNVIDIA {
+			d.PerformanceMonitor = performanceMonitor(&d)
+		}
 		snap.Devices = append(snap.Devices, d)
 	}
 	return snap
+}
+
+// performanceMonitor is 1 for a simulated GPU whose file gives its performance monitor's readings (its own or a GPU
+// instance's), else 0.
+func performanceMonitor(d *gpu.Device) gpu.Value {
+	if d.Profiling != nil || slices.ContainsFunc(d.MIG, func(m gpu.MIGInstance) bool { return m.Profiling != nil }) {
+		return gpu.Known(1)
+	}
+	return gpu.Known(0)
 }
 
 // opt turns an optional file value into a reading: absent in the file, absent in the metrics.

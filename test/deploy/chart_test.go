@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 )
@@ -38,6 +39,8 @@ type rendered struct {
 	kinds           []string
 	releaseNS       string
 	releaseFullName string
+	// drm is whether the values rendered turn drm.enabled on (template's arguments), which adds two capabilities.
+	drm bool
 }
 
 // nonDefaultValues changes every switch of the chart away from its default.
@@ -148,7 +151,47 @@ func template(t *testing.T, release, namespace string, args ...string) *rendered
 	t.Helper()
 	out := run(t, helm(t), append([]string{"template", release, chartDir, "--namespace", namespace,
 		"--kube-version", kubeVersion}, args...)...)
-	return decode(t, out, namespace)
+	r := decode(t, out, namespace)
+	r.drm = drmEnabled(t, args)
+	return r
+}
+
+// drmEnabled tells whether helm template's arguments turn drm.enabled on, as helm merges them: the values files in
+// order, then the --set flags.
+func drmEnabled(t *testing.T, args []string) bool {
+	t.Helper()
+	on := false
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] != "--values" && args[i] != "-f" {
+			continue
+		}
+		var v struct {
+			DRM *struct {
+				Enabled *bool `json:"enabled"`
+			} `json:"drm"`
+		}
+		b, err := os.ReadFile(args[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", args[i+1], err)
+		}
+		if v.DRM != nil && v.DRM.Enabled != nil {
+			on = *v.DRM.Enabled
+		}
+	}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] != "--set" {
+			continue
+		}
+		for _, kv := range strings.Split(args[i+1], ",") {
+			if k, v, _ := strings.Cut(kv, "="); k == "drm.enabled" {
+				on = v == "true"
+			}
+		}
+	}
+	return on
 }
 
 var typeByKind = map[string]func(r *rendered) any{
@@ -544,10 +587,15 @@ func checkCommon(t *testing.T, r *rendered) {
 			t.Error("privileged without the reason for it, the driver's directory mounted from the node")
 		}
 	}
-	// Nothing added, but with drm.enabled the two that reading other processes' DRM files needs.
+	// Nothing added; with drm.enabled, exactly the two that reading other processes' DRM files needs, which with
+	// hostPID amount to root on the node (values.yaml, drm).
+	var wantAdd []corev1.Capability
+	if r.drm {
+		wantAdd = []corev1.Capability{"SYS_PTRACE", "DAC_READ_SEARCH"}
+	}
 	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
-		len(sc.Capabilities.Add) != 0 && !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"SYS_PTRACE", "DAC_READ_SEARCH"}) {
-		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added (SYS_PTRACE and DAC_READ_SEARCH with drm.enabled)", sc.Capabilities)
+		!slices.Equal(sc.Capabilities.Add, wantAdd) {
+		t.Errorf("capabilities = %+v, want drop [ALL] and add %v (drm.enabled %v)", sc.Capabilities, wantAdd, r.drm)
 	}
 	if psc := pod.SecurityContext; psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("pod securityContext %+v, want the RuntimeDefault seccomp profile", psc)

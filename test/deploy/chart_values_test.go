@@ -156,6 +156,79 @@ affinity:
 	}
 }
 
+// The default rendering adds no capability; drm.enabled adds exactly the two that reading other processes' DRM
+// files needs (checkCommon checks every rendering so, by its values).
+func TestHelmDRMCapabilities(t *testing.T) {
+	for _, args := range [][]string{nil, {"--set", "drm.enabled=true"}} {
+		r := template(t, "gpe", "monitoring", args...)
+		checkCommon(t, r)
+		add := exporterContainer(t, r.daemonSet).SecurityContext.Capabilities.Add
+		if want := map[bool]int{false: 0, true: 2}[r.drm]; len(add) != want {
+			t.Errorf("%v: capabilities added %v, want %d", args, add, want)
+		}
+	}
+}
+
+// On a cluster with NVIDIA nodes and AMD or Intel nodes, two releases as docs/install.md installs them (the NVIDIA
+// one leaving the preset's nodes out with excludeNodeLabels) give every GPU node exactly one exporter: NVIDIA-only
+// nodes the NVIDIA release's, without capabilities; the AMD or Intel nodes, a node of both vendors included, the
+// preset's.
+func TestHelmMixedClusterReleases(t *testing.T) {
+	terms := func(r *rendered) []corev1.NodeSelectorTerm {
+		return r.daemonSet.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	}
+	for _, tc := range []struct {
+		preset  string
+		exclude string
+		vendor  map[string]string // the labels of a node with the preset's GPUs
+	}{
+		{"amd-gpu.yaml", `{"feature.node.kubernetes.io/amd-gpu":["true"],"feature.node.kubernetes.io/amd-vgpu":["true"]}`,
+			map[string]string{"feature.node.kubernetes.io/amd-gpu": "true"}},
+		{"intel-gpu.yaml", `{"intel.feature.node.kubernetes.io/gpu":["true"]}`,
+			map[string]string{"intel.feature.node.kubernetes.io/gpu": "true"}},
+	} {
+		t.Run(tc.preset, func(t *testing.T) {
+			nvidia := template(t, "gpu-pod-exporter", "monitoring", "--set-json", "excludeNodeLabels="+tc.exclude)
+			other := template(t, "gpu-pod-exporter-other", "monitoring", "--values", filepath.Join(repoRoot(t), presetsDir, tc.preset))
+			checkCommon(t, nvidia)
+			checkCommon(t, other)
+			if nvidia.drm || !other.drm {
+				t.Fatalf("drm.enabled: NVIDIA release %v, preset's %v", nvidia.drm, other.drm)
+			}
+			for platform, l := range gpuNodeLabels {
+				node := map[string]string{"kubernetes.io/os": "linux", l.key: l.value}
+				if !matchesNodeSelectorTerms(terms(nvidia), node) || matchesNodeSelectorTerms(terms(other), node) {
+					t.Errorf("an NVIDIA node of %s: want the NVIDIA release's alone", platform)
+				}
+				for k, v := range tc.vendor {
+					node[k] = v
+				}
+				if matchesNodeSelectorTerms(terms(nvidia), node) || !matchesNodeSelectorTerms(terms(other), node) {
+					t.Errorf("a node of %s with the preset's GPUs too: want the preset's release alone", platform)
+				}
+			}
+			node := map[string]string{"kubernetes.io/os": "linux"}
+			for k, v := range tc.vendor {
+				node[k] = v
+			}
+			if matchesNodeSelectorTerms(terms(nvidia), node) || !matchesNodeSelectorTerms(terms(other), node) {
+				t.Errorf("a node with the preset's GPUs alone: want the preset's release alone")
+			}
+		})
+	}
+	// [] leaves out every node with the label; with no terms, every node but those.
+	r := template(t, "gpe", "monitoring", "--set", "gpuNodeSelectorTerms=null", "--set-json", `excludeNodeLabels={"example.com/elsewhere":[]}`)
+	for labels, want := range map[string]bool{"": true, "example.com/elsewhere=": false, "example.com/elsewhere=true": false} {
+		node := map[string]string{"kubernetes.io/os": "linux"}
+		if k, v, ok := strings.Cut(labels, "="); ok {
+			node[k] = v
+		}
+		if got := matchesNodeSelectorTerms(terms(r), node); got != want {
+			t.Errorf("a node labelled %q matches %v, want %v: %+v", labels, got, want, terms(r))
+		}
+	}
+}
+
 // TestHelmValuesSchemaRejectsUnknownKeys: a misspelt key, or a key of dcgm-exporter's chart that this chart does not
 // have, fails helm template with a message that names it, instead of being ignored.
 func TestHelmValuesSchemaRejectsUnknownKeys(t *testing.T) {

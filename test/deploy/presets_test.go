@@ -241,8 +241,16 @@ func TestHelmProcessUser(t *testing.T) {
 func checkDRMPreset(t *testing.T, r *rendered, nodes ...map[string]string) {
 	t.Helper()
 	pod := r.daemonSet.Spec.Template.Spec
-	checkGPUNodeAffinity(t, pod)
+	if pod.Affinity == nil || pod.Affinity.NodeAffinity == nil || pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		t.Fatalf("no required node affinity: %+v", pod.Affinity)
+	}
 	terms := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	// The two capabilities reach the vendor's nodes alone: no NVIDIA node of any platform is selected.
+	for platform, l := range gpuNodeLabels {
+		if matchesNodeSelectorTerms(terms, map[string]string{"kubernetes.io/os": "linux", l.key: l.value}) {
+			t.Errorf("an NVIDIA node of %s (%s=%s) matches: it would get the capabilities it does not need", platform, l.key, l.value)
+		}
+	}
 	for _, labels := range nodes {
 		labels["kubernetes.io/os"] = "linux"
 		if !matchesNodeSelectorTerms(terms, labels) {

@@ -397,7 +397,8 @@ func TestXeNode(t *testing.T) {
 }
 
 // A node with NVIDIA GPUs (read with nvidia-smi) and AMD GPUs, with --gpu.source=auto: both vendors, each GPU
-// once, NVIDIA's first; nvidia-drm's cards and a client of one are not read as GPUs of the DRM source.
+// once, NVIDIA's first; nvidia-drm's cards and a client of one are not read as GPUs of the DRM source. NVIDIA's DRA
+// device names find NVIDIA's GPUs by their minor numbers, never an MI300X whose DRM card has the same minor.
 func TestMixedNode(t *testing.T) {
 	mi := drmfake.NewMI300X()
 	node := mi.Node(false)
@@ -410,7 +411,13 @@ func TestMixedNode(t *testing.T) {
 	}
 	node.Processes = append(node.Processes, drmfake.Process{PID: 7100, DRM: []drmfake.File{{Minor: 20,
 		FDInfo: "drm-driver:\tnvidia-drm\ndrm-client-id:\t3\ndrm-pdev:\t0000:01:00.0\n"}}})
-	n := writeNode(t, node, nil, nil, nil)
+	// The fixture's GPU 3 has minor number 1, as the first MI300X's card1 has; GPU 1 has 2, as card2.
+	claim := func(name string) *fake.Claim { return &fake.Claim{Name: name, Namespace: "ml", Pool: "node-1"} }
+	allocs := []fake.Device{
+		{Namespace: "ml", Pod: "a", Container: "c", Resource: "gpu.nvidia.com", IDs: []string{"gpu-1"}, Claim: claim("a-gpu")},
+		{Namespace: "ml", Pod: "b", Container: "c", Resource: "gpu.nvidia.com", IDs: []string{"gpu-2"}, Claim: claim("b-gpu")},
+	}
+	n := writeNode(t, node, nil, nil, allocs)
 	fixture, err := filepath.Abs("../../internal/gpu/nvidiasmi/testdata/500farm__4-geforce-rtx-3090.xml")
 	if err != nil {
 		t.Fatal(err)
@@ -421,12 +428,15 @@ func TestMixedNode(t *testing.T) {
 	}
 	addr := n.start(t, "--nvidia-smi.path="+smi)
 	var fams map[string]*dto.MetricFamily
-	testkit.WaitFor(t, 20*time.Second, "a reading", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "a reading with the allocations", func() bool {
 		_, f, err := e2eutil.TryScrape(addr)
 		fams = f
-		return err == nil && len(f["gpu_info"].GetMetric()) > 0
+		return err == nil && len(f["gpu_info"].GetMetric()) > 0 && len(f["gpu_allocation_info"].GetMetric()) > 0
 	})
 	expect(t, fams, "gpu_pod_exporter_source_up", map[string]string{"source": "nvidia-smi+drm"}, 1)
+	for _, a := range []struct{ pod, device, gpu string }{{"a", "gpu-1", "3"}, {"b", "gpu-2", "1"}} {
+		expect(t, fams, "gpu_allocation_info", map[string]string{"pod": a.pod, "dra_device_name": a.device, "gpu": a.gpu}, 1)
+	}
 	vendors := map[string][]string{}
 	uuids := map[string]bool{}
 	for _, m := range fams["gpu_info"].GetMetric() {

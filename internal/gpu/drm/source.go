@@ -109,7 +109,7 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	for i, d := range devs {
 		out := &snap.Devices[i]
 		*out = gpu.Device{Index: s.cfg.FirstIndex + i, UUID: d.uuid, Name: d.name, PCIBusID: d.pci, Vendor: d.vendor,
-			DriverVersion: d.version, DRMCard: d.card, MinorNumber: gpu.Known(float64(d.minor))}
+			DriverVersion: d.version, DRMCard: d.card}
 		errs, e := readDevice(&s.files, d, out, s.energy[d.pci], now)
 		snap.Errors = append(snap.Errors, errs...)
 		energies[d.pci] = e

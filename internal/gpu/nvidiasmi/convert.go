@@ -57,6 +57,8 @@ func convertGPU(index int, x xmlGPU) (*gpu.Device, []gpu.DeviceError) {
 		),
 		FanSpeedRatio:    quantity(x.FanSpeed, percent, false),
 		PerformanceState: pstate(x.PerformanceState),
+		// nvidia-smi -q shows no performance monitor readings.
+		PerformanceMonitor: gpu.Known(0),
 	}
 	readHealth(d, x)
 

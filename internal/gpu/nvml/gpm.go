@@ -79,11 +79,26 @@ type gpmState struct {
 	request gonvml.GpmMetricsGetType
 }
 
-// readProfiling samples the GPU, and each of its GPU instances in MIG mode, and computes their profiling.
+// readProfiling samples the GPU, and each of its GPU instances in MIG mode, and computes their profiling. It says
+// whether the GPU has a monitor, so that a reading without profiling (the first, a failed one) is not taken for a
+// GPU without one.
 func (r *deviceReader) readProfiling(h gonvml.Device, d *gpu.Device) {
-	if !r.s.syms.gpm || r.lost != nil || !r.gpmSupported(h) {
+	if !r.s.syms.gpm {
+		d.PerformanceMonitor = gpu.Known(0) // a driver before R520
 		return
 	}
+	if r.lost != nil {
+		return
+	}
+	supported, known := r.gpmSupported(h)
+	if !known {
+		return
+	}
+	d.PerformanceMonitor = gpu.Known(0)
+	if !supported {
+		return
+	}
+	d.PerformanceMonitor = gpu.Known(1)
 	d.Profiling = r.profile(gpmKey{r.uuid, wholeGPU}, h.GpmSampleGet)
 	if d.MIGMode != gpu.MIGEnabled || !r.s.syms.gpmMIG {
 		return
@@ -98,14 +113,14 @@ func (r *deviceReader) readProfiling(h gonvml.Device, d *gpu.Device) {
 	}
 }
 
-// gpmSupported asks NVML once per GPU whether it has GPM. nvmlGpmSupport_t.version is the plain 1 of
-// NVML_GPM_SUPPORT_VERSION, not an NVML_STRUCT_VERSION: go-nvml from v0.12.4-1 to v0.13.0-1 sent the latter, and
-// every query failed with ARGUMENT_VERSION_MISMATCH (go-nvml#168, fixed in v0.13.1-0); such a failure is reported,
-// not taken as "no GPM".
-func (r *deviceReader) gpmSupported(h gonvml.Device) bool {
+// gpmSupported asks NVML once per GPU whether it has GPM; known is false where NVML could not say.
+// nvmlGpmSupport_t.version is the plain 1 of NVML_GPM_SUPPORT_VERSION, not an NVML_STRUCT_VERSION: go-nvml from
+// v0.12.4-1 to v0.13.0-1 sent the latter, and every query failed with ARGUMENT_VERSION_MISMATCH (go-nvml#168, fixed
+// in v0.13.1-0); such a failure is reported, not taken as "no GPM".
+func (r *deviceReader) gpmSupported(h gonvml.Device) (supported, known bool) {
 	g := &r.s.gpm
 	if v, ok := g.supported[r.uuid]; ok {
-		return v
+		return v, true
 	}
 	support, ret := h.GpmQueryDeviceSupport()
 	switch {
@@ -115,8 +130,9 @@ func (r *deviceReader) gpmSupported(h gonvml.Device) bool {
 		g.supported[r.uuid] = false
 	default:
 		r.ok(gpu.OpProfiling, ret) // asked again at the next reading
+		return false, false
 	}
-	return g.supported[r.uuid]
+	return g.supported[r.uuid], true
 }
 
 // profile takes a sample of one GPU or GPU instance and returns the metrics since the newest kept sample at least

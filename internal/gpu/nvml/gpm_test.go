@@ -215,8 +215,13 @@ func TestSnapshotDoesNotWaitForGPM(t *testing.T) {
 			if took := time.Since(start); took != 0 {
 				t.Errorf("reading %d took %v of the bubble's clock: it waited", i, took)
 			}
-			if p := deviceByUUID(t, snap, "GPU-0").Profiling; (p != nil) != (i == 1) {
+			d := deviceByUUID(t, snap, "GPU-0")
+			if p := d.Profiling; (p != nil) != (i == 1) {
 				t.Errorf("reading %d profiling = %+v", i, p)
+			}
+			// The first reading has no profiling, and still says that the GPU has a monitor.
+			if d.PerformanceMonitor != gpu.Known(1) {
+				t.Errorf("reading %d: performance monitor %+v, want known 1", i, d.PerformanceMonitor)
 			}
 			time.Sleep(time.Second) // the next scrape
 		}
@@ -251,8 +256,9 @@ func TestGPMAbsentWhereUnsupported(t *testing.T) {
 				now = testNow.Add(time.Duration(i) * time.Second)
 				snap := snapshot(t, s)
 				wantNoErrors(t, snap)
-				if p := deviceByUUID(t, snap, "GPU-0").Profiling; p != nil {
-					t.Errorf("profiling %+v, want absent", p)
+				d := deviceByUUID(t, snap, "GPU-0")
+				if d.Profiling != nil || d.PerformanceMonitor != gpu.Known(0) {
+					t.Errorf("profiling %+v, performance monitor %+v; want absent, and known 0", d.Profiling, d.PerformanceMonitor)
 				}
 			}
 			if g.allocated != 0 || queries > 1 {
@@ -279,6 +285,9 @@ func TestGPMSupportQueryFailureIsReported(t *testing.T) {
 		snap := snapshot(t, s)
 		if e, ok := findError(snap, 0, gpu.OpProfiling); !ok || !isReturn(e.Err, gonvml.ERROR_ARGUMENT_VERSION_MISMATCH) {
 			t.Errorf("profiling error = %v (found %v)", e, ok)
+		}
+		if m := deviceByUUID(t, snap, "GPU-0").PerformanceMonitor; m.Valid {
+			t.Errorf("performance monitor %+v, want unknown: NVML did not say", m)
 		}
 	}
 	if queries != 2 {

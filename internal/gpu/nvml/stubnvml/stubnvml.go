@@ -141,6 +141,11 @@ func (v Variant) Device(index int) gpu.Device {
 		PCIe:                      gpu.PCIe{Replays: k(12), Generation: k(5), MaxGeneration: k(5), Width: k(16), MaxWidth: k(16)},
 		NVLink:                    gpu.NVLink{TXBytes: k(123456 * 1024), RXBytes: k(654321 * 1024)},
 	}
+	if v.HasGPM() {
+		d.PerformanceMonitor = k(1)
+	} else {
+		d.PerformanceMonitor = k(0)
+	}
 	if v.branch < 510 {
 		d.MemoryUsedBytes, d.MemoryFreeBytes = k(MemoryUsed+MemoryReserved), k(MemoryTotal-MemoryReserved-MemoryUsed)
 		d.MemoryReservedBytes = gpu.Value{}
