@@ -124,12 +124,13 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procRoot st
 	// auto: the NVIDIA GPUs' source, and the AMD and Intel GPUs' through DRM where sysfs has any; both on a node
 	// with both.
 	nvidia, noNvidia, nvErr := f.openNvidia(logger)
-	return f.auto(logger, procfs, nvidia, noNvidia, nvErr)
+	return f.auto(logger, procRoot, kept, nvidia, noNvidia, nvErr)
 }
 
 // auto joins the NVIDIA GPUs' source, as openNvidia opened it (or did not), to the DRM source where sysfs has AMD
 // or Intel GPUs.
-func (f *sourceFlags) auto(logger *slog.Logger, procfs string, nvidia gpu.Source, noNvidia bool, nvErr error) (gpu.Source, error) {
+func (f *sourceFlags) auto(logger *slog.Logger, procRoot string, kept *procfs.KeptFiles, nvidia gpu.Source, noNvidia bool,
+	nvErr error) (gpu.Source, error) {
 	drivers := drm.Present(f.sysfs)
 	switch {
 	case len(drivers) == 0:

@@ -26,7 +26,7 @@ func TestAutoReadsDRMGPUsWhenTheNVIDIADriverFails(t *testing.T) {
 	}
 	f := &sourceFlags{source: "auto", sysfs: sysfs}
 	broken := errors.New("Driver/library version mismatch")
-	src, err := f.auto(slog.New(slog.DiscardHandler), procfs, nil, false, broken)
+	src, err := f.auto(slog.New(slog.DiscardHandler), procfs, nil, nil, false, broken)
 	if err != nil {
 		t.Fatalf("auto with a failing NVIDIA driver next to an AMD GPU: %v; want the AMD GPU served", err)
 	}
@@ -55,7 +55,7 @@ func TestAutoReadsDRMGPUsWhenTheNVIDIADriverFails(t *testing.T) {
 func TestAutoWithOneVendor(t *testing.T) {
 	f := &sourceFlags{source: "auto", sysfs: t.TempDir()}
 	broken := errors.New("Driver/library version mismatch")
-	if _, err := f.auto(slog.New(slog.DiscardHandler), t.TempDir(), nil, false, broken); !errors.Is(err, broken) {
+	if _, err := f.auto(slog.New(slog.DiscardHandler), t.TempDir(), nil, nil, false, broken); !errors.Is(err, broken) {
 		t.Errorf("a failing NVIDIA driver on a node without DRM GPUs: %v, want its error", err)
 	}
 }
