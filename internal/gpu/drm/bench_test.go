@@ -54,15 +54,27 @@ func benchmarkSnapshot(b *testing.B, procs int) {
 	}
 }
 
-// BenchmarkParseFDInfo parses an amdgpu client's fdinfo of a 6.12 kernel: 29 lines, 18 of them memory keys.
+// BenchmarkParseFDInfo parses an amdgpu client's fdinfo of a 6.12 kernel, 29 lines, 18 of them memory keys: anew
+// (ParseFDInfo), and again into the client of the last parse, as a reading does.
 func BenchmarkParseFDInfo(b *testing.B) {
 	in := readCorpus(b, "amdgpu-6.12.txt")
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ParseFDInfo(in); err != nil {
-			b.Fatal(err)
+	b.Run("new", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ParseFDInfo(in); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("again", func(b *testing.B) {
+		var c Client
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.parse(in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // A reading of a node with 64 ROCm processes stays within an allocation budget: a few allocations per process (its
