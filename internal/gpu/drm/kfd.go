@@ -93,10 +93,13 @@ const (
 )
 
 // kfdReader reads the compute processes' VRAM, reading by reading. It remembers each process's vram_<gpu_id> files,
-// which KFD creates with the process, one per GPU it may use, and keeps them open: a reading reads each again with
-// one pread, without listing the process's directory. A process's files are listed again when one fails to read
-// (the process exited: its directory is gone, and a kept file with it), and at least every fullLookEvery (a PID
-// reused by another compute process, for a file not kept open).
+// which KFD creates with the process, one per GPU (kfd_init_apertures makes the process's data of every GPU when
+// the process is created), and keeps them open: a reading reads each again with one pread, without listing the
+// process's directory. A kept file stays tied to the process's directory: once KFD removes it (the process exited,
+// whether or not its PID is reused since), reading the file fails with ENODEV (kernfs), and the process's files are
+// listed again at the next reading. They are listed again too when the topology changed, and, for a process with a
+// file not kept open (past maxKFDKept), every fullLookEvery: the file is opened by its path at each reading, which
+// could be another process's after its PID was reused.
 type kfdReader struct {
 	dir   string // <sysfs>/class/kfd/kfd/proc
 	list  *procfs.Reader
@@ -108,8 +111,10 @@ type kfdReader struct {
 }
 
 type kfdProcess struct {
-	vram   []kfdVRAM
-	listed time.Time
+	vram    []kfdVRAM
+	listed  time.Time
+	topo    *kfdTopology // the topology it was listed with
+	allKept bool         // every file kept open
 }
 
 // kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past maxKFDKept).
@@ -150,12 +155,13 @@ func (k *kfdReader) read(f *files, t *kfdTopology, now time.Time) ([]kfdUse, err
 	uses := k.uses[:0]
 	for _, pid := range k.pids {
 		p := k.procs[pid]
-		if p == nil || now.Sub(p.listed) >= fullLookEvery {
+		if p == nil || p.topo != t || !p.allKept && now.Sub(p.listed) >= fullLookEvery {
 			if p = k.look(pid, p, t, now); p == nil {
 				continue // exited
 			}
 		}
 		first, failed := len(uses), false
+		p.allKept = true
 		for i := range p.vram {
 			n, err := k.readVRAM(f, &p.vram[i])
 			if err != nil {
@@ -170,6 +176,7 @@ func (k *kfdReader) read(f *files, t *kfdTopology, now time.Time) ([]kfdUse, err
 				uses = append(uses, kfdUse{pid: pid, pci: p.vram[i].pci})
 			}
 			uses[j].bytes += float64(n)
+			p.allKept = p.allKept && p.vram[i].fd >= 0
 		}
 		if failed {
 			k.drop(pid, p)
@@ -198,7 +205,7 @@ func (k *kfdReader) look(pid uint32, p *kfdProcess, t *kfdTopology, now time.Tim
 		k.procs[pid] = p
 	}
 	old := p.vram
-	p.vram, p.listed = nil, now
+	p.vram, p.listed, p.topo = nil, now, t
 	for _, name := range names {
 		id, ok := strings.CutPrefix(name, "vram_")
 		if !ok {

@@ -193,20 +193,42 @@ func TestExitedProcessForgotten(t *testing.T) {
 		t.Fatalf("the new compute process not read at once (listed %v, GPU %d)", ok, dev)
 	}
 	value(t, "its memory", got.UsedMemoryBytes, 4<<30)
-	// Its file, kept open, is read again at each reading, and kept when its directory is listed again.
+	// Its file, kept open, is read again at each reading, its directory not listed again while every file of it is.
 	k := s.kfd.procs[newPID]
 	if k == nil || len(k.vram) != 1 || k.vram[0].fd < 0 {
 		t.Fatalf("PID %d's KFD file not kept open: %+v", newPID, k)
 	}
-	fd := k.vram[0].fd
-	if err := os.WriteFile(filepath.Join(kfdDir, strconv.Itoa(newPID), "vram_"+id), []byte("8589934592\n"), 0o644); err != nil {
+	listedAt := k.listed
+	vramFile := filepath.Join(kfdDir, strconv.Itoa(newPID), "vram_"+id)
+	if err := os.WriteFile(vramFile, []byte("8589934592\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c.t = c.t.Add(fullLookEvery)
+	c.t = c.t.Add(2 * fullLookEvery)
 	got, _, _ = listed(snapshot(t, s), newPID)
 	value(t, "its memory, grown", got.UsedMemoryBytes, 8<<30)
-	if k := s.kfd.procs[newPID]; k == nil || len(k.vram) != 1 || k.vram[0].fd != fd || s.kfd.kept != kfdKept {
-		t.Errorf("after its directory was listed again: %+v, %d files kept; want fd %d kept, %d files", k, s.kfd.kept, fd, kfdKept)
+	if k := s.kfd.procs[newPID]; k == nil || !k.listed.Equal(listedAt) || s.kfd.kept != kfdKept {
+		t.Errorf("a process whose KFD files are all kept listed again (%+v), or %d files kept, want %d", k, s.kfd.kept, kfdKept)
+	}
+	// A file that fails to read (here, with what is not a number) drops the process's files, which are listed and
+	// opened again at the next reading.
+	if err := os.WriteFile(vramFile, []byte("busy\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(time.Second)
+	if p, _, ok := listed(snapshot(t, s), newPID); ok {
+		t.Errorf("a compute process whose only file failed to read listed: %+v", p)
+	}
+	if _, ok := s.kfd.procs[newPID]; ok || s.kfd.kept != kfdKept-1 {
+		t.Errorf("after a failed read: remembered %v, %d files kept, want %d", ok, s.kfd.kept, kfdKept-1)
+	}
+	if err := os.WriteFile(vramFile, []byte("1073741824\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(time.Second)
+	got, _, _ = listed(snapshot(t, s), newPID)
+	value(t, "its memory, listed again", got.UsedMemoryBytes, 1<<30)
+	if k := s.kfd.procs[newPID]; k == nil || !k.listed.Equal(c.t) || s.kfd.kept != kfdKept {
+		t.Errorf("not listed and kept again: %+v, %d files kept, want %d", k, s.kfd.kept, kfdKept)
 	}
 
 	if err := s.Close(); err != nil {
