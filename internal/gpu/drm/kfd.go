@@ -84,12 +84,11 @@ func property(props []byte, name string) uint64 {
 	return 0
 }
 
-// Bounds on KFD's process list: the compute processes of a node, the GPUs of one, and the vram files kept open
-// (past it, a file is opened and closed at each reading).
+// Bounds on KFD's process list: the compute processes of a node, and the GPUs of one. The vram files kept open
+// share the attribute files' bound, maxKeptAttrs (past it, a file is opened and closed at each reading).
 const (
 	maxKFDProcesses = 1 << 16
 	maxKFDFiles     = 256
-	maxKFDKept      = 1 << 13
 )
 
 // kfdReader reads the compute processes' VRAM, reading by reading. It remembers each process's vram_<gpu_id> files,
@@ -98,7 +97,7 @@ const (
 // process's directory. A kept file stays tied to the process's directory: once KFD removes it (the process exited,
 // whether or not its PID is reused since), reading the file fails with ENODEV (kernfs), and the process's files are
 // listed again at the next reading. They are listed again too when the topology changed, and, for a process with a
-// file not kept open (past maxKFDKept), every fullLookEvery: the file is opened by its path at each reading, which
+// file not kept open (past maxKeptAttrs), every fullLookEvery: the file is opened by its path at each reading, which
 // could be another process's after its PID was reused.
 type kfdReader struct {
 	dir   string // <sysfs>/class/kfd/kfd/proc
@@ -117,7 +116,7 @@ type kfdProcess struct {
 	allKept bool         // every file kept open
 }
 
-// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past maxKFDKept).
+// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past maxKeptAttrs).
 type kfdVRAM struct {
 	path string
 	pci  string
@@ -228,7 +227,7 @@ func (k *kfdReader) look(pid uint32, p *kfdProcess, t *kfdTopology, now time.Tim
 	return p
 }
 
-// readVRAM reads one vram file, through its kept fd, opening it (and keeping it, within maxKFDKept) where it has
+// readVRAM reads one vram file, through its kept fd, opening it (and keeping it, within maxKeptAttrs) where it has
 // none.
 func (k *kfdReader) readVRAM(f *files, v *kfdVRAM) (uint64, error) {
 	fd, again := v.fd, v.fd >= 0
@@ -237,7 +236,7 @@ func (k *kfdReader) readVRAM(f *files, v *kfdVRAM) (uint64, error) {
 		if fd, err = open(v.path); err != nil {
 			return 0, err
 		}
-		if k.kept < maxKFDKept {
+		if k.kept+len(f.kept) < maxKeptAttrs {
 			v.fd = fd
 			k.kept++
 		} else {

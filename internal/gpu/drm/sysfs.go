@@ -38,7 +38,8 @@ type keptAttr struct {
 // read, are about 1.5 KB.
 const maxAttr = 8 << 10
 
-// maxKeptAttrs bounds the attribute files kept open: a few dozen per GPU, one per compute process and GPU.
+// maxKeptAttrs bounds the sysfs files kept open, attributes and KFD's files together: a few dozen per GPU, one
+// per compute process and GPU.
 const maxKeptAttrs = 1 << 13
 
 // errAbsent is the error of a file found missing within fullLookEvery: the same value each time, since a reading
