@@ -25,19 +25,7 @@ func BenchmarkSnapshot(b *testing.B) {
 // benchmarkSnapshot reads the node of procs processes, with readings every on the source's clock apart (0: the
 // real clock).
 func benchmarkSnapshot(b *testing.B, procs int, every time.Duration) {
-	mi := drmfake.NewMI300X()
-	node := mi.Node(false)
-	node.Processes = nil
-	for i := range procs {
-		g := mi.GPUs[i%8]
-		c := drmfake.AMDGPUClient{PDev: g.PCI, ID: uint64(10000 + i), VRAM: 258 << 20, GTT: 8 << 20}
-		node.Processes = append(node.Processes, drmfake.Process{PID: uint32(100000 + i), Other: 6,
-			DRM: []drmfake.File{{Minor: g.Render, FDInfo: c.FDInfo()}}, KFD: map[uint64]uint64{g.KFDGPUID: 256 << 20}})
-	}
-	for i := range 256 {
-		node.Processes = append(node.Processes, drmfake.Process{PID: uint32(2000 + i), Other: 24})
-	}
-	sysfs, procfs, err := node.Write(b.TempDir())
+	sysfs, procfs, err := computeNode(procs, 256).Write(b.TempDir())
 	if errors.Is(err, drmfake.ErrNeedsRoot) {
 		b.Skip(err)
 	}
@@ -65,6 +53,24 @@ func benchmarkSnapshot(b *testing.B, procs int, every time.Duration) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// computeNode is the MI300X node with procs ROCm processes spread over its GPUs (a render node open among six other
+// files, a DRM client and KFD's VRAM each) and others processes of no GPU with 24 open files each.
+func computeNode(procs, others int) *drmfake.Node {
+	mi := drmfake.NewMI300X()
+	node := mi.Node(false)
+	node.Processes = nil
+	for i := range procs {
+		g := mi.GPUs[i%8]
+		c := drmfake.AMDGPUClient{PDev: g.PCI, ID: uint64(10000 + i), VRAM: 258 << 20, GTT: 8 << 20}
+		node.Processes = append(node.Processes, drmfake.Process{PID: uint32(100000 + i), Other: 6,
+			DRM: []drmfake.File{{Minor: g.Render, FDInfo: c.FDInfo()}}, KFD: map[uint64]uint64{g.KFDGPUID: 256 << 20}})
+	}
+	for i := range others {
+		node.Processes = append(node.Processes, drmfake.Process{PID: uint32(2000 + i), Other: 24})
+	}
+	return node
 }
 
 // BenchmarkParseFDInfo parses an amdgpu client's fdinfo of a 6.12 kernel, 29 lines, 18 of them memory keys: anew
@@ -97,16 +103,7 @@ func BenchmarkParseFDInfo(b *testing.B) {
 func TestSnapshotAllocations(t *testing.T) {
 	for _, procs := range []int{64, 512} {
 		t.Run(strconv.Itoa(procs), func(t *testing.T) {
-			mi := drmfake.NewMI300X()
-			node := mi.Node(false)
-			node.Processes = nil
-			for i := range procs {
-				g := mi.GPUs[i%8]
-				c := drmfake.AMDGPUClient{PDev: g.PCI, ID: uint64(10000 + i), VRAM: 258 << 20, GTT: 8 << 20}
-				node.Processes = append(node.Processes, drmfake.Process{PID: uint32(100000 + i), Other: 6,
-					DRM: []drmfake.File{{Minor: g.Render, FDInfo: c.FDInfo()}}, KFD: map[uint64]uint64{g.KFDGPUID: 256 << 20}})
-			}
-			_, sysfs, procfs := writeNode(t, node)
+			_, sysfs, procfs := writeNode(t, computeNode(procs, 0))
 			c := newClock()
 			s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
 			if err != nil {
