@@ -231,7 +231,9 @@ type usage struct {
 // that order, so that each device's list comes in it too.
 func (s *Source) assemble(snap *gpu.Snapshot, devs []*device, kfd []kfdUse, clients []client, now time.Time) {
 	for i, d := range devs {
-		snap.Devices[i].Processes = make([]gpu.Process, 0, s.counts[d.pci])
+		if n := s.counts[d.pci]; n > 0 {
+			snap.Devices[i].Processes = make([]gpu.Process, 0, n) // as many as at the last reading, likely
+		}
 	}
 	s.rates.reading++
 	for len(kfd) > 0 || len(clients) > 0 {
