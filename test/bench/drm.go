@@ -37,10 +37,8 @@ func newDRMNode(dir string, pids, others int) (*node, error) {
 		return nil, fmt.Errorf("writing the DRM node (run as root, for the device nodes): %w", err)
 	}
 	n.procfs, n.sysfs = procfs, sysfs
-	for i := range pids {
-		if err := e2eutil.WriteProc(procfs, uint32(n.pidOf(i)), "python3", cgroupFile(i%containers(pids))); err != nil {
-			return nil, err
-		}
+	if err := n.writeProcfs(); err != nil {
+		return nil, err
 	}
 	for i := range others {
 		if err := e2eutil.WriteProc(procfs, uint32(otherPID(i)), "sshd", "0::/system.slice/ssh.service\n"); err != nil {

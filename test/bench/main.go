@@ -1,6 +1,6 @@
 // Command bench measures the real gpu-pod-exporter binary on generated nodes of any size: it writes a fake procfs
 // and a simulated node (or an nvidia-smi fixture with a fake nvidia-smi that only cats it, or the sysfs and fds of
-// eight MI300X for the drm source), starts the binary,
+// eight MI300X for the drm source, or the tests' stub libnvidia-ml for the NVML source), starts the binary,
 // scrapes it the way Prometheus does (gzip, Prometheus' Accept header), sequentially and with N concurrent
 // scrapers, and prints one Markdown table: p50, p99, exporter CPU per scrape (utime+stime of the exporter and its
 // children, from /proc/<pid>/stat), peak RSS (VmHWM), anonymous RSS after the run (RssAnon: the heap, stacks and
@@ -38,7 +38,7 @@ const clockTicks = 100
 func main() {
 	binary := flag.String("binary", "./gpu-pod-exporter", "the exporter binary to measure")
 	sizes := flag.String("sizes", "1,8,64,512,2048", "process counts, comma-separated")
-	cases := flag.String("cases", "simulated,nvidia-smi,procfs,demo", "what to measure: simulated (in-process source), nvidia-smi (fake that cats a fixture), procfs (the simulated source listing real processes, read through /proc), drm (eight MI300X read by the drm source from a fake sysfs and procfs; needs root), demo (idle --demo)")
+	cases := flag.String("cases", "simulated,nvidia-smi,procfs,demo", "what to measure: simulated (in-process source), nvidia-smi (fake that cats a fixture), procfs (the simulated source listing real processes, read through /proc), drm (eight MI300X read by the drm source from a fake sysfs and procfs; needs root), nvml (the NVML source on the tests' stub libnvidia-ml, eight H100s; needs gcc), demo (idle --demo)")
 	drmOthers := flag.Int("drm-others", 256, "processes of the drm case that use no GPU, whose open files the drm source looks through too")
 	concurrency := flag.String("concurrency", "8,20", "concurrent scrapers, comma-separated (each after the sequential run)")
 	fixture := flag.String("fixture", "internal/gpu/nvidiasmi/testdata/500farm__4-geforce-rtx-3090.xml", "nvidia-smi fixture for the nvidia-smi case")
@@ -88,6 +88,15 @@ func main() {
 				fail(err)
 			}
 			measure(nd, *binary, "drm", "drm", ints(*concurrency), *seconds)
+		}
+	}
+	if want["nvml"] {
+		for _, n := range ints(*sizes) {
+			nd, err := newNVMLNode(filepath.Join(work, fmt.Sprintf("nvml-%d", n)), 8, n)
+			if err != nil {
+				fail(err)
+			}
+			measure(nd, *binary, "nvml", "nvml", ints(*concurrency), *seconds)
 		}
 	}
 	if want["demo"] {
@@ -141,15 +150,20 @@ func measure(n *node, binary, name, source string, concurrency []int, seconds fl
 		args = append(args, "--gpu.simulated-config="+n.simulated)
 	case "drm":
 		args = append(args, "--gpu.source=drm", "--path.sysfs="+n.sysfs)
+	case "nvml":
+		args = append(args, "--gpu.source=nvml")
 	default:
 		args = append(args, "--gpu.source=nvidia-smi", "--nvidia-smi.path="+n.smi)
 	}
-	e := start(binary, args...)
+	e := start(binary, n.env, args...)
 	defer e.stop()
 	for range 5 { // warm up: runtime lookups, caches, heap
 		if _, err := e.scrape(); err != nil {
 			fail(err)
 		}
+	}
+	if err := e.check(n); err != nil {
+		fail(fmt.Errorf("%s node of %d processes: %w", name, n.pids, err))
 	}
 	// How many scrapes fit in the time asked, from one timed scrape.
 	t0 := time.Now()
@@ -164,7 +178,7 @@ func measure(n *node, binary, name, source string, concurrency []int, seconds fl
 }
 
 func measureDemo(binary string) {
-	e := start(binary, "--demo")
+	e := start(binary, nil, "--demo")
 	defer e.stop()
 	for range 20 {
 		if _, err := e.scrape(); err != nil {
@@ -184,7 +198,8 @@ type exporter struct {
 	gzip   int // body size of the last scrape, as sent
 }
 
-func start(binary string, args ...string) *exporter {
+// start runs the binary with args, in the bench's environment and env.
+func start(binary string, env []string, args ...string) *exporter {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fail(err)
@@ -193,6 +208,7 @@ func start(binary string, args ...string) *exporter {
 	l.Close()
 	cmd := exec.Command(binary, append(args, "--web.listen-address="+addr, "--log.level=error")...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		fail(err)
 	}
@@ -241,25 +257,58 @@ func (e *exporter) scrape() (time.Duration, error) {
 	return d, nil
 }
 
-func (e *exporter) plainSize() int {
-	req, _ := http.NewRequest(http.MethodGet, e.url, nil)
+// check says whether the exporter serves the node it is measured on: its GPUs, and a memory series for each of its
+// processes, so that a case that lost its processes is not measured as a cheap one.
+func (e *exporter) check(n *node) error {
+	body, err := e.plain()
+	if err != nil {
+		return err
+	}
+	gpus, procs := 0, 0
+	for _, line := range strings.Split(string(body), "\n") {
+		switch {
+		case strings.HasPrefix(line, "gpu_info{"):
+			gpus++
+		case strings.HasPrefix(line, "gpu_process_memory_used_bytes{"):
+			procs++
+		}
+	}
+	if gpus != n.gpus || procs != n.pids {
+		return fmt.Errorf("the exporter serves %d GPUs and %d processes with memory, not %d and %d", gpus, procs, n.gpus, n.pids)
+	}
+	return nil
+}
+
+// plain fetches /metrics as Prometheus does and returns the body uncompressed.
+func (e *exporter) plain() ([]byte, error) {
+	req, err := http.NewRequest(http.MethodGet, e.url, nil)
+	if err != nil {
+		return nil, err
+	}
 	req.Header.Set("Accept", acceptHeader)
 	req.Header.Set("Accept-Encoding", "gzip")
 	resp, err := e.client.Do(req)
 	if err != nil {
-		return 0
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var r io.Reader = resp.Body
 	if resp.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(resp.Body)
 		if err != nil {
-			return 0
+			return nil, err
 		}
 		r = zr
 	}
-	n, _ := io.Copy(io.Discard, r)
-	return int(n)
+	return io.ReadAll(r)
+}
+
+func (e *exporter) plainSize() int {
+	body, err := e.plain()
+	if err != nil {
+		return 0
+	}
+	return len(body)
 }
 
 type result struct {

@@ -20,9 +20,10 @@ const firstPID = 100000
 type node struct {
 	dir        string
 	procfs     string
-	sysfs      string // the drm source's node only
-	simulated  string // simulated node file
-	smi        string // fake nvidia-smi
+	sysfs      string   // the drm source's node only
+	simulated  string   // simulated node file
+	smi        string   // fake nvidia-smi
+	env        []string // the binary's environment, added to the bench's (the nvml node's stub library)
 	gpus, pids int
 	pidOf      func(i int) int // the i-th process's PID
 	// health gives each simulated GPU the health, link and performance monitor readings of an H100 on a recent
@@ -54,10 +55,8 @@ func cgroupFile(c int) string {
 // newNode writes a node of pids processes spread over gpus GPUs under dir.
 func newNode(dir string, gpus, pids int, smiFixture string, health bool) (*node, error) {
 	n := &node{dir: dir, procfs: filepath.Join(dir, "proc"), gpus: gpus, pids: pids, pidOf: fakePID, health: health}
-	for i := range pids {
-		if err := e2eutil.WriteProc(n.procfs, uint32(n.pidOf(i)), "python3", cgroupFile(i%containers(pids))); err != nil {
-			return nil, err
-		}
+	if err := n.writeProcfs(); err != nil {
+		return nil, err
 	}
 	if err := n.writeSimulated(); err != nil {
 		return nil, err
@@ -68,6 +67,16 @@ func newNode(dir string, gpus, pids int, smiFixture string, health bool) (*node,
 		}
 	}
 	return n, nil
+}
+
+// writeProcfs writes the fake procfs's directory of each GPU process, in its pod's cgroup.
+func (n *node) writeProcfs() error {
+	for i := range n.pids {
+		if err := e2eutil.WriteProc(n.procfs, uint32(n.pidOf(i)), "python3", cgroupFile(i%containers(n.pids))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newRealNode writes a simulated node file that lists real processes, read through the kernel's procfs.

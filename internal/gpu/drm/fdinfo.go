@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"strconv"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
@@ -73,6 +72,19 @@ var errNoDriver = errors.New("no drm-driver key: not a DRM file with usage stats
 // and unknown drm- keys are ignored. The first of a repeated key counts. A file without drm-driver is an error.
 func ParseFDInfo(b []byte) (Client, error) {
 	var c Client
+	if err := c.parse(b); err != nil {
+		return Client{}, err
+	}
+	return c, nil
+}
+
+// parse is ParseFDInfo into c, whose engines and regions it overwrites in place: a reading parses each DRM file
+// again into what its last reading left, so that a client costs no allocation while it prints the same engines
+// and regions, whose names, and its drm-pdev, are kept from then rather than made again.
+func (c *Client) parse(b []byte) error {
+	*c = Client{PDev: c.PDev, Engines: c.Engines[:0], Regions: c.Regions[:0]}
+	lastPDev := c.PDev
+	c.PDev = ""
 	for len(b) > 0 {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -80,105 +92,149 @@ func ParseFDInfo(b []byte) (Client, error) {
 		} else {
 			b = nil
 		}
-		c.parseLine(line)
+		c.parseLine(line, lastPDev)
 	}
 	if c.Driver == "" {
-		return Client{}, errNoDriver
+		return errNoDriver
 	}
-	return c, nil
+	return nil
 }
 
-func (c *Client) parseLine(line []byte) {
+// parseLine reads one line; lastPDev is the drm-pdev the client had before, whose string is reused when it is
+// the same. The keys are told apart by their first letter, then their prefix, in the order that keeps
+// drm-total-cycles- an engine's key rather than the memory region "cycles-...".
+func (c *Client) parseLine(line []byte, lastPDev string) {
+	if len(line) < 5 || string(line[:4]) != "drm-" {
+		return
+	}
 	colon := bytes.IndexByte(line, ':')
 	if colon < 0 {
 		return
 	}
-	key, value := line[:colon], trimSpace(line[colon+1:])
-	k, ok := bytes.CutPrefix(key, []byte("drm-"))
-	if !ok || hasSpace(k) {
+	// A key with whitespace is no key: it matches none of the fixed keys, and validName refuses the engine or
+	// region name of a prefixed one.
+	k, value := line[4:colon], trimSpace(line[colon+1:])
+	if len(k) == 0 {
 		return
 	}
-	switch {
-	case string(k) == "driver":
-		if c.Driver == "" && validValue(value) {
+	switch k[0] {
+	case 'd':
+		if string(k) == "driver" && c.Driver == "" && validValue(value) {
 			c.Driver = name(value)
 		}
-	case string(k) == "pdev":
-		if c.PDev == "" {
-			if canonicalPCI(value) {
-				c.PDev = string(value) // as the kernel prints it (pci_name): the common case, without a reformat
-			} else if pdev, ok := gpu.ParsePCIBusID(string(value)); ok {
-				c.PDev = pdev
+	case 'p':
+		if string(k) == "pdev" {
+			c.parsePDev(value, lastPDev)
+			return
+		}
+		c.parseMemory(k, value)
+	case 'c':
+		if string(k) == "client-id" {
+			if !c.HasID {
+				c.ID, c.HasID = parseUint(value)
+			}
+		} else if n, ok := bytes.CutPrefix(k, []byte("cycles-")); ok {
+			if v, ok := parseUint(value); ok {
+				if e := c.engine(n); e != nil && !e.HasCycles {
+					e.Cycles, e.HasCycles = v, true
+				}
 			}
 		}
-	case string(k) == "client-id":
-		if !c.HasID {
-			c.ID, c.HasID = parseUint(value)
-		}
-	case bytes.HasPrefix(k, []byte("engine-capacity-")):
-		if n, ok := parseUint(value); ok && n > 0 {
-			if e := c.engine(k[len("engine-capacity-"):]); e != nil && e.Capacity == 0 {
-				e.Capacity = n
+	case 'e':
+		if n, ok := bytes.CutPrefix(k, []byte("engine-capacity-")); ok {
+			if v, ok := parseUint(value); ok && v > 0 {
+				if e := c.engine(n); e != nil && e.Capacity == 0 {
+					e.Capacity = v
+				}
+			}
+		} else if n, ok := bytes.CutPrefix(k, []byte("engine-")); ok {
+			if v, ok := parseWithUnit(value, nanoseconds); ok {
+				if e := c.engine(n); e != nil && !e.HasBusyNS {
+					e.BusyNS, e.HasBusyNS = v, true
+				}
 			}
 		}
-	case bytes.HasPrefix(k, []byte("engine-")):
-		if n, ok := parseWithUnit(value, nanoseconds); ok {
-			if e := c.engine(k[len("engine-"):]); e != nil && !e.HasBusyNS {
-				e.BusyNS, e.HasBusyNS = n, true
+	case 't':
+		if n, ok := bytes.CutPrefix(k, []byte("total-cycles-")); ok {
+			if v, ok := parseUint(value); ok {
+				if e := c.engine(n); e != nil && !e.HasTotalCycles {
+					e.TotalCycles, e.HasTotalCycles = v, true
+				}
 			}
+			return
 		}
-	case bytes.HasPrefix(k, []byte("total-cycles-")):
-		if n, ok := parseUint(value); ok {
-			if e := c.engine(k[len("total-cycles-"):]); e != nil && !e.HasTotalCycles {
-				e.TotalCycles, e.HasTotalCycles = n, true
-			}
-		}
-	case bytes.HasPrefix(k, []byte("cycles-")):
-		if n, ok := parseUint(value); ok {
-			if e := c.engine(k[len("cycles-"):]); e != nil && !e.HasCycles {
-				e.Cycles, e.HasCycles = n, true
-			}
-		}
+		c.parseMemory(k, value)
 	default:
 		c.parseMemory(k, value)
 	}
 }
 
-// parseMemory reads a memory key: drm-<category>-<region>.
-func (c *Client) parseMemory(k, value []byte) {
-	for _, cat := range memoryCategories {
-		region, ok := bytes.CutPrefix(k, []byte(cat.prefix))
-		if !ok {
-			continue
+// parsePDev reads drm-pdev, the first one counting.
+func (c *Client) parsePDev(value []byte, last string) {
+	switch {
+	case c.PDev != "":
+	case canonicalPCI(value):
+		// As the kernel prints it (pci_name): the common case, without a reformat.
+		c.PDev = last
+		if string(value) != last {
+			c.PDev = string(value)
 		}
-		n, ok := parseWithUnit(value, bytesUnits)
-		if !ok {
-			return
+	default:
+		if pdev, ok := gpu.ParsePCIBusID(string(value)); ok {
+			c.PDev = pdev
 		}
-		r := c.region(region)
-		if r == nil {
-			return
-		}
-		v, has := cat.field(r)
-		if !*has {
-			*v, *has = n, true
-		}
-		return
 	}
 }
 
-// memoryCategories are the memory keys' categories. drm-memory- is the deprecated alias of drm-resident-: a
+// parseMemory reads a memory key: drm-<category>-<region>. drm-memory- is the deprecated alias of drm-resident-: a
 // driver should print one of the two, and amdgpu prints both, so both fill Resident and the first seen counts.
-var memoryCategories = []struct {
-	prefix string
-	field  func(r *Region) (*uint64, *bool)
-}{
-	{"total-", func(r *Region) (*uint64, *bool) { return &r.Total, &r.HasTotal }},
-	{"shared-", func(r *Region) (*uint64, *bool) { return &r.Shared, &r.HasShared }},
-	{"resident-", func(r *Region) (*uint64, *bool) { return &r.Resident, &r.HasResident }},
-	{"memory-", func(r *Region) (*uint64, *bool) { return &r.Resident, &r.HasResident }},
-	{"purgeable-", func(r *Region) (*uint64, *bool) { return &r.Purgeable, &r.HasPurgeable }},
-	{"active-", func(r *Region) (*uint64, *bool) { return &r.Active, &r.HasActive }},
+func (c *Client) parseMemory(k, value []byte) {
+	var category string
+	switch k[0] {
+	case 't':
+		category = "total-"
+	case 's':
+		category = "shared-"
+	case 'r':
+		category = "resident-"
+	case 'm':
+		category = "memory-"
+	case 'p':
+		category = "purgeable-"
+	case 'a':
+		category = "active-"
+	default:
+		return
+	}
+	region, ok := bytes.CutPrefix(k, []byte(category))
+	if !ok {
+		return
+	}
+	n, ok := parseWithUnit(value, bytesUnits)
+	if !ok {
+		return
+	}
+	r := c.region(region)
+	if r == nil {
+		return
+	}
+	var v *uint64
+	var has *bool
+	switch k[0] {
+	case 't':
+		v, has = &r.Total, &r.HasTotal
+	case 's':
+		v, has = &r.Shared, &r.HasShared
+	case 'r', 'm':
+		v, has = &r.Resident, &r.HasResident
+	case 'p':
+		v, has = &r.Purgeable, &r.HasPurgeable
+	default:
+		v, has = &r.Active, &r.HasActive
+	}
+	if !*has {
+		*v, *has = n, true
+	}
 }
 
 // knownNames are the drivers', engines' and regions' names of the drivers this source reads, which name returns
@@ -200,6 +256,14 @@ func name(b []byte) string {
 	return string(b)
 }
 
+// reuse returns b as a string: last, the name that a parse before left in the same place, when it is the same.
+func reuse(last string, b []byte) string {
+	if last == string(b) {
+		return last
+	}
+	return name(b)
+}
+
 // engine returns the client's engine of that name, adding it; nil for a name that is not a valid key string or
 // past maxEngines.
 func (c *Client) engine(n []byte) *Engine {
@@ -211,14 +275,19 @@ func (c *Client) engine(n []byte) *Engine {
 			return &c.Engines[i]
 		}
 	}
-	if len(c.Engines) == maxEngines {
+	i := len(c.Engines)
+	if i == maxEngines {
 		return nil
 	}
 	if c.Engines == nil {
 		c.Engines = make([]Engine, 0, 8)
 	}
-	c.Engines = append(c.Engines, Engine{Name: name(n)})
-	return &c.Engines[len(c.Engines)-1]
+	var last string
+	if i < cap(c.Engines) {
+		last = c.Engines[:i+1][i].Name
+	}
+	c.Engines = append(c.Engines, Engine{Name: reuse(last, n)})
+	return &c.Engines[i]
 }
 
 func (c *Client) region(n []byte) *Region {
@@ -230,14 +299,19 @@ func (c *Client) region(n []byte) *Region {
 			return &c.Regions[i]
 		}
 	}
-	if len(c.Regions) == maxRegions {
+	i := len(c.Regions)
+	if i == maxRegions {
 		return nil
 	}
 	if c.Regions == nil {
 		c.Regions = make([]Region, 0, 8)
 	}
-	c.Regions = append(c.Regions, Region{Name: name(n)})
-	return &c.Regions[len(c.Regions)-1]
+	var last string
+	if i < cap(c.Regions) {
+		last = c.Regions[:i+1][i].Name
+	}
+	c.Regions = append(c.Regions, Region{Name: reuse(last, n)})
+	return &c.Regions[i]
 }
 
 // Engine returns the client's engine of that name.
@@ -324,18 +398,23 @@ func parseWithUnit(value []byte, units []unit) (uint64, bool) {
 	return 0, false
 }
 
-// parseUint reads an unsigned decimal integer, the whole value.
+// parseUint reads an unsigned decimal integer, the whole value, as strconv.ParseUint(s, 10, 64) does.
 func parseUint(b []byte) (uint64, bool) {
 	if len(b) == 0 || len(b) > 20 {
 		return 0, false
 	}
+	var n uint64
 	for _, ch := range b {
 		if ch < '0' || ch > '9' {
 			return 0, false
 		}
+		d := uint64(ch - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
 	}
-	n, err := strconv.ParseUint(string(b), 10, 64)
-	return n, err == nil
+	return n, true
 }
 
 // trimSpace trims ASCII white space, as bytes.TrimSpace does for ASCII, without its set's construction per call.
@@ -347,15 +426,6 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func hasSpace(b []byte) bool {
-	for _, c := range b {
-		if isSpace(c) {
-			return true
-		}
-	}
-	return false
 }
 
 // canonicalPCI says whether b is a PCI address in gpu.ParsePCIBusID's form, dddd:bb:dd.f in lower-case hex with a
@@ -372,6 +442,7 @@ func canonicalPCI(b []byte) bool {
 	return true
 }
 
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'
-}
+// isSpace reports ASCII white space, as unicode.IsSpace does for ASCII.
+func isSpace(c byte) bool { return asciiSpace[c] }
+
+var asciiSpace = [256]bool{' ': true, '\t': true, '\r': true, '\n': true, '\v': true, '\f': true}

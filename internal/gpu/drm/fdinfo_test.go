@@ -199,8 +199,20 @@ func FuzzParseFDInfo(f *testing.F) {
 		f.Add(readCorpus(f, filepath.Base(name)))
 	}
 	f.Add([]byte("drm-driver:\tamdgpu\ndrm-engine-capacity-:\t3\ndrm-total-cycles-:\t1\ndrm-cycles-\t:2\n:::\n"))
+	prior := [][]byte{readCorpus(f, "xe-kernel-doc.txt"), readCorpus(f, "amdgpu-6.12.txt")}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseFDInfo(b)
+		// Parsed again into a client that held another file's, as a reading does, it reads the same.
+		for _, p := range prior {
+			var again Client
+			if err := again.parse(p); err != nil {
+				t.Fatal(err)
+			}
+			againErr := again.parse(b)
+			if (err == nil) != (againErr == nil) || err == nil && !sameClient(again, c) {
+				t.Fatalf("parsed after another file:\n%+v (%v)\nparsed anew:\n%+v (%v)", again, againErr, c, err)
+			}
+		}
 		if err != nil {
 			return
 		}
@@ -226,6 +238,17 @@ func FuzzParseFDInfo(f *testing.F) {
 			t.Fatalf("other keys changed the result:\n%+v\n%+v (%v)", c, again, err)
 		}
 	})
+}
+
+// sameClient is reflect.DeepEqual with no engines or regions the same as an empty list of them.
+func sameClient(a, b Client) bool {
+	if len(a.Engines) == 0 && len(b.Engines) == 0 {
+		a.Engines, b.Engines = nil, nil
+	}
+	if len(a.Regions) == 0 && len(b.Regions) == 0 {
+		a.Regions, b.Regions = nil, nil
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // canonicalPCI's fast path agrees with gpu.ParsePCIBusID wherever it is taken.

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // KFD, amdgpu's compute driver (/dev/kfd, which ROCm uses), publishes each compute process under
@@ -80,85 +84,191 @@ func property(props []byte, name string) uint64 {
 	return 0
 }
 
-// kfdMemory is a compute process's VRAM on each GPU, by PCI address.
-type kfdMemory map[string]float64
-
-// Bounds on KFD's process list: the compute processes of a node, and the GPUs of one.
+// Bounds on KFD's process list: the compute processes of a node, and the GPUs of one. The vram files kept open
+// share the attribute files' bound, maxKeptAttrs (past it, a file is opened and closed at each reading).
 const (
 	maxKFDProcesses = 1 << 16
 	maxKFDFiles     = 256
 )
 
-// kfdFiles remembers each compute process's vram_<gpu_id> files, which KFD creates with the process, one per GPU
-// it may use: a reading opens them without listing the process's directory again. A process's files are listed
-// again when one is gone, and at least every fullLookEvery (a PID reused by another compute process).
-type kfdFiles map[uint32]kfdProcess
-
-type kfdProcess struct {
-	vram   []kfdVRAM
-	listed time.Time
+// kfdReader reads the compute processes' VRAM, reading by reading. It remembers each process's vram_<gpu_id> files,
+// which KFD creates with the process, one per GPU (kfd_init_apertures makes the process's data of every GPU when
+// the process is created), and keeps them open: a reading reads each again with one pread, without listing the
+// process's directory. A kept file stays tied to the process's directory: once KFD removes it (the process exited,
+// whether or not its PID is reused since), reading the file fails with ENODEV (kernfs), and the process's files are
+// listed again at the next reading. They are listed again too when the topology changed, and, for a process with a
+// file not kept open (past maxKeptAttrs), every fullLookEvery: the file is opened by its path at each reading, which
+// could be another process's after its PID was reused.
+type kfdReader struct {
+	dir   string // <sysfs>/class/kfd/kfd/proc
+	list  *procfs.Reader
+	procs map[uint32]*kfdProcess
+	kept  int // vram files open
+	// Reused from one reading to the next.
+	pids []uint32
+	uses []kfdUse
 }
 
-// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology.
+type kfdProcess struct {
+	vram    []kfdVRAM
+	listed  time.Time
+	topo    *kfdTopology // the topology it was listed with
+	allKept bool         // every file kept open
+}
+
+// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past maxKeptAttrs).
 type kfdVRAM struct {
 	path string
 	pci  string
+	fd   int
 }
 
-// readKFDProcesses reads every compute process's VRAM per GPU. A process that exits while it is read is left out.
-func readKFDProcesses(f *files, sysfs string, t *kfdTopology, known kfdFiles, now time.Time) (map[uint32]kfdMemory, error) {
+// kfdUse is a compute process's VRAM on one GPU, by PCI address: the sum of its files of the GPU (one, or one per
+// compute partition of it).
+type kfdUse struct {
+	pid   uint32
+	pci   string
+	bytes float64
+}
+
+func newKFDReader(sysfs string) *kfdReader {
 	dir := filepath.Join(kfdDir(sysfs), "proc")
-	pids, err := dirNames(dir, maxKFDProcesses)
+	// KFD's process directory is named as /proc's are, by PID: the procfs reader lists them.
+	return &kfdReader{dir: dir, list: procfs.NewReader(dir), procs: make(map[uint32]*kfdProcess)}
+}
+
+// read reads every compute process's VRAM per GPU, in the order of their PIDs. A process that exits while it is
+// read is left out. The uses are good until the next read.
+func (k *kfdReader) read(f *files, t *kfdTopology, now time.Time) ([]kfdUse, error) {
+	pids, err := k.list.AppendPIDs(k.pids[:0])
 	if err != nil {
 		return nil, fmt.Errorf("listing KFD's compute processes: %w", err)
 	}
-	procs := make(map[uint32]kfdMemory, len(pids))
-	live := make(map[uint32]bool, len(pids))
-	for _, p := range pids {
-		pid64, err := strconv.ParseUint(p, 10, 32)
-		if err != nil || pid64 == 0 {
-			continue
+	slices.Sort(pids)
+	k.pids = pids[:min(len(pids), maxKFDProcesses)]
+	for pid, p := range k.procs {
+		if _, live := slices.BinarySearch(k.pids, pid); !live {
+			k.drop(pid, p)
 		}
-		pid := uint32(pid64)
-		live[pid] = true
-		k, ok := known[pid]
-		if !ok || now.Sub(k.listed) >= fullLookEvery {
-			names, err := dirNames(filepath.Join(dir, p), maxKFDFiles)
-			if err != nil {
-				delete(known, pid)
+	}
+	uses := k.uses[:0]
+	for _, pid := range k.pids {
+		p := k.procs[pid]
+		if p == nil || p.topo != t || !p.allKept && now.Sub(p.listed) >= fullLookEvery {
+			if p = k.look(pid, p, t, now); p == nil {
 				continue // exited
 			}
-			k = kfdProcess{listed: now}
-			for _, name := range names {
-				id, ok := strings.CutPrefix(name, "vram_")
-				if !ok {
-					continue // pasid, sdma_<gpu_id>, stats_<gpu_id>
-				}
-				gpuID, err := strconv.ParseUint(id, 10, 64)
-				if pci, ours := t.gpus[gpuID]; err == nil && ours {
-					k.vram = append(k.vram, kfdVRAM{path: filepath.Join(dir, p, name), pci: pci})
-				}
-			}
-			known[pid] = k
 		}
-		var mem kfdMemory
-		for _, v := range k.vram {
-			n, err := f.uint(v.path)
+		first, failed := len(uses), false
+		p.allKept = true
+		for i := range p.vram {
+			n, err := k.readVRAM(f, &p.vram[i])
 			if err != nil {
-				delete(known, pid) // gone, or its files changed: listed again next time
+				failed = true // gone, or its files changed: listed again next time
 				continue
 			}
-			if mem == nil {
-				mem = make(kfdMemory, 1)
+			j := first
+			for j < len(uses) && uses[j].pci != p.vram[i].pci {
+				j++
 			}
-			mem[v.pci] += float64(n)
+			if j == len(uses) {
+				uses = append(uses, kfdUse{pid: pid, pci: p.vram[i].pci})
+			}
+			uses[j].bytes += float64(n)
+			p.allKept = p.allKept && p.vram[i].fd >= 0
 		}
-		procs[pid] = mem
-	}
-	for pid := range known {
-		if !live[pid] {
-			delete(known, pid)
+		if failed {
+			k.drop(pid, p)
 		}
 	}
-	return procs, nil
+	k.uses = uses
+	return uses, nil
+}
+
+// look lists a process's vram files of the topology's GPUs, keeping open those it had open already; nil when the
+// process is gone.
+func (k *kfdReader) look(pid uint32, p *kfdProcess, t *kfdTopology, now time.Time) *kfdProcess {
+	dir := filepath.Join(k.dir, strconv.FormatUint(uint64(pid), 10))
+	names, err := dirNames(dir, maxKFDFiles)
+	if err != nil {
+		if p != nil {
+			k.drop(pid, p)
+		}
+		return nil
+	}
+	if p == nil {
+		if len(k.procs) >= maxKFDProcesses {
+			return nil
+		}
+		p = &kfdProcess{}
+		k.procs[pid] = p
+	}
+	old := p.vram
+	p.vram, p.listed, p.topo = nil, now, t
+	for _, name := range names {
+		id, ok := strings.CutPrefix(name, "vram_")
+		if !ok {
+			continue // pasid, sdma_<gpu_id>, stats_<gpu_id>
+		}
+		gpuID, err := strconv.ParseUint(id, 10, 64)
+		pci, ours := t.gpus[gpuID]
+		if err != nil || !ours {
+			continue
+		}
+		v := kfdVRAM{path: filepath.Join(dir, name), pci: pci, fd: -1}
+		if i := slices.IndexFunc(old, func(o kfdVRAM) bool { return o.path == v.path }); i >= 0 {
+			v.fd, old[i].fd = old[i].fd, -1
+		}
+		p.vram = append(p.vram, v)
+	}
+	for _, o := range old {
+		k.close(o)
+	}
+	return p
+}
+
+// readVRAM reads one vram file, through its kept fd, opening it (and keeping it, within maxKeptAttrs) where it has
+// none.
+func (k *kfdReader) readVRAM(f *files, v *kfdVRAM) (uint64, error) {
+	fd, again := v.fd, v.fd >= 0
+	if !again {
+		var err error
+		if fd, err = open(v.path); err != nil {
+			return 0, err
+		}
+		if k.kept+len(f.kept) < maxKeptAttrs {
+			v.fd = fd
+			k.kept++
+		} else {
+			defer syscall.Close(fd)
+		}
+	}
+	b, err := f.readFD(fd, v.path, again)
+	if err != nil {
+		return 0, err
+	}
+	return parseAttr(b, v.path)
+}
+
+// drop forgets a process, closing its files.
+func (k *kfdReader) drop(pid uint32, p *kfdProcess) {
+	for _, v := range p.vram {
+		k.close(v)
+	}
+	p.vram = nil
+	delete(k.procs, pid)
+}
+
+func (k *kfdReader) close(v kfdVRAM) {
+	if v.fd >= 0 {
+		syscall.Close(v.fd)
+		k.kept--
+	}
+}
+
+// closeAll closes every kept file.
+func (k *kfdReader) closeAll() {
+	for pid, p := range k.procs {
+		k.drop(pid, p)
+	}
 }

@@ -76,10 +76,12 @@ type openFiles struct {
 	lastFull time.Time
 }
 
-// drmFile is one open DRM file of a process, with its fdinfo kept open; nil when past maxKept.
+// drmFile is one open DRM file of a process, with its fdinfo kept open (nil when past maxKept), and its client as
+// the last reading parsed it, which the next parses into.
 type drmFile struct {
 	procfs.DeviceFD
-	info *procfs.KeptFile
+	info   *procfs.KeptFile
+	client Client
 }
 
 // scanner looks through the processes' open files for DRM clients, reading by reading.
@@ -89,24 +91,33 @@ type scanner struct {
 	procs  map[uint32]*openFiles
 	kept   int // fdinfo files open
 	// Reused from one reading to the next.
-	pids []uint32
-	fds  []procfs.DeviceFD
+	pids    []uint32
+	fds     []procfs.DeviceFD
+	clients []client
+	seen    map[clientKey]bool
+	byPCI   map[string]int
+	byMinor map[uint32]int
 }
 
 func newScanner(procfsRoot string, budget *procfs.KeptFiles) *scanner {
 	if budget == nil {
 		budget = procfs.NewKeptFiles(maxKept)
 	}
-	return &scanner{r: procfs.NewReader(procfsRoot), budget: budget, procs: make(map[uint32]*openFiles)}
+	return &scanner{r: procfs.NewReader(procfsRoot), budget: budget, procs: make(map[uint32]*openFiles),
+		seen: make(map[clientKey]bool), byPCI: make(map[string]int), byMinor: make(map[uint32]int)}
 }
 
 // scan finds the DRM clients of the drivers and devices this source reads in every process's open files, each
-// client once: the first process found holding it (the lowest PID) has it. It never opens a device: an open file
-// is known to be a DRM node by a stat of its fd link, and only then is its fdinfo, a procfs text file, read.
+// client once: the first process found holding it (the lowest PID) has it, and the clients come in the order of
+// their PIDs. It never opens a device: an open file is known to be a DRM node by a stat of its fd link, and only
+// then is its fdinfo, a procfs text file, read. The clients, and their engines and regions, are good until the
+// next scan.
 func (sc *scanner) scan(ctx context.Context, devs []*device, perProcess, perReading int, now time.Time) scan {
-	var s scan
-	byPCI := make(map[string]int, len(devs))
-	byMinor := make(map[uint32]int, 2*len(devs))
+	s := scan{clients: sc.clients[:0]}
+	defer func() { sc.clients = s.clients }()
+	byPCI, byMinor := sc.byPCI, sc.byMinor
+	clear(byPCI)
+	clear(byMinor)
 	for i, d := range devs {
 		byPCI[d.pci] = i
 		byMinor[uint32(d.minor)] = i
@@ -126,7 +137,8 @@ func (sc *scanner) scan(ctx context.Context, devs []*device, perProcess, perRead
 			sc.drop(pid, p)
 		}
 	}
-	seen := make(map[clientKey]bool)
+	seen := sc.seen
+	clear(seen)
 	budget := perReading
 	for i, pid := range sc.pids {
 		if ctx.Err() != nil || budget == 0 {
@@ -175,7 +187,7 @@ func (sc *scanner) scan(ctx context.Context, devs []*device, perProcess, perRead
 					continue
 				}
 			}
-			cl := client{pid: pid, fd: f.FD, dev: dev, Client: c}
+			cl := client{pid: pid, fd: f.FD, dev: dev, Client: *c}
 			if k := cl.key(); !seen[k] {
 				seen[k] = true
 				s.clients = append(s.clients, cl)
@@ -241,8 +253,8 @@ func (sc *scanner) look(pid uint32, p *openFiles, limit int, now time.Time) (_ *
 	return p, looked, cut, nil
 }
 
-// read reads and parses one DRM file's fdinfo, through its kept file where it has one.
-func (sc *scanner) read(pid uint32, f *drmFile) (Client, error) {
+// read reads and parses one DRM file's fdinfo, through its kept file where it has one, into its client.
+func (sc *scanner) read(pid uint32, f *drmFile) (*Client, error) {
 	var b []byte
 	var err error
 	if f.info != nil {
@@ -251,9 +263,12 @@ func (sc *scanner) read(pid uint32, f *drmFile) (Client, error) {
 		b, err = sc.r.FDInfo(pid, f.FD)
 	}
 	if err != nil {
-		return Client{}, err
+		return nil, err
 	}
-	return ParseFDInfo(b)
+	if err := f.client.parse(b); err != nil {
+		return nil, err
+	}
+	return &f.client, nil
 }
 
 // forget drops a process's j-th DRM file; a process with none left, or that exited, is looked at in full at the

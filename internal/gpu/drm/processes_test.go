@@ -154,15 +154,12 @@ func TestExitedProcessForgotten(t *testing.T) {
 	if p == nil || len(p.drm) != 1 || p.drm[0].info == nil {
 		t.Fatalf("PID %d's DRM file not kept: %+v", pid, p)
 	}
-	if _, ok := s.kfd[pid]; !ok {
-		t.Fatalf("PID %d's KFD files not remembered", pid)
-	}
 	kfdDir := filepath.Join(sysfs, "class", "kfd", "kfd", "proc")
 	vram := filepath.Join(kfdDir, strconv.Itoa(pid), "vram_"+strconv.FormatUint(mi.GPUs[4].KFDGPUID, 10))
-	if _, ok := s.files.kept[vram]; !ok {
-		t.Fatalf("%s not kept open", vram)
+	if k := s.kfd.procs[pid]; k == nil || len(k.vram) != 1 || k.vram[0].path != vram || k.vram[0].fd < 0 {
+		t.Fatalf("PID %d's KFD file %s not kept open: %+v", pid, vram, k)
 	}
-	kept := s.scan.kept
+	kept, kfdKept := s.scan.kept, s.kfd.kept
 
 	// It exits; a new compute process starts on GPU 5.
 	if err := os.RemoveAll(filepath.Join(procfs, strconv.Itoa(pid))); err != nil {
@@ -187,27 +184,59 @@ func TestExitedProcessForgotten(t *testing.T) {
 	if _, ok := s.scan.procs[pid]; ok || s.scan.kept != kept-1 {
 		t.Errorf("exited process remembered (%v) or its fdinfo not closed (%d kept, want %d)", ok, s.scan.kept, kept-1)
 	}
-	if _, ok := s.kfd[pid]; ok {
-		t.Error("exited process's KFD files remembered")
+	if _, ok := s.kfd.procs[pid]; ok || s.kfd.kept != kfdKept {
+		// The new process's file is kept in place of the exited one's.
+		t.Errorf("exited process's KFD files remembered (%v) or not closed (%d kept, want %d)", ok, s.kfd.kept, kfdKept)
 	}
 	got, dev, ok := listed(snap, newPID)
 	if !ok || dev != 5 {
 		t.Fatalf("the new compute process not read at once (listed %v, GPU %d)", ok, dev)
 	}
 	value(t, "its memory", got.UsedMemoryBytes, 4<<30)
-	// An attribute file not read at a reading is closed at the start of the next.
+	// Its file, kept open, is read again at each reading, its directory not listed again while every file of it is.
+	k := s.kfd.procs[newPID]
+	if k == nil || len(k.vram) != 1 || k.vram[0].fd < 0 {
+		t.Fatalf("PID %d's KFD file not kept open: %+v", newPID, k)
+	}
+	listedAt := k.listed
+	vramFile := filepath.Join(kfdDir, strconv.Itoa(newPID), "vram_"+id)
+	if err := os.WriteFile(vramFile, []byte("8589934592\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(2 * fullLookEvery)
+	got, _, _ = listed(snapshot(t, s), newPID)
+	value(t, "its memory, grown", got.UsedMemoryBytes, 8<<30)
+	if k := s.kfd.procs[newPID]; k == nil || !k.listed.Equal(listedAt) || s.kfd.kept != kfdKept {
+		t.Errorf("a process whose KFD files are all kept listed again (%+v), or %d files kept, want %d", k, s.kfd.kept, kfdKept)
+	}
+	// A file that fails to read (here, with what is not a number) drops the process's files, which are listed and
+	// opened again at the next reading.
+	if err := os.WriteFile(vramFile, []byte("busy\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	c.t = c.t.Add(time.Second)
-	snapshot(t, s)
-	if _, ok := s.files.kept[vram]; ok {
-		t.Error("exited process's KFD file still open")
+	if p, _, ok := listed(snapshot(t, s), newPID); ok {
+		t.Errorf("a compute process whose only file failed to read listed: %+v", p)
+	}
+	if _, ok := s.kfd.procs[newPID]; ok || s.kfd.kept != kfdKept-1 {
+		t.Errorf("after a failed read: remembered %v, %d files kept, want %d", ok, s.kfd.kept, kfdKept-1)
+	}
+	if err := os.WriteFile(vramFile, []byte("1073741824\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(time.Second)
+	got, _, _ = listed(snapshot(t, s), newPID)
+	value(t, "its memory, listed again", got.UsedMemoryBytes, 1<<30)
+	if k := s.kfd.procs[newPID]; k == nil || !k.listed.Equal(c.t) || s.kfd.kept != kfdKept {
+		t.Errorf("not listed and kept again: %+v, %d files kept, want %d", k, s.kfd.kept, kfdKept)
 	}
 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if s.scan.kept != 0 || len(s.scan.procs) != 0 || len(s.files.kept) != 0 {
-		t.Errorf("after Close: %d fdinfo files, %d processes, %d attribute files kept", s.scan.kept,
-			len(s.scan.procs), len(s.files.kept))
+	if s.scan.kept != 0 || len(s.scan.procs) != 0 || len(s.files.kept) != 0 || s.kfd.kept != 0 || len(s.kfd.procs) != 0 {
+		t.Errorf("after Close: %d fdinfo files, %d processes, %d attribute files, %d KFD files of %d processes kept",
+			s.scan.kept, len(s.scan.procs), len(s.files.kept), s.kfd.kept, len(s.kfd.procs))
 	}
 }
 
@@ -233,4 +262,39 @@ func TestAbsentAttributeLookedForAgain(t *testing.T) {
 	absentValue(t, "fan speed a second later", snapshot(t, s).Devices[0].FanSpeedRatio)
 	c.t = c.t.Add(fullLookEvery)
 	value(t, "fan speed after a minute", snapshot(t, s).Devices[0].FanSpeedRatio, 0.4)
+}
+
+// An attribute file read at a reading stays open for the next one; one not read at a reading is closed at the start
+// of the next.
+func TestAttributeFilesKept(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var f files
+	defer f.closeAll()
+	c := newClock()
+	f.reading(c.now())
+	for _, p := range []string{a, b} {
+		if n, err := f.uint(p); err != nil || n != 1 {
+			t.Fatalf("%s: %d, %v", p, n, err)
+		}
+	}
+	if len(f.kept) != 2 {
+		t.Fatalf("%d files kept, want 2", len(f.kept))
+	}
+	if err := os.WriteFile(a, []byte("22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.reading(c.now())
+	if n, err := f.uint(a); err != nil || n != 22 {
+		t.Fatalf("a read again: %d, %v; want 22", n, err)
+	}
+	f.reading(c.now())
+	if _, ok := f.kept[b]; ok || len(f.kept) != 1 {
+		t.Errorf("b, not read at the last reading, still open (%d files kept)", len(f.kept))
+	}
 }

@@ -43,15 +43,14 @@ func (c *client) rateKey(pci string) rateKey {
 	return rateKey{pci: pci, pid: c.pid, fd: c.fd}
 }
 
-// clientCounters are one client's engine counters at one reading.
+// clientCounters are one client's engine counters at the last reading that saw it.
 type clientCounters struct {
 	at      time.Time
 	engines []Engine
+	reading uint64
 }
 
-func countersOf(c *Client) clientCounters { return clientCounters{engines: c.Engines} }
-
-func (c clientCounters) engine(name string) (Engine, bool) {
+func (c *clientCounters) engine(name string) (Engine, bool) {
 	for _, e := range c.engines {
 		if e.Name == name {
 			return e, true
@@ -60,32 +59,52 @@ func (c clientCounters) engine(name string) (Engine, bool) {
 	return Engine{}, false
 }
 
-// atLeast keeps, of each counter, the larger of this reading's and the previous one's: the document lets a
-// driver report a value lower than one it reported before, and asks userspace to stay with the larger until the
-// counter catches up.
-func (c clientCounters) atLeast(prev clientCounters, ok bool) clientCounters {
-	if !ok {
-		return c
+// rates keeps the counters of the clients of the last reading, for the next one's rates.
+type rates struct {
+	clients map[rateKey]*clientCounters
+	reading uint64 // the reading under way, counted
+	scratch []Engine
+}
+
+// keep records a client's counters at this reading; prev are its counters at the previous one (nil for a client
+// not seen then), which it overwrites. Of each counter it keeps the larger of this reading's and the previous
+// one's: the document lets a driver report a value lower than one it reported before, and asks userspace to stay
+// with the larger until the counter catches up.
+func (r *rates) keep(c *client, pci string, prev *clientCounters, now time.Time) {
+	engines := append(r.scratch[:0], c.Engines...)
+	r.scratch = engines
+	if prev == nil {
+		prev = &clientCounters{}
+		r.clients[c.rateKey(pci)] = prev
+	} else {
+		for i := range engines {
+			p, found := prev.engine(engines[i].Name)
+			if !found {
+				continue
+			}
+			e := &engines[i]
+			if p.HasBusyNS && e.HasBusyNS && p.BusyNS > e.BusyNS {
+				e.BusyNS = p.BusyNS
+			}
+			if p.HasCycles && e.HasCycles && p.Cycles > e.Cycles {
+				e.Cycles = p.Cycles
+			}
+			if p.HasTotalCycles && e.HasTotalCycles && p.TotalCycles > e.TotalCycles {
+				e.TotalCycles = p.TotalCycles
+			}
+		}
 	}
-	engines := make([]Engine, len(c.engines))
-	copy(engines, c.engines)
-	for i := range engines {
-		p, found := prev.engine(engines[i].Name)
-		if !found {
-			continue
-		}
-		e := &engines[i]
-		if p.HasBusyNS && e.HasBusyNS && p.BusyNS > e.BusyNS {
-			e.BusyNS = p.BusyNS
-		}
-		if p.HasCycles && e.HasCycles && p.Cycles > e.Cycles {
-			e.Cycles = p.Cycles
-		}
-		if p.HasTotalCycles && e.HasTotalCycles && p.TotalCycles > e.TotalCycles {
-			e.TotalCycles = p.TotalCycles
+	prev.engines = append(prev.engines[:0], engines...)
+	prev.at, prev.reading = now, r.reading
+}
+
+// sweep forgets the clients this reading did not see.
+func (r *rates) sweep() {
+	for k, c := range r.clients {
+		if c.reading != r.reading {
+			delete(r.clients, k)
 		}
 	}
-	return clientCounters{engines: engines}
 }
 
 // fraction is the fraction of the time between two readings in which an engine class was busy with the client's

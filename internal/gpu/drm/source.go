@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,11 +42,15 @@ type Source struct {
 	cards []string  // /sys/class/drm's entries at the last reading
 	devs  []*device // the GPUs they were
 	topo  *kfdTopology
-	kfd   kfdFiles
+	kfd   *kfdReader
 	// Counters of the previous reading, for the rates between two: each client's engine counters and each
 	// device's energy, by PCI address.
-	clients map[rateKey]clientCounters
-	energy  map[string]energy
+	rates  rates
+	energy map[string]energy
+	// Reused from one reading to the next: the uses of the process being assembled, and the processes each
+	// device had.
+	uses   []usage
+	counts map[string]int
 }
 
 // ErrNoDevice is New's error on a node without an amdgpu, i915 or xe GPU.
@@ -61,7 +66,8 @@ func New(cfg Config) (*Source, error) {
 		cfg.Now = time.Now
 	}
 	s := &Source{cfg: cfg, scan: newScanner(cfg.ProcFS, cfg.KeptFiles), known: make(map[string]*device),
-		clients: make(map[rateKey]clientCounters), energy: make(map[string]energy), kfd: make(kfdFiles)}
+		rates: rates{clients: make(map[rateKey]*clientCounters)}, energy: make(map[string]energy),
+		kfd: newKFDReader(cfg.SysFS), counts: make(map[string]int)}
 	devs, err := discover(&s.files, cfg.SysFS, cfg.ProcFS, s.known)
 	if err != nil {
 		return nil, err
@@ -91,6 +97,7 @@ func (s *Source) Name() string { return "drm" }
 // Close implements gpu.Source: it closes the files kept open from one reading to the next.
 func (s *Source) Close() error {
 	s.scan.closeAll()
+	s.kfd.closeAll()
 	s.files.closeAll()
 	return nil
 }
@@ -120,7 +127,7 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		snap.DriverVersion = devs[0].version
 	}
 
-	var kfd map[uint32]kfdMemory
+	var kfd []kfdUse
 	kfdListed := true
 	if amd {
 		kfd, err = s.readKFD(devs, now)
@@ -159,7 +166,7 @@ func (s *Source) devices() ([]*device, error) {
 }
 
 // readKFD reads the compute processes' VRAM; nil, nil where the kernel has no KFD.
-func (s *Source) readKFD(devs []*device, now time.Time) (map[uint32]kfdMemory, error) {
+func (s *Source) readKFD(devs []*device, now time.Time) ([]kfdUse, error) {
 	renders := make(map[int]string, len(devs))
 	for _, d := range devs {
 		if d.render >= 0 {
@@ -171,7 +178,7 @@ func (s *Source) readKFD(devs []*device, now time.Time) (map[uint32]kfdMemory, e
 		return nil, err
 	}
 	s.topo = t
-	return readKFDProcesses(&s.files, s.cfg.SysFS, t, s.kfd, now)
+	return s.kfd.read(&s.files, t, now)
 }
 
 // errors says what kept the scan of open files from being complete.
@@ -224,56 +231,88 @@ type usage struct {
 	usedGraphics, usedCC bool // the client ever used a graphics, or a compute, engine
 }
 
-// assemble builds each device's process list from KFD's compute processes and the DRM clients, and keeps the
-// clients' counters for the next reading's rates.
-func (s *Source) assemble(snap *gpu.Snapshot, devs []*device, kfd map[uint32]kfdMemory, clients []client, now time.Time) {
-	byPCI := make(map[string]int, len(devs))
+// assemble builds each device's process list from KFD's compute processes and the DRM clients, both in the order
+// of their PIDs, and keeps the clients' counters for the next reading's rates. It goes through the processes in
+// that order, so that each device's list comes in it too.
+func (s *Source) assemble(snap *gpu.Snapshot, devs []*device, kfd []kfdUse, clients []client, now time.Time) {
 	for i, d := range devs {
-		byPCI[d.pci] = i
-	}
-	uses := make(map[[2]uint32]*usage)
-	use := func(pid uint32, dev int) *usage {
-		k := [2]uint32{pid, uint32(dev)}
-		u := uses[k]
-		if u == nil {
-			u = &usage{pid: pid, dev: dev}
-			uses[k] = u
-		}
-		return u
-	}
-	for pid, mem := range kfd {
-		for pci, bytes := range mem {
-			if dev, ok := byPCI[pci]; ok && bytes > 0 {
-				u := use(pid, dev)
-				u.kfd, u.kfdVRAM = true, bytes
-			}
+		if n := s.counts[d.pci]; n > 0 {
+			snap.Devices[i].Processes = make([]gpu.Process, 0, n) // as many as at the last reading, likely
 		}
 	}
-	next := make(map[rateKey]clientCounters, len(clients))
-	for i := range clients {
-		c := &clients[i]
-		d := devs[c.dev]
-		u := use(c.pid, c.dev)
-		for _, r := range c.Regions {
-			if r.HasResident && deviceMemory(r.Name) {
-				u.drmVRAM += float64(r.Resident)
-				u.hasDRM = true
+	s.rates.reading++
+	for len(kfd) > 0 || len(clients) > 0 {
+		pid := uint32(math.MaxUint32)
+		if len(kfd) > 0 {
+			pid = kfd[0].pid
+		}
+		if len(clients) > 0 {
+			pid = min(pid, clients[0].pid)
+		}
+		s.uses = s.uses[:0]
+		for ; len(kfd) > 0 && kfd[0].pid == pid; kfd = kfd[1:] {
+			if dev := deviceOf(devs, kfd[0].pci); dev >= 0 && kfd[0].bytes > 0 {
+				u := s.use(pid, dev)
+				u.kfd, u.kfdVRAM = true, kfd[0].bytes
 			}
 		}
-		key := c.rateKey(d.pci)
-		cur := countersOf(&c.Client)
-		prev, rated := s.clients[key]
-		next[key] = cur.atLeast(prev, rated)
-		for _, e := range c.Engines {
-			kind := engineKinds[e.Name]
-			if e.BusyNS > 0 || e.Cycles > 0 {
-				u.usedGraphics = u.usedGraphics || kind == graphicsEngine
-				u.usedCC = u.usedCC || kind == computeEngine
-			}
+		for ; len(clients) > 0 && clients[0].pid == pid; clients = clients[1:] {
+			s.addClient(&clients[0], devs[clients[0].dev], now)
 		}
-		if !rated {
-			continue
+		slices.SortFunc(s.uses, func(a, b usage) int { return cmp.Compare(a.dev, b.dev) })
+		for i := range s.uses {
+			u := &s.uses[i]
+			d := &snap.Devices[u.dev]
+			d.Processes = append(d.Processes, u.process(devs[u.dev].driver))
 		}
+	}
+	s.rates.sweep()
+	clear(s.counts)
+	for i, d := range devs {
+		s.counts[d.pci] = len(snap.Devices[i].Processes)
+	}
+}
+
+// deviceOf returns the index of the device at a PCI address; -1 for none. A node has a few devices.
+func deviceOf(devs []*device, pci string) int {
+	for i, d := range devs {
+		if d.pci == pci {
+			return i
+		}
+	}
+	return -1
+}
+
+// use returns the process's use of a device, among the uses of the process being assembled, adding it.
+func (s *Source) use(pid uint32, dev int) *usage {
+	for i := range s.uses {
+		if s.uses[i].dev == dev {
+			return &s.uses[i]
+		}
+	}
+	s.uses = append(s.uses, usage{pid: pid, dev: dev})
+	return &s.uses[len(s.uses)-1]
+}
+
+// addClient adds one DRM client to its process's use of its device: its device memory, and its engines' use since
+// the previous reading that saw it.
+func (s *Source) addClient(c *client, d *device, now time.Time) {
+	u := s.use(c.pid, c.dev)
+	for _, r := range c.Regions {
+		if r.HasResident && deviceMemory(r.Name) {
+			u.drmVRAM += float64(r.Resident)
+			u.hasDRM = true
+		}
+	}
+	for _, e := range c.Engines {
+		kind := engineKinds[e.Name]
+		if e.BusyNS > 0 || e.Cycles > 0 {
+			u.usedGraphics = u.usedGraphics || kind == graphicsEngine
+			u.usedCC = u.usedCC || kind == computeEngine
+		}
+	}
+	prev, rated := s.rates.clients[c.rateKey(d.pci)]
+	if rated {
 		u.rated = true
 		for _, e := range c.Engines {
 			kind := engineKinds[e.Name]
@@ -288,21 +327,7 @@ func (s *Source) assemble(snap *gpu.Snapshot, devs []*device, kfd map[uint32]kfd
 			}
 		}
 	}
-	for k, c := range next {
-		c.at = now
-		next[k] = c
-	}
-	s.clients = next
-
-	ordered := make([]*usage, 0, len(uses))
-	for _, u := range uses {
-		ordered = append(ordered, u)
-	}
-	slices.SortFunc(ordered, func(a, b *usage) int { return cmp.Or(cmp.Compare(a.dev, b.dev), cmp.Compare(a.pid, b.pid)) })
-	for _, u := range ordered {
-		d := &snap.Devices[u.dev]
-		d.Processes = append(d.Processes, u.process(devs[u.dev].driver))
-	}
+	s.rates.keep(c, d.pci, prev, now)
 }
 
 // process turns a process's use of a device into the snapshot's terms.

@@ -38,7 +38,8 @@ type keptAttr struct {
 // read, are about 1.5 KB.
 const maxAttr = 8 << 10
 
-// maxKeptAttrs bounds the attribute files kept open: a few dozen per GPU, one per compute process and GPU.
+// maxKeptAttrs bounds the sysfs files kept open, attributes and KFD's files together: a few dozen per GPU, one
+// per compute process and GPU.
 const maxKeptAttrs = 1 << 13
 
 // errAbsent is the error of a file found missing within fullLookEvery: the same value each time, since a reading
@@ -61,9 +62,6 @@ func (f *files) reading(now time.Time) {
 
 // read returns the contents of the file at path, valid until the next read.
 func (f *files) read(path string) ([]byte, error) {
-	if f.buf == nil {
-		f.buf = make([]byte, maxAttr+1)
-	}
 	if k, ok := f.kept[path]; ok {
 		b, err := f.readFD(k.fd, path, true)
 		if err != nil {
@@ -102,6 +100,9 @@ func (f *files) read(path string) ([]byte, error) {
 
 // readFD reads an open file whole, from its start (pread) when it was read before.
 func (f *files) readFD(fd int, path string, again bool) ([]byte, error) {
+	if f.buf == nil {
+		f.buf = make([]byte, maxAttr+1)
+	}
 	n := 0
 	for n < len(f.buf) {
 		var m int
@@ -175,6 +176,11 @@ func (f *files) uint(path string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseAttr(b, path)
+}
+
+// parseAttr reads the contents of an attribute holding one unsigned decimal number.
+func parseAttr(b []byte, path string) (uint64, error) {
 	n, ok := parseUint(trimSpace(b))
 	if !ok {
 		return 0, fmt.Errorf("%s: %q is not a whole number", path, truncate(b))

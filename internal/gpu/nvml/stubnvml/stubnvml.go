@@ -58,15 +58,24 @@ const (
 // directory of its own (for LD_LIBRARY_PATH). It runs in the test's module.
 func (v Variant) Build(tb testing.TB) string {
 	tb.Helper()
+	lib, err := v.BuildIn(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return lib
+}
+
+// BuildIn is Build for a program that is not a test (the benchmark): it builds the library in dir, which should
+// be a directory of its own.
+func (v Variant) BuildIn(dir string) (string, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
 	if err != nil {
-		tb.Fatalf("finding go-nvml's module directory: %v", err)
+		return "", fmt.Errorf("finding go-nvml's module directory: %w", err)
 	}
 	include := filepath.Join(strings.TrimSpace(string(out)), "pkg", "nvml")
-	dir := tb.TempDir()
 	src := filepath.Join(dir, "libnvidia-ml.c")
 	if err := os.WriteFile(src, source, 0o600); err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
 	lib := filepath.Join(dir, "libnvidia-ml.so.1")
 	cc := os.Getenv("CC")
@@ -79,9 +88,9 @@ func (v Variant) Build(tb testing.TB) string {
 		args = append(args, "-D"+d)
 	}
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		tb.Fatalf("building the stub NVML library (%s): %v\n%s", v.Name, err, out)
+		return "", fmt.Errorf("building the stub NVML library (%s): %w\n%s", v.Name, err, out)
 	}
-	return lib
+	return lib, nil
 }
 
 // Processes of GPU 0: PIDs 1001 and 1002 using 1 and 2 GiB; 1002 also draws (graphics list).

@@ -45,6 +45,10 @@
  *                        R550 to R575 do
  *   STUB_NVML_REPORT     a file that nvmlShutdown writes "calls=N xids=X samples=M": the NVML calls made, the XID
  *                        events reported, and the GPM samples still allocated
+ *   STUB_NVML_GPUS       how many GPUs, 2 (the default) to 8: those from GPU 2 on answer as GPU 0, under their own
+ *                        UUID, PCI bus ID and minor number
+ *   STUB_NVML_SPREAD     the STUB_NVML_PROCESSES compute processes are dealt round robin over every GPU (PID
+ *                        1001 + k on GPU k mod the GPU count), none of them drawing, as on a benchmark's node
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -64,7 +68,8 @@
 #define STUB_BRANCH 580
 #endif
 
-#define STUB_GPUS 2
+#define STUB_GPUS 2     /* GPUs by default */
+#define STUB_MAX_GPUS 8 /* with STUB_NVML_GPUS */
 #define STUB_MIGS 3
 #define GIB (1ULL << 30)
 
@@ -84,9 +89,11 @@ struct nvmlEventSet_st {
 	int registered;
 };
 
-static struct nvmlDevice_st devices[STUB_GPUS + STUB_MIGS] = {
-	{0, 0, -1, 0, 0}, {1, 0, -1, 0, 0}, {1, 0, 0, 1, 0}, {1, 0, 1, 2, 0}, {1, 0, 2, 2, 1},
+static struct nvmlDevice_st devices[STUB_MAX_GPUS + STUB_MIGS] = {
+	{0, 0, -1, 0, 0}, {1, 0, -1, 0, 0}, {2, 0, -1, 0, 0}, {3, 0, -1, 0, 0}, {4, 0, -1, 0, 0}, {5, 0, -1, 0, 0},
+	{6, 0, -1, 0, 0}, {7, 0, -1, 0, 0}, {1, 0, 0, 1, 0}, {1, 0, 1, 2, 0}, {1, 0, 2, 2, 1},
 };
+static unsigned int gpu_count = STUB_GPUS;
 static struct nvmlGpuInstance_st gpu_instances[] = {{1}, {2}};
 static int initialized;
 static int xid79_sent;
@@ -106,7 +113,8 @@ static int sentinel(nvmlDevice_t d) { return d.handle->index == 1 && getenv("STU
 static nvmlReturn_t check(nvmlDevice_t d) {
 	calls++;
 	if (!initialized) return NVML_ERROR_UNINITIALIZED;
-	if (d.handle == NULL || d.handle < devices || d.handle >= devices + STUB_GPUS + STUB_MIGS)
+	if (d.handle == NULL || d.handle < devices || d.handle >= devices + STUB_MAX_GPUS + STUB_MIGS ||
+	    d.handle->index >= gpu_count)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if (d.handle->mig_slot >= 0 && !mig_mode()) return NVML_ERROR_INVALID_ARGUMENT;
 	if (devices[d.handle->index].lost) return NVML_ERROR_GPU_IS_LOST;
@@ -131,6 +139,8 @@ static nvmlReturn_t copy_string(const char *s, char *out, unsigned int length) {
 nvmlReturn_t nvmlInit_v2(void) {
 	initialized = 1;
 	calls = 0;
+	int n = env_int("STUB_NVML_GPUS", STUB_GPUS);
+	gpu_count = n < STUB_GPUS ? STUB_GPUS : n > STUB_MAX_GPUS ? STUB_MAX_GPUS : (unsigned int)n;
 	return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
@@ -181,13 +191,13 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
 	if (!initialized) return NVML_ERROR_UNINITIALIZED;
-	*count = STUB_GPUS;
+	*count = gpu_count;
 	return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
 	if (!initialized) return NVML_ERROR_UNINITIALIZED;
-	if (index >= STUB_GPUS) return NVML_ERROR_INVALID_ARGUMENT;
+	if (index >= gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
 	device->handle = &devices[index];
 	return NVML_SUCCESS;
 }
@@ -261,7 +271,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int in
 	if (r != NVML_SUCCESS) return r;
 	if (!in_mig_mode(d) || index >= 7) return NVML_ERROR_INVALID_ARGUMENT;
 	if (index >= STUB_MIGS) return NVML_ERROR_NOT_FOUND;
-	mig->handle = &devices[STUB_GPUS + index];
+	mig->handle = &devices[STUB_MAX_GPUS + index];
 	return NVML_SUCCESS;
 }
 
@@ -412,9 +422,18 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, nvmlMemoryErrorType_t t
 	return NVML_SUCCESS;
 }
 
-/* The processes of GPU 0: STUB_NVML_PROCESSES of them. */
+static int spread(void) { return getenv("STUB_NVML_SPREAD") != NULL; }
+
+/* The processes of GPU 0: STUB_NVML_PROCESSES of them; with STUB_NVML_SPREAD, this GPU's share of them. */
 static unsigned int process_count(nvmlDevice_t d) {
-	return d.handle->index == 0 && !is_mig(d) ? (unsigned int)env_int("STUB_NVML_PROCESSES", 2) : 0;
+	unsigned int n = (unsigned int)env_int("STUB_NVML_PROCESSES", 2);
+	if (spread()) return is_mig(d) || d.handle->index >= n ? 0 : (n - d.handle->index + gpu_count - 1) / gpu_count;
+	return d.handle->index == 0 && !is_mig(d) ? n : 0;
+}
+
+/* The PID of a list's i-th process: first + i, or with STUB_NVML_SPREAD the GPU's i-th of the processes dealt. */
+static unsigned int pid_at(nvmlDevice_t d, unsigned int first, unsigned int i) {
+	return spread() ? 1001 + d.handle->index + i * gpu_count : first + i;
 }
 
 /* LIST fills NVML's process array contract for n processes, PIDs first, first+1, ..., using (i+1) GiB each: the
@@ -437,7 +456,7 @@ static unsigned int process_count(nvmlDevice_t d) {
 		record_type *recs_ = (record_type *)(infos);                                                                   \
 		for (unsigned int i = 0; i < n_; i++) {                                                                        \
 			memset(&recs_[i], 0, sizeof recs_[i]);                                                                     \
-			recs_[i].pid = (first) + i;                                                                                \
+			recs_[i].pid = pid_at(d, (first), i);                                                                      \
 			recs_[i].usedGpuMemory = ((first) - 1000 + i) * GIB;                                                       \
 			fill;                                                                                                      \
 		}                                                                                                              \
@@ -446,7 +465,7 @@ static unsigned int process_count(nvmlDevice_t d) {
 	} while (0)
 
 /* GPU 0's compute processes, and PID 1002 also drawing, when there are two or more. */
-static unsigned int graphics_count(nvmlDevice_t d) { return process_count(d) >= 2 ? 1 : 0; }
+static unsigned int graphics_count(nvmlDevice_t d) { return !spread() && process_count(d) >= 2 ? 1 : 0; }
 
 #define NOT_MIG recs_[i].gpuInstanceId = recs_[i].computeInstanceId = 0xFFFFFFFF
 
@@ -524,7 +543,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizat
 	clock_gettime(CLOCK_REALTIME, &ts);
 	for (unsigned int i = 0; i < n; i++) {
 		memset(&samples[i], 0, sizeof samples[i]);
-		samples[i].pid = 1001 + i;
+		samples[i].pid = pid_at(d, 1001, i);
 		samples[i].timeStamp = (unsigned long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 		samples[i].smUtil = 50;
 		samples[i].memUtil = 10;
@@ -813,7 +832,7 @@ static double gpm_value(unsigned int id) {
 static int gpm_is_rate(unsigned int id) { return id == 20 || id == 21 || id == 60 || id == 61; }
 
 #define GPM_TICKS 100000000ULL /* counter ticks per interval */
-#define GPM_ENTITIES (STUB_GPUS * 3)
+#define GPM_ENTITIES (STUB_MAX_GPUS * 3)
 
 /* A sample: its entity (GPU index * 3 + GPU instance, 0 for the whole GPU) and the entity's counters then. */
 struct nvmlGpmSample_st {
