@@ -115,13 +115,18 @@ type readingMsg struct {
 
 type tickMsg struct{}
 
-func (m *model) Init() tea.Cmd { return m.read }
+func (m *model) Init() tea.Cmd { return m.read() }
 
-// read takes a reading off the program's loop, so that keys stay responsive while the GPUs are slow to answer.
-func (m *model) read() tea.Msg {
-	started := time.Now()
-	rd, err := m.cfg.Read(m.ctx, m.options)
-	return readingMsg{rd, err, started, time.Now()}
+// read is a command that takes a reading off the program's loop, so that keys stay responsive while the GPUs are
+// slow to answer. It reads with the options of now, copied here on the loop: the keys change the model's while it
+// runs.
+func (m *model) read() tea.Cmd {
+	read, ctx, o := m.cfg.Read, m.ctx, m.options
+	return func() tea.Msg {
+		started := time.Now()
+		rd, err := read(ctx, o)
+		return readingMsg{rd, err, started, time.Now()}
+	}
 }
 
 func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -141,7 +146,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		return m, tea.Tick(untilNext(msg.started, m.cfg.Interval), func(time.Time) tea.Msg { return tickMsg{} })
 	case tickMsg:
-		return m, m.read
+		return m, m.read()
 	case tea.KeyMsg:
 		if (m.help || m.notes) && msg.String() != "q" && msg.String() != "ctrl+c" {
 			m.help, m.notes = false, false // any key leaves the help

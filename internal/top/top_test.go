@@ -316,3 +316,31 @@ func TestClusterHealth(t *testing.T) {
 		t.Errorf("by node:\n%s", plain)
 	}
 }
+
+// A reading runs off the program's loop while keys change the options: it reads the options the loop gave it when
+// it was asked for, never the model's (go test -race finds a reading of them while a key writes them).
+func TestReadingTakesTheOptionsOfItsTime(t *testing.T) {
+	r := demo(t)
+	asked := make(chan Options, 2)
+	m := newModel(context.Background(), Config{Read: func(_ context.Context, o Options) (*view.Reading, error) {
+		asked <- o
+		return r, nil
+	}})
+	m.Update(tea.WindowSizeMsg{Width: 100, Height: 30})
+	keys(m, "/", "j", "d", "o", "e", "enter")
+	done := make(chan tea.Msg)
+	cmd := m.Init() // on the loop, as bubbletea calls it; the command runs on a goroutine of its own
+	go func() { done <- cmd() }()
+	keys(m, "/", "x", "y", "z", "enter", "w", "s") // while the reading runs
+	m.Update(<-done)
+	if o := <-asked; o.Filter != "jdoe" || o.Group {
+		t.Errorf("the first reading read %+v, not the options when it was asked for", o)
+	}
+	// The next reading, after the tick, reads the options then.
+	_, cmd = m.Update(tickMsg{})
+	go func() { done <- cmd() }()
+	m.Update(<-done)
+	if o := <-asked; o.Filter != "jdoexyz" || !o.Group || o.Sort != view.BySM {
+		t.Errorf("the reading after the keys read %+v", o)
+	}
+}
