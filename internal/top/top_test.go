@@ -213,7 +213,7 @@ func TestCursorAndDetail(t *testing.T) {
 		"gpu-pod-exporter top: process 31412", "process      python3 (compute), PID 31412", "running      2h", "user         marco",
 		"GPU 0        memory 12.0 GiB, SM 22%", "host         CPU 1h30m, resident memory 3.2 GiB", "namespace    ml-research",
 		"pod          llama-eval-0", "container    eval", "cgroup       /kubepods/burstable/pod7ddb/249e",
-		"kubectl -n ml-research describe pod llama-eval-0", "kubectl -n ml-research logs llama-eval-0 -c eval", "Esc back",
+		"kubectl -n ml-research describe pod -- llama-eval-0", "kubectl -n ml-research logs -c eval -- llama-eval-0", "Esc back",
 	} {
 		if !strings.Contains(plain, want) {
 			t.Errorf("detail lacks %q:\n%s", want, plain)

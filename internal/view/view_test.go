@@ -248,19 +248,31 @@ func TestRecorder(t *testing.T) {
 
 func approx(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
-// The lines to copy quote what a shell would read.
+// The lines to copy quote what a shell would read, and put the names after "--", where a name that starts with "-"
+// is not an option.
 func TestCommands(t *testing.T) {
-	p := &Process{Identity: attribution.Identity{Namespace: "ml", Pod: "train-0", Container: "main"}}
-	if got := Commands(p); fmt.Sprint(got) != "[kubectl -n ml describe pod train-0 kubectl -n ml logs train-0 -c main]" {
-		t.Errorf("pod: %q", got)
-	}
-	p.Identity = attribution.Identity{SlurmJobID: "4711"}
-	if got := Commands(p); fmt.Sprint(got) != "[scontrol show job 4711]" {
-		t.Errorf("job: %q", got)
-	}
-	p.Identity = attribution.Identity{SystemdUnit: "run-$(reboot)'.scope"}
-	if got := Commands(p); got[0] != `systemctl status 'run-$(reboot)'\''.scope'` {
-		t.Errorf("a unit named by its user: %q", got)
+	for _, c := range []struct {
+		id   attribution.Identity
+		want []string
+	}{
+		{attribution.Identity{Namespace: "ml", Pod: "train-0", Container: "main"},
+			[]string{"kubectl -n ml describe pod -- train-0", "kubectl -n ml logs -c main -- train-0"}},
+		{attribution.Identity{Namespace: "-A", Pod: "--all-namespaces", Container: "-p"},
+			[]string{"kubectl -n -A describe pod -- --all-namespaces", "kubectl -n -A logs -c -p -- --all-namespaces"}},
+		{attribution.Identity{SlurmJobID: "4711"}, []string{"scontrol show job -- 4711"}},
+		{attribution.Identity{SlurmJobID: "--all"}, []string{"scontrol show job -- --all"}},
+		{attribution.Identity{SystemdUnit: "run-$(reboot)'.scope"},
+			[]string{`systemctl status -- 'run-$(reboot)'\''.scope'`, `journalctl -u 'run-$(reboot)'\''.scope'`}},
+		// A delegated cgroup's unit, named by its user.
+		{attribution.Identity{SystemdUnit: "--host=x.service"},
+			[]string{"systemctl status -- --host=x.service", "journalctl -u --host=x.service"}},
+		{attribution.Identity{Container: "--privileged", Runtime: "docker"},
+			[]string{"docker inspect -- --privileged", "docker logs -- --privileged"}},
+		{attribution.Identity{ContainerID: "-v", Runtime: "containerd"}, []string{"crictl inspect -- -v"}},
+	} {
+		if got := Commands(&Process{Identity: c.id}); !slices.Equal(got, c.want) {
+			t.Errorf("%+v:\n got %q\nwant %q", c.id, got, c.want)
+		}
 	}
 }
 
