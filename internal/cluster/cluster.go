@@ -34,6 +34,9 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// At is the time to read the cluster at; zero is now.
 	At time.Time
+	// MaxAnswerBytes bounds the answers of one reading, all its queries together; 0 is
+	// promapi.DefaultReadingBytes.
+	MaxAnswerBytes int64
 }
 
 // Querier runs queries: a promapi.Client.
@@ -105,7 +108,8 @@ type What struct {
 // Read reads the cluster: each node's state, every GPU process with its owner, each GPU's health, and with
 // what.Top each GPU's line, the allocation signals and the history.
 func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
-	ctx = promapi.WithBudget(ctx, promapi.NewBudget(promapi.DefaultReadingBytes)) // one for all the reading's answers
+	// One budget for all the reading's answers.
+	ctx = promapi.WithBudget(ctx, promapi.NewBudget(cmp.Or(r.cfg.MaxAnswerBytes, promapi.DefaultReadingBytes)))
 	res := newResults(r.cfg.NodeLabel)
 	at := r.cfg.At
 	if at.IsZero() {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -559,5 +561,39 @@ func TestHistoryIsReadOnceAndKept(t *testing.T) {
 	f.ranges = nil
 	if _, err := f.r.Read(context.Background(), What{Top: true}); err != nil || len(f.ranges) != 0 {
 		t.Errorf("the same instant read the past again: %v %v", f.ranges, err)
+	}
+}
+
+// The answers of a reading are bounded by Config.MaxAnswerBytes, all its queries together: a Prometheus whose
+// answers are 1.5 MiB each is read under the default budget and fails under a budget of 4 MiB, naming it.
+func TestTheAnswersBudgetIsTheConfigs(t *testing.T) {
+	var body bytes.Buffer
+	body.WriteString(`{"status":"success","data":{"resultType":"vector","result":[`)
+	for i := 0; body.Len() < 3<<19; i++ {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"metric":{"instance":"gpu-%d"},"value":[1800000000,"1"]}`, i)
+	}
+	body.WriteString(`]}}`)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/query_range") {
+			w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[]}}`))
+			return
+		}
+		w.Write(body.Bytes())
+	}))
+	defer srv.Close()
+	client, err := promapi.New(srv.URL, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(client, Config{}).Read(t.Context(), What{Top: true}); err != nil {
+		t.Errorf("under the default budget: %v", err)
+	}
+	_, err = New(client, Config{MaxAnswerBytes: 4 << 20}).Read(t.Context(), What{Top: true})
+	if !errors.Is(err, promapi.ErrTooLarge) || !strings.Contains(err.Error(), "larger than 4 MiB in all") {
+		t.Errorf("under a budget of 4 MiB: %v", err)
 	}
 }
