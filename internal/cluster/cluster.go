@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
@@ -400,11 +401,11 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 		return func(s promapi.Sample) error {
 			n := node(s.Metric)
 			switch s.Metric["__name__"] {
-			case sourceUp.name:
+			case sourceUp.Name:
 				r.sourceUp[n] = s.Value
-			case unmapped.name:
+			case unmapped.Name:
 				r.allocKnown[n] = true
-			case gpuInfo.name:
+			case gpuInfo.Name:
 				r.simulated[n] = r.simulated[n] || s.Metric["simulated"] == "true"
 			}
 			return nil
@@ -461,7 +462,7 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 		}
 	case qGPUReadings:
 		return func(s promapi.Sample) error {
-			row := slices.IndexFunc(gpuLine, func(f gpuLineFamily) bool { return f.name == s.Metric["__name__"] })
+			row := slices.IndexFunc(gpuLine, func(f gpuLineFamily) bool { return f.Name == s.Metric["__name__"] })
 			if row < 0 {
 				return nil
 			}
@@ -499,7 +500,7 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 		series := r.utilization
 		f := utilization
 		if i == qMemoryHistory {
-			series, f = r.memoryRatio, family{name: "memory ratio", max: 1}
+			series, f = r.memoryRatio, family{Family: families.Family{Name: "memory ratio", Range: families.Fraction}}
 		}
 		return func(s promapi.Sample) error {
 			k := gk(s.Metric)
@@ -566,37 +567,37 @@ func (r *results) healthSample(i int, s promapi.Sample, k gpuKey) error {
 		r.health[k] = h
 	}
 	value := gpu.Known(v)
-	switch f.name {
-	case recoveryAction.name:
+	switch f.Name {
+	case recoveryAction.Name:
 		h.RecoveryAction = value
-	case remapFailure.name:
+	case remapFailure.Name:
 		h.RemapFailure = value
-	case remapPending.name:
+	case remapPending.Name:
 		h.RemapPending = value
-	case retirementPending.name:
+	case retirementPending.Name:
 		h.RetirementPending = value
-	case xidErrors.name:
+	case xidErrors.Name:
 		if x, err := strconv.ParseUint(s.Metric["xid"], 10, 64); err == nil {
 			h.XIDs = append(h.XIDs, x)
 		}
-	case clockEvents.name:
+	case clockEvents.Name:
 		h.ClockEvents = append(h.ClockEvents, s.Metric["reason"])
-	case pcieWidth.name:
+	case pcieWidth.Name:
 		h.PCIeWidth = value
-	case pcieMaxWidth.name:
+	case pcieMaxWidth.Name:
 		h.PCIeMaxWidth = value
-	case pcieGeneration.name:
+	case pcieGeneration.Name:
 		h.PCIeGeneration, h.Utilization = value, gpu.Known(1) // asked only while busy
-	case pcieMaxGeneration.name:
+	case pcieMaxGeneration.Name:
 		h.PCIeMaxGeneration = value
-	case nvlinks.name:
+	case nvlinks.Name:
 		h.NVLinks += int(v)
 		if s.Metric["state"] == "inactive" {
 			h.NVLinksDown += int(v)
 		}
-	case fabricState.name:
+	case fabricState.Name:
 		h.FabricState = value
-	case fabricHealthy.name:
+	case fabricHealthy.Name:
 		h.FabricHealthy = value
 	}
 	return nil

@@ -47,7 +47,7 @@ type exprs struct {
 }
 
 // of is a family's vector selector, narrowed by the selector and more matchers.
-func (q exprs) of(f family, more ...string) string { return f.name + q.sel.With(more...) }
+func (q exprs) of(f family, more ...string) string { return f.Name + q.sel.With(more...) }
 
 // exporters is the selector of the series every exporter writes once per scrape, whatever it reads.
 func (q exprs) exporters() string { return q.of(buildInfo) }
@@ -62,7 +62,7 @@ func (q exprs) exporterJobs() string {
 func names(fs ...family) string {
 	ns := make([]string, len(fs))
 	for i, f := range fs {
-		ns[i] = f.name
+		ns[i] = f.Name
 	}
 	return `__name__=~"` + strings.Join(ns, "|") + `"`
 }

@@ -295,3 +295,33 @@ func TestSortProcessesInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A GPU whose driver answers "not available" with NVML_VALUE_NOT_AVAILABLE (0xFFFFFFFF, 2^64-1, as the source scales
+// them) shows nothing for those values, as the exporter writes no series of them and the cluster's view shows
+// none: no utilization of 4294967295%, no 4.29e9 °C, no health line "PCIe x16 of x4294967295", no history point.
+func TestSentinelsAreUnknown(t *testing.T) {
+	const u32, u64 = math.MaxUint32, math.MaxUint64
+	d := gpu.Device{UUID: "GPU-f1", Name: "NVIDIA H100 80GB HBM3", ProcessesListed: true,
+		UtilizationRatio: gpu.Known(u32 / 100.0), TemperatureCelsius: gpu.Known(u32), PowerUsageWatts: gpu.Known(u32 / 1000.0),
+		MemoryUsedBytes: gpu.Known(u64), MemoryTotalBytes: gpu.Known(85520809984),
+		PCIe:      gpu.PCIe{Width: gpu.Known(16), MaxWidth: gpu.Known(u32), Generation: gpu.Known(u32), MaxGeneration: gpu.Known(5)},
+		Health:    gpu.Health{RecoveryAction: gpu.Known(u32), RemapPending: gpu.Known(u32), FabricState: gpu.Known(u32)},
+		Processes: []gpu.Process{{PID: 7, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(u64), SMUtilizationRatio: gpu.Known(371)}},
+	}
+	r := FromNode(&reading.Reading{Snapshot: &gpu.Snapshot{Time: time.Unix(1765000000, 0), Devices: []gpu.Device{d}}}, allocation.Signals{})
+	g := r.GPUs[0]
+	if g.Utilization.Valid || g.Temperature.Valid || g.Power.Valid || g.MemoryUsed.Valid || !g.MemoryTotal.Valid {
+		t.Errorf("GPU line %+v: want utilization, temperature, power and used memory unknown, total known", g)
+	}
+	if len(g.Health) > 0 || len(r.Signals) > 0 {
+		t.Errorf("health %q, signals %v from sentinels", g.Health, r.Signals)
+	}
+	if p := r.Processes[0]; p.Memory.Valid || p.SM.Valid {
+		t.Errorf("process memory %+v, SM %+v from sentinels", p.Memory, p.SM)
+	}
+	rec := NewRecorder()
+	rec.Record(r)
+	if h := r.History.GPUs[GPUKey("", "GPU-f1")]; !empty(h.Utilization) || !empty(h.Memory) {
+		t.Errorf("history from sentinels: %v, %v", h.Utilization, h.Memory)
+	}
+}
