@@ -343,7 +343,8 @@ func TestQueriesCarryTheSelectorAndTheNodeLabel(t *testing.T) {
 	for i := range nQueries {
 		expr := r.Expr(i)
 		found := 0
-		for _, m := range selector.FindAllStringSubmatch(expr, -1) {
+		// The families are what is left of the query without its groupings, which name labels (gpu_instance).
+		for _, m := range selector.FindAllStringSubmatch(grouping.ReplaceAllString(expr, ""), -1) {
 			if strings.HasSuffix(m[2], "_total") || m[2] == "gpu_"+"" {
 				continue
 			}

@@ -38,7 +38,7 @@ var (
 	power         = family{families.Power, gpuLabels}
 	workloads     = family{families.Workloads, gpuLabels}
 	processes     = family{families.Processes, append(slices.Clip(gpuLabels), "type")}
-	migInfo       = family{families.MIGInfo, gpuLabels}
+	migInfo       = family{families.MIGInfo, append(slices.Clip(gpuLabels), migKeyLabels...)}
 	allocInfo     = family{families.AllocationInfo, append(slices.Clip(gpuLabels), "namespace", "pod")}
 	allocProcs    = family{families.AllocationProcesses, allocationLabels}
 	unrequested   = family{families.UnrequestedUse, allocationLabels}
@@ -92,6 +92,9 @@ func familyNamed(name string) (family, bool) {
 	}
 	return familiesRead[i], true
 }
+
+// migKeyLabels are what tell a GPU's MIG instances apart.
+var migKeyLabels = []string{"gpu_instance", "compute_instance"}
 
 var allocationLabels = append(slices.Clip(gpuLabels), "gpu_instance", "compute_instance", "namespace", "pod", "container")
 

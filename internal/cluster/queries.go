@@ -140,8 +140,10 @@ var queries = [nQueries]query{
 	qMPS: {name: "MPS GPUs", top: true, expr: func(q exprs) string {
 		return fmt.Sprintf(`max by (%s, uuid) (%s > 0)`, q.by, q.of(processes, `type="mps"`))
 	}},
+	// Each instance once, by its identity, before counting: a node scraped by two jobs under one instance has
+	// each series twice.
 	qMIG: {name: "MIG instances", top: true, expr: func(q exprs) string {
-		return fmt.Sprintf("count by (%s, uuid) (%s)", q.by, q.of(migInfo))
+		return fmt.Sprintf("count by (%s, uuid) (max by (%s, uuid, %s) (%s))", q.by, q.by, strings.Join(migKeyLabels, ", "), q.of(migInfo))
 	}},
 	// The pods the kubelet allocated each GPU (or its MIG devices) to.
 	qAllocatedPods: {name: "allocated pods", top: true, expr: func(q exprs) string {
@@ -158,8 +160,11 @@ var queries = [nQueries]query{
 	qMemoryHistory: {name: "memory history", top: true, history: true, expr: func(q exprs) string {
 		return fmt.Sprintf("max by (%s, uuid) (%s) / max by (%s, uuid) (%s)", q.by, q.of(memoryUsed), q.by, q.of(memoryTotal))
 	}},
+	// A workload's SM utilization summed over its GPUs, each GPU's series once (max by its identity) however many
+	// jobs scrape the node under one instance.
 	qWorkloadHistory: {name: "workload history", top: true, history: true, workloads: true, expr: func(q exprs) string {
-		return fmt.Sprintf("sum by (%s, %s) (%s)", q.by, strings.Join(workloadKeyLabels(), ", "), q.of(workloadSM))
+		key := strings.Join(workloadKeyLabels(), ", ")
+		return fmt.Sprintf("sum by (%s, %s) (max by (%s, uuid, %s) (%s))", q.by, key, q.by, key, q.of(workloadSM))
 	}},
 }
 
