@@ -296,9 +296,27 @@ type results struct {
 
 type gpuKey struct{ node, uuid string }
 
+// processKey is one process's row: a process on a GPU, or on one MIG instance of it, as the node's view has a row
+// per process per MIG instance.
 type processKey struct {
 	node, uuid string
 	pid        uint32
+	mig        migInstance
+}
+
+// migInstance names a MIG instance of a GPU; the zero value is none.
+type migInstance struct {
+	set    bool
+	gi, ci int
+}
+
+// keyOf is a row's processKey.
+func keyOf(p *view.Process) processKey {
+	k := processKey{node: p.Node, uuid: p.UUID, pid: p.PID}
+	if p.MIG {
+		k.mig = migInstance{true, p.GPUInstance, p.ComputeInstance}
+	}
+	return k
 }
 
 type gpuSeries struct {
@@ -434,11 +452,13 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 	case qProcessSM:
 		return func(s promapi.Sample) error {
 			pid, err := strconv.ParseUint(s.Metric["pid"], 10, 32)
-			if err != nil {
+			gi, giSet, ok1 := optionalIndex(s.Metric["gpu_instance"])
+			ci, ciSet, ok2 := optionalIndex(s.Metric["compute_instance"])
+			if err != nil || !ok1 || !ok2 || giSet != ciSet {
 				r.bad[i]++
 				return nil
 			}
-			k := processKey{node(s.Metric), str(s.Metric["uuid"]), uint32(pid)}
+			k := processKey{node(s.Metric), str(s.Metric["uuid"]), uint32(pid), migInstance{giSet, gi, ci}}
 			if v, ok := r.known(i, processSM, s.Value); ok {
 				r.sm[k] = v
 			} else {
@@ -657,7 +677,7 @@ func (r *results) problems() []string {
 func (r *results) smWithoutMemory() bool {
 	withMemory := make(map[processKey]bool, len(r.memory))
 	for _, p := range r.memory {
-		withMemory[processKey{p.Node, p.UUID, p.PID}] = true
+		withMemory[keyOf(&p)] = true
 	}
 	for k := range r.sm {
 		if !withMemory[k] {

@@ -111,7 +111,7 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 	f.add(qProcessMemory, 2<<30, process("gpu-b", "1", "GPU-b1", "30", "ml", "train-0")...)
 	f.add(qProcessMemory, 1<<30, process("gpu-a", "0", "GPU-a0", "20", "ml", "eval-0", "gpu_instance", "1", "compute_instance", "0")...)
 	f.add(qProcessMemory, 3<<30, process("gpu-a", "0", "GPU-a0", "10", "", "", "slurm_job_id", "4711", "pod_uid", "", "container_id", "", "container", "", "user", "alice")...)
-	f.add(qProcessSM, 0.25, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20")
+	f.add(qProcessSM, 0.25, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20", "gpu_instance", "1", "compute_instance", "0")
 	f.add(qProcessSM, 0.5, "instance", "gpu-b", "uuid", "GPU-b1", "pid", "30")
 	// A process the exporter has an SM utilization for and no memory reading: its labels are asked for then.
 	f.add(qProcessSM, 0.75, "instance", "gpu-b", "uuid", "GPU-b0", "pid", "40")
@@ -141,6 +141,28 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 	}
 	if got := c.Time; !got.Equal(time.Unix(now, 0)) {
 		t.Errorf("time %v, want the server's evaluation time", got)
+	}
+}
+
+// A process on two MIG instances of one GPU is two rows, as on the node, each with its own memory and SM.
+func TestAProcessOnTwoMIGInstancesIsTwoRows(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	for _, gi := range []string{"1", "2"} {
+		f.add(qProcessMemory, 1<<30, process("gpu-a", "0", "GPU-a0", "20", "ml", "eval-0", "gpu_instance", gi, "compute_instance", "0")...)
+	}
+	f.add(qProcessSM, 0.25, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20", "gpu_instance", "1", "compute_instance", "0")
+	f.add(qProcessSM, 0.5, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20", "gpu_instance", "2", "compute_instance", "0")
+	c, err := f.r.Read(context.Background(), What{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.Processes {
+		got = append(got, fmt.Sprintf("%s %d %s", p.GPUColumn(), p.PID, view.Percent(p.SM)))
+	}
+	if want := []string{"0:1/0 20 25%", "0:2/0 20 50%"}; !slices.Equal(got, want) || c.Duplicates != 0 {
+		t.Errorf("rows %q (%d duplicates), want %q", got, c.Duplicates, want)
 	}
 }
 

@@ -10,6 +10,9 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
+// processKeyLabels find a process's row on a node: a process on a GPU, or on one MIG instance of it (processKey).
+const processKeyLabels = "uuid, pid, gpu_instance, compute_instance"
+
 // Window is how far back the last reading of a node whose exporter is down is looked for.
 const Window = time.Hour
 
@@ -119,11 +122,11 @@ var queries = [nQueries]query{
 	qProcessMemory: {name: "process memory", expr: func(q exprs) string { return q.of(processMemory) }},
 	// Their SM utilization, with only the labels that find the process.
 	qProcessSM: {name: "process SM utilization", expr: func(q exprs) string {
-		return fmt.Sprintf("max by (%s, uuid, pid) (%s)", q.by, q.of(processSM))
+		return fmt.Sprintf("max by (%s, %s) (%s)", q.by, processKeyLabels, q.of(processSM))
 	}},
 	// Processes with an SM utilization and no memory reading: asked for only when the SM utilizations name one.
 	qProcessSMOnly: {name: "processes without a memory reading", followUp: true, expr: func(q exprs) string {
-		return fmt.Sprintf("%s unless on (%s, uuid, pid) %s", q.of(processSM), q.by, q.of(processMemory))
+		return fmt.Sprintf("%s unless on (%s, %s) %s", q.of(processSM), q.by, processKeyLabels, q.of(processMemory))
 	}},
 	// What is wrong with each GPU, as the health alerts read it: only the series that say something is, so that a
 	// healthy cluster answers nothing.

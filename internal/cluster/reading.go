@@ -145,20 +145,17 @@ func preferred(name, other string) bool {
 	return name < other
 }
 
-// processes are the rows of the current nodes, each process once: a process is one (GPU UUID, PID), and where it
-// was read twice (a node scraped by two jobs) the series of the node that keeps the GPU is kept. dup counts the
-// rows left out as read twice.
+// processes are the rows of the current nodes, each process once: a process is one (GPU UUID, PID, MIG instance),
+// as the node's view lists it, and where it was read twice (a node scraped by two jobs) the series of the node that
+// keeps the GPU is kept. dup counts the rows left out as read twice.
 func (r *results) processes(mine func(node, uuid string) bool) (procs []view.Process, dup int) {
-	type pid struct {
-		uuid string
-		pid  uint32
-	}
-	seen := make(map[pid]bool, len(r.memory))
+	seen := make(map[processKey]bool, len(r.memory))
 	procs = make([]view.Process, 0, len(r.memory)+len(r.smOnly))
 	for _, list := range [][]view.Process{r.memory, r.smOnly} {
 		for i := range list {
 			p := &list[i]
-			k := pid{p.UUID, p.PID}
+			k := keyOf(p)
+			k.node = "" // a GPU is one node's
 			switch {
 			case !mine(p.Node, p.UUID) && r.isCurrent[p.Node]:
 				dup++ // its GPU is another node's: this is the other's alias
@@ -171,7 +168,7 @@ func (r *results) processes(mine func(node, uuid string) bool) (procs []view.Pro
 			}
 			seen[k] = true
 			procs = append(procs, *p)
-			if sm, ok := r.sm[processKey{p.Node, p.UUID, p.PID}]; ok && !math.IsNaN(sm) && !p.SM.Valid {
+			if sm, ok := r.sm[keyOf(p)]; ok && !math.IsNaN(sm) && !p.SM.Valid {
 				procs[len(procs)-1].SM = gpu.Known(sm)
 			}
 		}
