@@ -2,7 +2,6 @@ package view
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,7 +55,13 @@ func Summarize(r *Reading) {
 	for i := range r.GPUs {
 		byGPU[r.GPUs[i].Node+"\x00"+strconv.Itoa(r.GPUs[i].Index)] = &r.GPUs[i]
 	}
-	pods := make(map[string]bool)
+	type podOnGPU struct {
+		kind           SignalKind
+		node           string
+		gpu            int
+		namespace, pod string
+	}
+	pods := make(map[podOnGPU]bool)
 	for _, s := range r.Signals {
 		if n := byName[s.Node]; n != nil {
 			switch s.Kind {
@@ -70,9 +75,7 @@ func Summarize(r *Reading) {
 			continue
 		}
 		g := byGPU[s.Node+"\x00"+strconv.Itoa(s.gpuIndex)]
-		ns, rest, _ := strings.Cut(s.Text, "/")
-		pod, _, _ := strings.Cut(rest, "/")
-		if k := fmt.Sprint(s.Kind, s.Node, s.gpuIndex, ns, pod); g != nil && !pods[k] {
+		if k := (podOnGPU{s.Kind, s.Node, s.gpuIndex, s.Namespace, s.Pod}); g != nil && !pods[k] {
 			pods[k] = true
 			if s.Kind == Unrequested {
 				g.Unrequested++
