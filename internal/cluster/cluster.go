@@ -271,6 +271,7 @@ type results struct {
 	memory   []view.Process
 	sm       map[processKey]float64
 	smOnly   []view.Process
+	counts   map[gpuKey]processCount
 	health   map[gpuKey]*gpuHealth
 	gpus     []gpuSeries
 	readings map[gpuKey][]gpu.Value // by the row of gpuLine
@@ -295,6 +296,10 @@ type results struct {
 }
 
 type gpuKey struct{ node, uuid string }
+
+// processCount is how many processes a GPU has, as gpu_processes counts them: one per process per MIG instance,
+// as the rows are.
+type processCount struct{ index, n int }
 
 // processKey is one process's row: a process on a GPU, or on one MIG instance of it, as the node's view has a row
 // per process per MIG instance.
@@ -342,7 +347,7 @@ func newResults(nodeLabel string) *results {
 	r := &results{
 		nodeLabel: nodeLabel, lastReading: map[string]float64{}, up: map[string]float64{}, samples: map[string]float64{},
 		sourceUp: map[string]float64{}, allocKnown: map[string]bool{}, simulated: map[string]bool{},
-		sm: map[processKey]float64{}, health: map[gpuKey]*gpuHealth{}, readings: map[gpuKey][]gpu.Value{},
+		sm: map[processKey]float64{}, counts: map[gpuKey]processCount{}, health: map[gpuKey]*gpuHealth{}, readings: map[gpuKey][]gpu.Value{},
 		mps: map[gpuKey]bool{}, mig: map[gpuKey]int{}, pods: map[gpuKey]int{},
 		utilization: map[gpuKey][]float64{}, memoryRatio: map[gpuKey][]float64{}, workloadSM: map[string][]float64{},
 	}
@@ -463,6 +468,18 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 				r.sm[k] = v
 			} else {
 				r.sm[k] = math.NaN() // known to have a series: not a process without a memory reading to ask for
+			}
+			return nil
+		}
+	case qProcessCounts:
+		return func(s promapi.Sample) error {
+			idx, err := strconv.Atoi(s.Metric["gpu"])
+			if err != nil {
+				r.bad[i]++
+				return nil
+			}
+			if n, ok := r.known(i, processes, s.Value); ok {
+				r.counts[gk(s.Metric)] = processCount{idx, int(n)}
 			}
 			return nil
 		}

@@ -133,8 +133,8 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 		t.Errorf("rows:\n%s\nwant\n%s", b, want)
 	}
 	// ps reads processes and health only: none of top's queries; the labels of processes without memory last.
-	if len(f.asked) != 8 || f.asked[7] != f.r.Expr(qProcessSMOnly) {
-		t.Errorf("ps asked %d queries, want 8, the last for processes without memory:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
+	if len(f.asked) != 9 || f.asked[8] != f.r.Expr(qProcessSMOnly) {
+		t.Errorf("ps asked %d queries, want 9, the last for processes without memory:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
 	}
 	if len(c.GPUs) != 0 || len(c.Signals) != 0 {
 		t.Errorf("ps read GPUs %v or signals %v", c.GPUs, c.Signals)
@@ -469,6 +469,38 @@ func TestHealthIsTheNodesHealth(t *testing.T) {
 // One exporter scraped by two jobs is one node: a process is one (GPU UUID, PID), a GPU one UUID, an allocation
 // signal one; where the jobs name the node differently, its name keeps it over its address, and the other is gone.
 // The reading says how many series it read twice.
+// A process with neither a memory nor an SM reading has no series to be a row: the GPUs' process counts say how
+// many a reading could not list, and where, rather than let them go missing without a word.
+func TestProcessesWithoutReadingsAreCounted(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	f.healthy("gpu-b")
+	f.add(qProcessMemory, 1<<30, process("gpu-a", "0", "GPU-a0", "10", "ml", "a")...)
+	f.add(qProcessSM, 0.5, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "11")
+	sm := process("gpu-a", "0", "GPU-a0", "11", "ml", "b")
+	sm[1] = "gpu_process_sm_utilization_ratio"
+	f.add(qProcessSMOnly, 0.5, sm...)
+	f.add(qProcessMemory, 1<<30, process("gpu-b", "0", "GPU-b0", "10", "ml", "c")...)
+	f.add(qProcessCounts, 3, "instance", "gpu-a", "gpu", "0", "uuid", "GPU-a0") // one has no series
+	for i := range 5 {
+		f.add(qProcessCounts, 2, "instance", "gpu-a", "gpu", fmt.Sprint(i+1), "uuid", fmt.Sprint("GPU-a", i+1)) // none has
+	}
+	f.add(qProcessCounts, 1, "instance", "gpu-b", "gpu", "0", "uuid", "GPU-b0")
+	f.add(qProcessCounts, 4, "instance", "gpu-gone", "gpu", "0", "uuid", "GPU-c0") // not a current node's
+	c, err := f.r.Read(context.Background(), What{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Processes) != 3 {
+		t.Errorf("%d rows, want 3", len(c.Processes))
+	}
+	want := "11 processes not listed: their exporters wrote no memory or SM utilization series for them (none known, " +
+		"or --no-collector.processes): 1 on GPU 0 of gpu-a, 2 on GPU 1 of gpu-a, 2 on GPU 2 of gpu-a, 3 more GPUs"
+	if !slices.Equal(c.Warnings, []string{want}) {
+		t.Errorf("warnings %q, want %q", c.Warnings, want)
+	}
+}
+
 func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 	f := newFake(Config{})
 	for _, node := range []string{"gpu-a", "10.0.0.1:9402"} {
@@ -479,6 +511,7 @@ func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 			f.add(qUnrequested, 1, "instance", node, "job", job, "gpu", "0", "uuid", "GPU-a0", "namespace", "ds", "pod", "x", "container", "c")
 		}
 		f.add(qProcessSM, 0.5, "instance", node, "uuid", "GPU-a0", "pid", "20")
+		f.add(qProcessCounts, 1, "instance", node, "gpu", "0", "uuid", "GPU-a0")
 	}
 	c, err := f.r.Read(context.Background(), What{Top: true})
 	if err != nil {
@@ -489,6 +522,9 @@ func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 	}
 	if c.Duplicates != 3+3+3 {
 		t.Errorf("%d duplicates, want 9 (3 of each: process rows, GPUs, signals)", c.Duplicates)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("warnings %q", c.Warnings)
 	}
 }
 

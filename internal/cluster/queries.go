@@ -78,6 +78,7 @@ const (
 	qExporters
 	qProcessMemory
 	qProcessSM
+	qProcessCounts
 	qProcessSMOnly
 	qGPUHealth
 	qGPUs
@@ -123,6 +124,12 @@ var queries = [nQueries]query{
 	// Their SM utilization, with only the labels that find the process.
 	qProcessSM: {name: "process SM utilization", expr: func(q exprs) string {
 		return fmt.Sprintf("max by (%s, %s) (%s)", q.by, processKeyLabels, q.of(processSM))
+	}},
+	// How many processes each busy GPU has, each type's series once however many jobs scrape the node under one
+	// instance: a process the exporter knows no memory or SM utilization of has no series to be a row, and is
+	// counted here.
+	qProcessCounts: {name: "process counts", expr: func(q exprs) string {
+		return fmt.Sprintf("sum by (%s, uuid, gpu) (max by (%s, uuid, gpu, type) (%s)) > 0", q.by, q.by, q.of(processes))
 	}},
 	// Processes with an SM utilization and no memory reading: asked for only when the SM utilizations name one.
 	qProcessSMOnly: {name: "processes without a memory reading", followUp: true, expr: func(q exprs) string {

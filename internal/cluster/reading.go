@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -85,6 +86,9 @@ func (r *results) view(interval time.Duration) *view.Reading {
 	for k := range r.health {
 		claim(k.node, k.uuid)
 	}
+	for k := range r.counts {
+		claim(k.node, k.uuid)
+	}
 	owns := make(map[string]bool)
 	for _, node := range owner {
 		owns[node] = true
@@ -93,6 +97,9 @@ func (r *results) view(interval time.Duration) *view.Reading {
 	mine := func(node, uuid string) bool { return current[node] && owner[uuid] == node }
 
 	v.Processes, v.Duplicates = r.processes(mine)
+	if w := r.unlisted(v.Processes, mine); w != "" {
+		v.Warnings = append(v.Warnings, w)
+	}
 	gpus, dup := r.gpuLines(mine)
 	v.GPUs = gpus
 	v.Duplicates += dup
@@ -175,6 +182,46 @@ func (r *results) processes(mine func(node, uuid string) bool) (procs []view.Pro
 	}
 	r.memory, r.smOnly = nil, nil // the rows are procs now
 	return procs, dup
+}
+
+// unlisted says how many processes the current nodes' GPUs count and the rows do not list, "" when none: a process
+// whose exporter knows neither its memory nor its SM utilization has no series to be a row (nor has any process of
+// an exporter run with --no-collector.processes), and is not to go missing without a word.
+func (r *results) unlisted(rows []view.Process, mine func(node, uuid string) bool) string {
+	listed := make(map[gpuKey]int, len(r.counts))
+	for i := range rows {
+		listed[gpuKey{rows[i].Node, rows[i].UUID}]++
+	}
+	type missing struct {
+		gpuKey
+		index, n int
+	}
+	var gpus []missing
+	total := 0
+	for k, c := range r.counts {
+		if n := c.n - listed[k]; n > 0 && mine(k.node, k.uuid) {
+			gpus = append(gpus, missing{k, c.index, n})
+			total += n
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	slices.SortFunc(gpus, func(a, b missing) int { return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.index, b.index)) })
+	const named = 3
+	where := make([]string, 0, named+1)
+	for _, g := range gpus[:min(len(gpus), named)] {
+		where = append(where, fmt.Sprintf("%d on GPU %d of %s", g.n, g.index, g.node))
+	}
+	if len(gpus) > named {
+		where = append(where, fmt.Sprintf("%d more GPUs", len(gpus)-named))
+	}
+	processes := "processes"
+	if total == 1 {
+		processes = "process"
+	}
+	return fmt.Sprintf("%d %s not listed: their exporters wrote no memory or SM utilization series for them "+
+		"(none known, or --no-collector.processes): %s", total, processes, strings.Join(where, ", "))
 }
 
 // gpuLines are the current nodes' GPUs, each UUID once, with their readings and allocation counts.
