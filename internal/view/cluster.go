@@ -42,7 +42,12 @@ func Summarize(r *Reading) {
 			n.Utilization = add(n.Utilization, g.Utilization)
 			utilization[n]++
 		}
-		n.MemoryUsed, n.MemoryTotal = add(n.MemoryUsed, g.MemoryUsed), add(n.MemoryTotal, g.MemoryTotal)
+		// A sum that left out a GPU would read as the node's whole: unknown for one GPU is unknown for the node.
+		if n.GPUs == 1 {
+			n.MemoryUsed, n.MemoryTotal = g.MemoryUsed, g.MemoryTotal
+		} else {
+			n.MemoryUsed, n.MemoryTotal = addKnown(n.MemoryUsed, g.MemoryUsed), addKnown(n.MemoryTotal, g.MemoryTotal)
+		}
 		if s, ok := HealthSignal(g); ok {
 			r.Signals = append(r.Signals, s)
 		}
@@ -134,4 +139,12 @@ func (r *Reading) Filtered(f Filter) *Reading {
 		}
 	}
 	return &out
+}
+
+// addKnown is the sum of two values, unknown when either is.
+func addKnown(a, b gpu.Value) gpu.Value {
+	if !a.Valid || !b.Valid {
+		return gpu.Value{}
+	}
+	return gpu.Known(a.V + b.V)
 }

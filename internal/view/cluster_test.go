@@ -1,6 +1,11 @@
 package view
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
+)
 
 // A GPU counts each pod once, however many of its containers a signal names, and a pod is its own name, not the
 // text up to a slash in it: the names come from Prometheus' labels, which can hold anything.
@@ -44,5 +49,30 @@ func TestNamespaceFilterReadsTheSignalsNamespace(t *testing.T) {
 	health := Signal{Kind: GPUHealth, Text: "ml/p/c"}
 	if ParseFilter("ns:ml").Signal(&health) {
 		t.Error("the namespace filter keeps a GPU's health signal")
+	}
+}
+
+// A node's memory is the sum of its GPUs' only when every GPU reports it: a sum that left one out would read as the
+// node's whole.
+func TestANodesMemoryIsUnknownWhenAGPUsIs(t *testing.T) {
+	const g = 1 << 30
+	r := &Reading{
+		Nodes: []Node{{Name: "a"}, {Name: "b"}, {Name: "c"}},
+		GPUs: []GPU{
+			{Node: "a", Index: 0, MemoryUsed: gpu.Known(40 * g), MemoryTotal: gpu.Known(80 * g)},
+			{Node: "a", Index: 1, MemoryUsed: gpu.Known(10 * g), MemoryTotal: gpu.Known(80 * g)},
+			{Node: "b", Index: 0, MemoryUsed: gpu.Known(40 * g), MemoryTotal: gpu.Known(80 * g)},
+			{Node: "b", Index: 1, MemoryTotal: gpu.Known(80 * g)},
+			{Node: "c", Index: 0, MemoryTotal: gpu.Known(80 * g)},
+			{Node: "c", Index: 1, MemoryUsed: gpu.Known(40 * g), MemoryTotal: gpu.Known(80 * g)},
+		},
+	}
+	Summarize(r)
+	var got []string
+	for _, n := range r.Nodes {
+		got = append(got, n.Name+" "+MemoryPair(n.MemoryUsed, n.MemoryTotal))
+	}
+	if want := []string{"a 50/160G", "b -", "c -"}; !slices.Equal(got, want) {
+		t.Errorf("nodes' memory %q, want %q", got, want)
 	}
 }

@@ -69,7 +69,7 @@ type Node struct {
 	// Counted by Summarize from the node's GPUs and signals.
 	GPUs, Busy, Unhealthy        int
 	Utilization                  gpu.Value // the mean of its GPUs that report it
-	MemoryUsed, MemoryTotal      gpu.Value // bytes, summed
+	MemoryUsed, MemoryTotal      gpu.Value // bytes, summed; unknown when a GPU of it does not report it
 	IdleAllocations, Unrequested int
 }
 
