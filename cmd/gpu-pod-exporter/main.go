@@ -219,9 +219,9 @@ func run(args []string) int {
 	case psCmd:
 		return runPS(ctx, &psf, func(ctx context.Context) (*view.Reading, error) { return readNode(ctx, reader) })
 	case topCmd:
-		var host func(uint32) view.Host
+		var host func(uint32, time.Time) view.Host
 		if !sf.demo && sf.simulatedConfig == "" {
-			host = hostReader(af.procfs) // a simulated node's processes are not this host's
+			host = hostReader(af.procfs, attributor.Boot()) // a simulated node's processes are not this host's
 		}
 		return tf.run(ctx, logger, &tkf, offer, reader, host)
 	}

@@ -20,9 +20,9 @@ type Config struct {
 	Read     func(ctx context.Context, o Options) (*view.Reading, error)
 	Interval time.Duration
 	Options  Options
-	// Host reads what a process's /proc says, for its detail; nil when the processes run on other machines (a
-	// cluster's).
-	Host func(pid uint32) view.Host
+	// Host reads what a process's /proc says, for its detail, if the PID is still the process that started then;
+	// nil when the processes run on other machines (a cluster's).
+	Host func(pid uint32, started time.Time) view.Host
 }
 
 // Run shows the live view on the terminal until the person presses q (or Ctrl-C) or ctx ends. The terminal's
@@ -275,7 +275,7 @@ func (m *model) look(node string, pid uint32, workload *Row) {
 		}
 	}
 	if len(d.GPUs) > 0 && m.cfg.Host != nil && node == "" {
-		h := m.cfg.Host(pid)
+		h := m.cfg.Host(pid, d.GPUs[0].Started)
 		d.Host = &h
 	}
 	m.detail = d

@@ -182,7 +182,7 @@ func keys(m *model, ks ...string) {
 	}
 }
 
-func program(t *testing.T, r *view.Reading, host func(uint32) view.Host, w, h int) *model {
+func program(t *testing.T, r *view.Reading, host func(uint32, time.Time) view.Host, w, h int) *model {
 	m := newModel(context.Background(), Config{Host: host, Read: func(context.Context, Options) (*view.Reading, error) { return r, nil }})
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	m.Update(readingMsg{rd: r, at: r.Time})
@@ -194,8 +194,9 @@ func program(t *testing.T, r *view.Reading, host func(uint32) view.Host, w, h in
 func TestCursorAndDetail(t *testing.T) {
 	r := demo(t)
 	var asked uint32
-	host := func(pid uint32) view.Host {
-		asked = pid
+	var askedStarted time.Time
+	host := func(pid uint32, started time.Time) view.Host {
+		asked, askedStarted = pid, started
 		return view.Host{CPU: 90 * time.Minute, RSS: gpu.Known(3.2 * (1 << 30)), Cgroup: "/kubepods/burstable/pod7ddb/249e"}
 	}
 	m := program(t, r, host, 100, 30)
@@ -219,8 +220,8 @@ func TestCursorAndDetail(t *testing.T) {
 			t.Errorf("detail lacks %q:\n%s", want, plain)
 		}
 	}
-	if asked != 31412 {
-		t.Errorf("/proc read for PID %d", asked)
+	if p := m.detail.GPUs[0]; asked != 31412 || askedStarted.IsZero() || !askedStarted.Equal(p.Started) {
+		t.Errorf("/proc read for PID %d started %v; want 31412 started %v", asked, askedStarted, p.Started)
 	}
 	keys(m, "esc")
 	if m.detail != nil || !strings.Contains(ansi.Strip(Render(m.frame(), Colors())), "q quit") {
@@ -234,6 +235,18 @@ func TestCursorAndDetail(t *testing.T) {
 	plain = ansi.Strip(Render(m.frame(), Colors()))
 	if asked != 0 || !strings.Contains(plain, "host         not read here: /proc is gpu-a's") {
 		t.Errorf("a cluster's process (asked %d):\n%s", asked, plain)
+	}
+}
+
+// A process that has exited since the reading, its PID gone or now another's, shows as exited: no numbers of a
+// stranger's, no cgroup.
+func TestDetailOfAnExitedProcess(t *testing.T) {
+	r := demo(t)
+	m := program(t, r, func(uint32, time.Time) view.Host { return view.Host{Exited: true} }, 100, 30)
+	keys(m, "enter")
+	plain := ansi.Strip(Render(m.frame(), Colors()))
+	if !strings.Contains(plain, "host         process exited\n") || strings.Contains(plain, "cgroup ") || strings.Contains(plain, "CPU ") {
+		t.Errorf("detail of an exited process:\n%s", plain)
 	}
 }
 

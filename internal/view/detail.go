@@ -15,6 +15,9 @@ type Host struct {
 	Cgroup string
 	// Err is why some of it could not be read.
 	Err string
+	// Exited is set when the process has exited: its PID is gone, or now another process's (another start time),
+	// whose numbers are not shown as the process's.
+	Exited bool
 }
 
 // Commands are the lines a person copies to look further at a process's owner: the pod's kubectl describe and
