@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
 	"github.com/prometheus/common/config"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cluster"
@@ -34,6 +35,7 @@ type prometheusFlags struct {
 	timeout    time.Duration
 	at         string
 	httpConfig string
+	maxAnswer  int64
 	set        map[string]*bool // the flags given, which need --prometheus
 	// source is the node's source flags: reading a node and reading the cluster exclude each other.
 	source *sourceFlags
@@ -67,10 +69,21 @@ func (f *prometheusFlags) register(cmd flagHost) {
 		SetValue(durationValue{flag: "prometheus.timeout", dst: &f.timeout})
 	flag("prometheus.time", "Read the cluster as it was at this time (RFC 3339, or Unix seconds) instead of now.").
 		PlaceHolder("TIME").StringVar(&f.at)
+	flag("prometheus.max-answer-bytes", "Most bytes the answers of one reading may take in all (KiB, MiB, GiB), across "+
+		"its queries: a reading past it fails, naming the bound. The default holds about 1,500 eight-GPU nodes; a "+
+		"reading's memory grows to about 4.7 times the bound.").Default("48MiB").PlaceHolder("SIZE").
+		SetValue(bytesValue{flag: "prometheus.max-answer-bytes", min: minAnswerBytes, max: maxAnswerBytes, dst: &f.maxAnswer})
 	flag("http.config.file", "HTTP client configuration for --prometheus, as promtool's and amtool's: basic auth, "+
 		"bearer token file, TLS CA and client certificates, proxy, headers (Mimir's X-Scope-OrgID).").
 		PlaceHolder("FILE").StringVar(&f.httpConfig)
 }
+
+// The bounds of --prometheus.max-answer-bytes: a sample of the answer may take a MiB, and a reading holds about
+// 4.7 times the bound at most, so a GiB is several GiB of memory.
+const (
+	minAnswerBytes = 1 << 20
+	maxAnswerBytes = 1 << 30
+)
 
 func (f *prometheusFlags) warnings() []string { return f.exposed }
 
@@ -148,7 +161,8 @@ func (f *prometheusFlags) reader() (*cluster.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cluster.New(client, cluster.Config{Selector: f.sel, NodeLabel: f.nodeLabel, ScrapeInterval: f.interval.d, At: f.atTime}), nil
+	return cluster.New(client, cluster.Config{Selector: f.sel, NodeLabel: f.nodeLabel, ScrapeInterval: f.interval.d,
+		At: f.atTime, MaxAnswerBytes: f.maxAnswer}), nil
 }
 
 // explain adds to a failure what the person can do about it.
@@ -160,6 +174,8 @@ func (f *prometheusFlags) explain(err error) error {
 		return fmt.Errorf("%w; check the credentials in %s", err, f.httpConfig)
 	case errors.Is(err, promapi.ErrUnreachable) && loopback(f.url):
 		return fmt.Errorf("%w (through kubectl port-forward? it must be running)", err)
+	case errors.Is(err, promapi.ErrTooLarge):
+		return fmt.Errorf("%w, or raise --prometheus.max-answer-bytes (%s)", err, units.Base2Bytes(f.maxAnswer))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w (--prometheus.timeout %s)", err, f.timeout)
 	}

@@ -48,7 +48,7 @@ func TestPrometheusFlags(t *testing.T) {
 	t.Setenv(prometheusEnv, "http://localhost:9090")
 	f, err = parsePrometheus(t, "--prometheus.time=1796169600.5")
 	if err != nil || f.url != "http://localhost:9090" || f.nodeLabel != "instance" || f.interval.d != 0 ||
-		f.atTime.UnixMilli() != 1796169600500 {
+		f.atTime.UnixMilli() != 1796169600500 || f.maxAnswer != promapi.DefaultReadingBytes {
 		t.Errorf("defaults: %+v, %v", f, err)
 	}
 }
@@ -100,6 +100,16 @@ func TestPrometheusFlagsRefused(t *testing.T) {
 			t.Errorf("%v: %v, want a usage error naming --%s that says %q", c.args, err, c.flag, c.why)
 		}
 	}
+	// The answers' budget, in a unit or in bytes, within its bounds.
+	for arg, want := range map[string]int64{"96MiB": 96 << 20, "2GB": -1, "1073741824": 1 << 30, "0": -1, "512KiB": -1, "lots": -1} {
+		f, err := parsePrometheus(t, "--prometheus=http://p", "--prometheus.max-answer-bytes="+arg)
+		switch {
+		case want < 0 && (err == nil || !strings.HasPrefix(err.Error(), "--prometheus.max-answer-bytes: ")):
+			t.Errorf("--prometheus.max-answer-bytes=%s: %v, want it refused", arg, err)
+		case want >= 0 && (err != nil || f.maxAnswer != want):
+			t.Errorf("--prometheus.max-answer-bytes=%s: %d, %v", arg, f.maxAnswer, err)
+		}
+	}
 	// Duration flags are refused while parsing, naming the flag.
 	for _, arg := range []string{"--prometheus.scrape-interval=0s", "--prometheus.timeout=-1s", "--prometheus.timeout=soon"} {
 		_, err := parsePrometheus(t, "--prometheus=http://p", arg)
@@ -132,6 +142,10 @@ func TestExplain(t *testing.T) {
 	}
 	if got := f.explain(classifiedFor(t, promapi.ErrUnauthorized)).Error(); !strings.HasSuffix(got, "give credentials with --http.config.file") {
 		t.Errorf("unauthorized: %s", got)
+	}
+	f.maxAnswer = 48 << 20
+	if got := f.explain(classifiedFor(t, promapi.ErrTooLarge)).Error(); !strings.HasSuffix(got, "or raise --prometheus.max-answer-bytes (48MiB)") {
+		t.Errorf("too large: %s", got)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/socket"
 )
@@ -99,6 +100,32 @@ func (v intValue) String() string { return strconv.Itoa(*v.dst) }
 func intFlag(g flagHost, name, help string, def, min int, dst *int) {
 	g.Flag(name, help).Default(strconv.Itoa(def)).SetValue(intValue{flag: name, min: min, dst: dst})
 }
+
+// bytesValue is a size flag, "48MiB" (KiB, MiB, GiB; KB, MB and GB are the same) or whole bytes, between min and
+// max, whose errors name the flag.
+type bytesValue struct {
+	flag     string
+	min, max int64
+	dst      *int64
+}
+
+func (v bytesValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		b, unitErr := units.ParseBase2Bytes(s)
+		if unitErr != nil {
+			return flagError(v.flag, "%q is not a size (e.g. 48MiB, 1GiB)", s)
+		}
+		n = int64(b)
+	}
+	if n < v.min || n > v.max {
+		return flagError(v.flag, "must be from %s to %s, got %s", units.Base2Bytes(v.min), units.Base2Bytes(v.max), s)
+	}
+	*v.dst = n
+	return nil
+}
+
+func (v bytesValue) String() string { return units.Base2Bytes(*v.dst).String() }
 
 // enumValue is a flag with a fixed set of values whose error names the flag and lists them.
 type enumValue struct {

@@ -94,7 +94,9 @@ func run(args []string) int {
 	psCmd := addCommand(app, "ps", "Print the GPU processes with their pods, containers, Slurm jobs and services, once "+
 		"(with --watch, every --interval).", true, &psf, &pu, &ppf)
 	topCmd := addCommand(app, "top", "Watch the GPUs and the pods, containers, Slurm jobs and services using them, live. "+
-		"Keys: m, s, g sort by memory, SM or GPU; w groups by workload; / filters by namespace or owner; q quits. "+
+		"Keys: m, s, g, a sort by memory, SM, GPU or age; w groups by workload; / filters by any text of a row, or "+
+		"user:, gpu:, ns:, node:, pid:, owner: for one field; arrows or j, k move the cursor and Enter shows the "+
+		"process under it; e lists the signals and warnings; ? shows the keys; q quits. "+
 		"When the output is not a terminal, prints a plain table every --interval. With --prometheus, the whole cluster: "+
 		"a line per node; n shows each node's GPUs.", true, &tf, &pu, &tkf, &tpf)
 	readers := []*command{serve, psCmd, topCmd}
@@ -217,9 +219,9 @@ func run(args []string) int {
 	case psCmd:
 		return runPS(ctx, &psf, func(ctx context.Context) (*view.Reading, error) { return readNode(ctx, reader) })
 	case topCmd:
-		var host func(uint32) view.Host
+		var host func(uint32, time.Time) view.Host
 		if !sf.demo && sf.simulatedConfig == "" {
-			host = hostReader(af.procfs) // a simulated node's processes are not this host's
+			host = hostReader(af.procfs, attributor.Boot()) // a simulated node's processes are not this host's
 		}
 		return tf.run(ctx, logger, &tkf, offer, reader, host)
 	}

@@ -72,7 +72,7 @@ func (f *topFlags) warnings() []string { return nil }
 // run shows the view until ctx ends; kf are the kubelet flags of top, for its allocation signals. host reads a
 // process's /proc for its detail; nil where the node's processes are not this host's (a simulated node).
 func (f *topFlags) run(ctx context.Context, logger *slog.Logger, kf *kubeletFlags, offer allocationOffer, reader *reading.Reader,
-	host func(pid uint32) view.Host) int {
+	host func(pid uint32, started time.Time) view.Host) int {
 	allocs, err := kf.start(ctx, logger, offer)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-pod-exporter top: cannot read GPU allocations from the kubelet: %v\n", err)
@@ -102,7 +102,7 @@ func (f *topFlags) run(ctx context.Context, logger *slog.Logger, kf *kubeletFlag
 }
 
 // show runs the view over read: on the terminal, or as plain tables into a pipe.
-func (f *topFlags) show(ctx context.Context, host func(pid uint32) view.Host, read func(context.Context, top.Options) (*view.Reading, error)) int {
+func (f *topFlags) show(ctx context.Context, host func(pid uint32, started time.Time) view.Host, read func(context.Context, top.Options) (*view.Reading, error)) int {
 	sort, _ := view.ParseSort(f.sort) // checked by the flag
 	cfg := top.Config{Interval: f.interval, Read: read, Host: host,
 		Options: top.Options{Sort: sort, Filter: f.filter, Base: f.only.filter(), Group: f.group}}
@@ -122,22 +122,33 @@ func (f *topFlags) show(ctx context.Context, host func(pid uint32) view.Host, re
 }
 
 // hostReader reads what a process's /proc says for top's detail: its CPU time and resident memory (stat) and its
-// cgroup, through the hardened procfs reads; never its command line or environment.
-func hostReader(procFS string) func(pid uint32) view.Host {
+// cgroup, through the hardened procfs reads; never its command line or environment. The process is its PID and
+// its start time, counted from boot as the reading counted it: a PID now another process's shows as exited, not
+// with a stranger's numbers.
+func hostReader(procFS string, boot time.Time) func(pid uint32, started time.Time) view.Host {
 	var mu sync.Mutex
 	r := procfs.NewReader(procFS)
-	return func(pid uint32) view.Host {
+	return func(pid uint32, started time.Time) view.Host {
 		mu.Lock()
 		defer mu.Unlock()
-		var h view.Host
-		ticks, pages, err := r.Usage(pid)
-		if err != nil {
-			h.Err = err.Error()
-		} else {
-			h.CPU = time.Duration(ticks) * time.Second / clockTicks
-			h.RSS = gpu.Known(float64(pages) * float64(os.Getpagesize()))
+		if started.IsZero() || boot.IsZero() {
+			return view.Host{Err: "not read: its start time is unknown, so its PID could be another process's"}
 		}
-		if cg, err := r.Cgroup(pid); err == nil {
+		// The cgroup first: the stat read after it says whether the PID was still the process's, and so it was
+		// when the cgroup was read.
+		cg, cgErr := r.Cgroup(pid)
+		u, err := r.Usage(pid)
+		switch {
+		case procfs.Exited(err) || err == nil && !procfs.Started(boot, u.Start).Equal(started):
+			return view.Host{Exited: true}
+		case err != nil:
+			return view.Host{Err: err.Error()}
+		}
+		h := view.Host{
+			CPU: time.Duration(u.CPUTicks) * time.Second / clockTicks,
+			RSS: gpu.Known(float64(u.RSSPages) * float64(os.Getpagesize())),
+		}
+		if cgErr == nil {
 			h.Cgroup = cgroup.Parse(cg).Path
 		}
 		return h

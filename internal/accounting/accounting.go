@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
@@ -254,11 +255,11 @@ func (g *GPU) observe(d *gpu.Device, now time.Time, owner func(gpu.Process) attr
 // Readings beyond what a GPU can draw are a driver's or a file's fault, not energy: one of them would put +Inf or
 // NaN in counters that then stay so, and break every sum over them. A GPU's average power over an interval stays
 // under its enforced limit; the margin leaves room for the limit's own transients. Without a limit, the ceiling is
-// above any GPU board made (the largest draw about 1.5 kW).
-const (
-	limitMargin   = 2
-	maxBoardWatts = 5000
-)
+// the most the power family can hold (families.Watts), above any GPU board made, as the exporter's series and
+// views bound it.
+const limitMargin = 2
+
+var maxBoardWatts = families.Power.Range.Max
 
 // ceilingWatts is the most power the accounts believe of d.
 func ceilingWatts(d *gpu.Device) float64 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
@@ -516,5 +517,18 @@ func BenchmarkObserve(b *testing.B) {
 	for b.Loop() {
 		r.Snapshot.Time = r.Snapshot.Time.Add(time.Second)
 		l.Observe(r)
+	}
+}
+
+// Without a power limit, the accounts believe what the power family can hold (its range in internal/families, as
+// the exporter's gpu_power_usage_watts and the views bound it), and nothing above.
+func TestPowerWithoutALimitIsTheFamilysRange(t *testing.T) {
+	procs := []proc{{pid: 1, owner: "a", sm: k(1)}}
+	for watts, believed := range map[float64]bool{7000: true, families.Power.Range.Max: true, families.Power.Range.Max + 1: false} {
+		l := New()
+		observe(t, l, readingAt(0, device(0, k(watts), gpu.Value{}, procs...)))
+		if got := accounts(l)["GPU-0"].power; got.Valid != believed {
+			t.Errorf("%v W without a limit: %+v, want believed %v", watts, got, believed)
+		}
 	}
 }

@@ -119,6 +119,9 @@ type Attributor struct {
 	boot time.Time
 }
 
+// Boot is when the machine booted, as the processes' Started times count from it; zero when procfs does not say.
+func (a *Attributor) Boot() time.Time { return a.boot }
+
 // New returns an Attributor. Call Close to stop the lookups it may still have running.
 func New(cfg Config) *Attributor {
 	if cfg.Logger == nil {

@@ -55,7 +55,7 @@ func fleetAnswers(r *Reader, nodes int) map[string][]byte {
 				"uuid": uuid, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": fmt.Sprintf("00000000:%02X:00.0", 0x18+16*g),
 				"driver_version": "580.95.05", "cuda_version": "13.0", "mig_mode": "disabled"})
 			for _, f := range []family{utilization, memoryUsed, memoryTotal, temperature, power, workloads} {
-				add(qGPUReadings, 0.5, map[string]string{"__name__": f.name, "instance": node, "uuid": uuid})
+				add(qGPUReadings, 0.5, map[string]string{"__name__": f.Name, "instance": node, "uuid": uuid})
 			}
 			addRange(qUtilizationHistory, 0.5, map[string]string{"instance": node, "uuid": uuid})
 			addRange(qMemoryHistory, 0.5, map[string]string{"instance": node, "uuid": uuid})

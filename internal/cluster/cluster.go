@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
@@ -34,6 +35,9 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// At is the time to read the cluster at; zero is now.
 	At time.Time
+	// MaxAnswerBytes bounds the answers of one reading, all its queries together; 0 is
+	// promapi.DefaultReadingBytes.
+	MaxAnswerBytes int64
 }
 
 // Querier runs queries: a promapi.Client.
@@ -105,7 +109,8 @@ type What struct {
 // Read reads the cluster: each node's state, every GPU process with its owner, each GPU's health, and with
 // what.Top each GPU's line, the allocation signals and the history.
 func (r *Reader) Read(ctx context.Context, what What) (*view.Reading, error) {
-	ctx = promapi.WithBudget(ctx, promapi.NewBudget(promapi.DefaultReadingBytes)) // one for all the reading's answers
+	// One budget for all the reading's answers.
+	ctx = promapi.WithBudget(ctx, promapi.NewBudget(cmp.Or(r.cfg.MaxAnswerBytes, promapi.DefaultReadingBytes)))
 	res := newResults(r.cfg.NodeLabel)
 	at := r.cfg.At
 	if at.IsZero() {
@@ -266,6 +271,7 @@ type results struct {
 	memory   []view.Process
 	sm       map[processKey]float64
 	smOnly   []view.Process
+	counts   map[gpuKey]processCount
 	health   map[gpuKey]*gpuHealth
 	gpus     []gpuSeries
 	readings map[gpuKey][]gpu.Value // by the row of gpuLine
@@ -291,9 +297,31 @@ type results struct {
 
 type gpuKey struct{ node, uuid string }
 
+// processCount is how many processes a GPU has, as gpu_processes counts them: one per process per MIG instance,
+// as the rows are.
+type processCount struct{ index, n int }
+
+// processKey is one process's row: a process on a GPU, or on one MIG instance of it, as the node's view has a row
+// per process per MIG instance.
 type processKey struct {
 	node, uuid string
 	pid        uint32
+	mig        migInstance
+}
+
+// migInstance names a MIG instance of a GPU; the zero value is none.
+type migInstance struct {
+	set    bool
+	gi, ci int
+}
+
+// keyOf is a row's processKey.
+func keyOf(p *view.Process) processKey {
+	k := processKey{node: p.Node, uuid: p.UUID, pid: p.PID}
+	if p.MIG {
+		k.mig = migInstance{true, p.GPUInstance, p.ComputeInstance}
+	}
+	return k
 }
 
 type gpuSeries struct {
@@ -319,7 +347,7 @@ func newResults(nodeLabel string) *results {
 	r := &results{
 		nodeLabel: nodeLabel, lastReading: map[string]float64{}, up: map[string]float64{}, samples: map[string]float64{},
 		sourceUp: map[string]float64{}, allocKnown: map[string]bool{}, simulated: map[string]bool{},
-		sm: map[processKey]float64{}, health: map[gpuKey]*gpuHealth{}, readings: map[gpuKey][]gpu.Value{},
+		sm: map[processKey]float64{}, counts: map[gpuKey]processCount{}, health: map[gpuKey]*gpuHealth{}, readings: map[gpuKey][]gpu.Value{},
 		mps: map[gpuKey]bool{}, mig: map[gpuKey]int{}, pods: map[gpuKey]int{},
 		utilization: map[gpuKey][]float64{}, memoryRatio: map[gpuKey][]float64{}, workloadSM: map[string][]float64{},
 	}
@@ -396,11 +424,11 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 		return func(s promapi.Sample) error {
 			n := node(s.Metric)
 			switch s.Metric["__name__"] {
-			case sourceUp.name:
+			case sourceUp.Name:
 				r.sourceUp[n] = s.Value
-			case unmapped.name:
+			case unmapped.Name:
 				r.allocKnown[n] = true
-			case gpuInfo.name:
+			case gpuInfo.Name:
 				r.simulated[n] = r.simulated[n] || s.Metric["simulated"] == "true"
 			}
 			return nil
@@ -429,15 +457,29 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 	case qProcessSM:
 		return func(s promapi.Sample) error {
 			pid, err := strconv.ParseUint(s.Metric["pid"], 10, 32)
-			if err != nil {
+			gi, giSet, ok1 := optionalIndex(s.Metric["gpu_instance"])
+			ci, ciSet, ok2 := optionalIndex(s.Metric["compute_instance"])
+			if err != nil || !ok1 || !ok2 || giSet != ciSet {
 				r.bad[i]++
 				return nil
 			}
-			k := processKey{node(s.Metric), str(s.Metric["uuid"]), uint32(pid)}
+			k := processKey{node(s.Metric), str(s.Metric["uuid"]), uint32(pid), migInstance{giSet, gi, ci}}
 			if v, ok := r.known(i, processSM, s.Value); ok {
 				r.sm[k] = v
 			} else {
 				r.sm[k] = math.NaN() // known to have a series: not a process without a memory reading to ask for
+			}
+			return nil
+		}
+	case qProcessCounts:
+		return func(s promapi.Sample) error {
+			idx, err := strconv.Atoi(s.Metric["gpu"])
+			if err != nil {
+				r.bad[i]++
+				return nil
+			}
+			if n, ok := r.known(i, processes, s.Value); ok {
+				r.counts[gk(s.Metric)] = processCount{idx, int(n)}
 			}
 			return nil
 		}
@@ -457,7 +499,7 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 		}
 	case qGPUReadings:
 		return func(s promapi.Sample) error {
-			row := slices.IndexFunc(gpuLine, func(f gpuLineFamily) bool { return f.name == s.Metric["__name__"] })
+			row := slices.IndexFunc(gpuLine, func(f gpuLineFamily) bool { return f.Name == s.Metric["__name__"] })
 			if row < 0 {
 				return nil
 			}
@@ -495,7 +537,7 @@ func (r *results) sampleHandler(i int) func(promapi.Sample) error {
 		series := r.utilization
 		f := utilization
 		if i == qMemoryHistory {
-			series, f = r.memoryRatio, family{name: "memory ratio", max: 1}
+			series, f = r.memoryRatio, family{Family: families.Family{Name: "memory ratio", Range: families.Fraction}}
 		}
 		return func(s promapi.Sample) error {
 			k := gk(s.Metric)
@@ -562,37 +604,37 @@ func (r *results) healthSample(i int, s promapi.Sample, k gpuKey) error {
 		r.health[k] = h
 	}
 	value := gpu.Known(v)
-	switch f.name {
-	case recoveryAction.name:
+	switch f.Name {
+	case recoveryAction.Name:
 		h.RecoveryAction = value
-	case remapFailure.name:
+	case remapFailure.Name:
 		h.RemapFailure = value
-	case remapPending.name:
+	case remapPending.Name:
 		h.RemapPending = value
-	case retirementPending.name:
+	case retirementPending.Name:
 		h.RetirementPending = value
-	case xidErrors.name:
+	case xidErrors.Name:
 		if x, err := strconv.ParseUint(s.Metric["xid"], 10, 64); err == nil {
 			h.XIDs = append(h.XIDs, x)
 		}
-	case clockEvents.name:
+	case clockEvents.Name:
 		h.ClockEvents = append(h.ClockEvents, s.Metric["reason"])
-	case pcieWidth.name:
+	case pcieWidth.Name:
 		h.PCIeWidth = value
-	case pcieMaxWidth.name:
+	case pcieMaxWidth.Name:
 		h.PCIeMaxWidth = value
-	case pcieGeneration.name:
+	case pcieGeneration.Name:
 		h.PCIeGeneration, h.Utilization = value, gpu.Known(1) // asked only while busy
-	case pcieMaxGeneration.name:
+	case pcieMaxGeneration.Name:
 		h.PCIeMaxGeneration = value
-	case nvlinks.name:
+	case nvlinks.Name:
 		h.NVLinks += int(v)
 		if s.Metric["state"] == "inactive" {
 			h.NVLinksDown += int(v)
 		}
-	case fabricState.name:
+	case fabricState.Name:
 		h.FabricState = value
-	case fabricHealthy.name:
+	case fabricHealthy.Name:
 		h.FabricHealthy = value
 	}
 	return nil
@@ -652,7 +694,7 @@ func (r *results) problems() []string {
 func (r *results) smWithoutMemory() bool {
 	withMemory := make(map[processKey]bool, len(r.memory))
 	for _, p := range r.memory {
-		withMemory[processKey{p.Node, p.UUID, p.PID}] = true
+		withMemory[keyOf(&p)] = true
 	}
 	for k := range r.sm {
 		if !withMemory[k] {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -109,7 +111,7 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 	f.add(qProcessMemory, 2<<30, process("gpu-b", "1", "GPU-b1", "30", "ml", "train-0")...)
 	f.add(qProcessMemory, 1<<30, process("gpu-a", "0", "GPU-a0", "20", "ml", "eval-0", "gpu_instance", "1", "compute_instance", "0")...)
 	f.add(qProcessMemory, 3<<30, process("gpu-a", "0", "GPU-a0", "10", "", "", "slurm_job_id", "4711", "pod_uid", "", "container_id", "", "container", "", "user", "alice")...)
-	f.add(qProcessSM, 0.25, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20")
+	f.add(qProcessSM, 0.25, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20", "gpu_instance", "1", "compute_instance", "0")
 	f.add(qProcessSM, 0.5, "instance", "gpu-b", "uuid", "GPU-b1", "pid", "30")
 	// A process the exporter has an SM utilization for and no memory reading: its labels are asked for then.
 	f.add(qProcessSM, 0.75, "instance", "gpu-b", "uuid", "GPU-b0", "pid", "40")
@@ -131,14 +133,36 @@ func TestProcessesAreTheNodesRowsWithTheirNode(t *testing.T) {
 		t.Errorf("rows:\n%s\nwant\n%s", b, want)
 	}
 	// ps reads processes and health only: none of top's queries; the labels of processes without memory last.
-	if len(f.asked) != 8 || f.asked[7] != f.r.Expr(qProcessSMOnly) {
-		t.Errorf("ps asked %d queries, want 8, the last for processes without memory:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
+	if len(f.asked) != 9 || f.asked[8] != f.r.Expr(qProcessSMOnly) {
+		t.Errorf("ps asked %d queries, want 9, the last for processes without memory:\n%s", len(f.asked), strings.Join(f.asked, "\n"))
 	}
 	if len(c.GPUs) != 0 || len(c.Signals) != 0 {
 		t.Errorf("ps read GPUs %v or signals %v", c.GPUs, c.Signals)
 	}
 	if got := c.Time; !got.Equal(time.Unix(now, 0)) {
 		t.Errorf("time %v, want the server's evaluation time", got)
+	}
+}
+
+// A process on two MIG instances of one GPU is two rows, as on the node, each with its own memory and SM.
+func TestAProcessOnTwoMIGInstancesIsTwoRows(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	for _, gi := range []string{"1", "2"} {
+		f.add(qProcessMemory, 1<<30, process("gpu-a", "0", "GPU-a0", "20", "ml", "eval-0", "gpu_instance", gi, "compute_instance", "0")...)
+	}
+	f.add(qProcessSM, 0.25, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20", "gpu_instance", "1", "compute_instance", "0")
+	f.add(qProcessSM, 0.5, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "20", "gpu_instance", "2", "compute_instance", "0")
+	c, err := f.r.Read(context.Background(), What{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.Processes {
+		got = append(got, fmt.Sprintf("%s %d %s", p.GPUColumn(), p.PID, view.Percent(p.SM)))
+	}
+	if want := []string{"0:1/0 20 25%", "0:2/0 20 50%"}; !slices.Equal(got, want) || c.Duplicates != 0 {
+		t.Errorf("rows %q (%d duplicates), want %q", got, c.Duplicates, want)
 	}
 }
 
@@ -341,7 +365,8 @@ func TestQueriesCarryTheSelectorAndTheNodeLabel(t *testing.T) {
 	for i := range nQueries {
 		expr := r.Expr(i)
 		found := 0
-		for _, m := range selector.FindAllStringSubmatch(expr, -1) {
+		// The families are what is left of the query without its groupings, which name labels (gpu_instance).
+		for _, m := range selector.FindAllStringSubmatch(grouping.ReplaceAllString(expr, ""), -1) {
 			if strings.HasSuffix(m[2], "_total") || m[2] == "gpu_"+"" {
 				continue
 			}
@@ -444,6 +469,38 @@ func TestHealthIsTheNodesHealth(t *testing.T) {
 // One exporter scraped by two jobs is one node: a process is one (GPU UUID, PID), a GPU one UUID, an allocation
 // signal one; where the jobs name the node differently, its name keeps it over its address, and the other is gone.
 // The reading says how many series it read twice.
+// A process with neither a memory nor an SM reading has no series to be a row: the GPUs' process counts say how
+// many a reading could not list, and where, rather than let them go missing without a word.
+func TestProcessesWithoutReadingsAreCounted(t *testing.T) {
+	f := newFake(Config{})
+	f.healthy("gpu-a")
+	f.healthy("gpu-b")
+	f.add(qProcessMemory, 1<<30, process("gpu-a", "0", "GPU-a0", "10", "ml", "a")...)
+	f.add(qProcessSM, 0.5, "instance", "gpu-a", "uuid", "GPU-a0", "pid", "11")
+	sm := process("gpu-a", "0", "GPU-a0", "11", "ml", "b")
+	sm[1] = "gpu_process_sm_utilization_ratio"
+	f.add(qProcessSMOnly, 0.5, sm...)
+	f.add(qProcessMemory, 1<<30, process("gpu-b", "0", "GPU-b0", "10", "ml", "c")...)
+	f.add(qProcessCounts, 3, "instance", "gpu-a", "gpu", "0", "uuid", "GPU-a0") // one has no series
+	for i := range 5 {
+		f.add(qProcessCounts, 2, "instance", "gpu-a", "gpu", fmt.Sprint(i+1), "uuid", fmt.Sprint("GPU-a", i+1)) // none has
+	}
+	f.add(qProcessCounts, 1, "instance", "gpu-b", "gpu", "0", "uuid", "GPU-b0")
+	f.add(qProcessCounts, 4, "instance", "gpu-gone", "gpu", "0", "uuid", "GPU-c0") // not a current node's
+	c, err := f.r.Read(context.Background(), What{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Processes) != 3 {
+		t.Errorf("%d rows, want 3", len(c.Processes))
+	}
+	want := "11 processes not listed: their exporters wrote no memory or SM utilization series for them (none known, " +
+		"or --no-collector.processes): 1 on GPU 0 of gpu-a, 2 on GPU 1 of gpu-a, 2 on GPU 2 of gpu-a, 3 more GPUs"
+	if !slices.Equal(c.Warnings, []string{want}) {
+		t.Errorf("warnings %q, want %q", c.Warnings, want)
+	}
+}
+
 func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 	f := newFake(Config{})
 	for _, node := range []string{"gpu-a", "10.0.0.1:9402"} {
@@ -454,6 +511,7 @@ func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 			f.add(qUnrequested, 1, "instance", node, "job", job, "gpu", "0", "uuid", "GPU-a0", "namespace", "ds", "pod", "x", "container", "c")
 		}
 		f.add(qProcessSM, 0.5, "instance", node, "uuid", "GPU-a0", "pid", "20")
+		f.add(qProcessCounts, 1, "instance", node, "gpu", "0", "uuid", "GPU-a0")
 	}
 	c, err := f.r.Read(context.Background(), What{Top: true})
 	if err != nil {
@@ -464,6 +522,9 @@ func TestANodeScrapedTwiceIsShownOnce(t *testing.T) {
 	}
 	if c.Duplicates != 3+3+3 {
 		t.Errorf("%d duplicates, want 9 (3 of each: process rows, GPUs, signals)", c.Duplicates)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("warnings %q", c.Warnings)
 	}
 }
 
@@ -559,5 +620,39 @@ func TestHistoryIsReadOnceAndKept(t *testing.T) {
 	f.ranges = nil
 	if _, err := f.r.Read(context.Background(), What{Top: true}); err != nil || len(f.ranges) != 0 {
 		t.Errorf("the same instant read the past again: %v %v", f.ranges, err)
+	}
+}
+
+// The answers of a reading are bounded by Config.MaxAnswerBytes, all its queries together: a Prometheus whose
+// answers are 1.5 MiB each is read under the default budget and fails under a budget of 4 MiB, naming it.
+func TestTheAnswersBudgetIsTheConfigs(t *testing.T) {
+	var body bytes.Buffer
+	body.WriteString(`{"status":"success","data":{"resultType":"vector","result":[`)
+	for i := 0; body.Len() < 3<<19; i++ {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"metric":{"instance":"gpu-%d"},"value":[1800000000,"1"]}`, i)
+	}
+	body.WriteString(`]}}`)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/query_range") {
+			w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[]}}`))
+			return
+		}
+		w.Write(body.Bytes())
+	}))
+	defer srv.Close()
+	client, err := promapi.New(srv.URL, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(client, Config{}).Read(t.Context(), What{Top: true}); err != nil {
+		t.Errorf("under the default budget: %v", err)
+	}
+	_, err = New(client, Config{MaxAnswerBytes: 4 << 20}).Read(t.Context(), What{Top: true})
+	if !errors.Is(err, promapi.ErrTooLarge) || !strings.Contains(err.Error(), "larger than 4 MiB in all") {
+		t.Errorf("under a budget of 4 MiB: %v", err)
 	}
 }

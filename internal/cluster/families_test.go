@@ -48,32 +48,56 @@ func TestFamiliesAreTheExportersFamilies(t *testing.T) {
 			written[f.Name] = append([]string{"gpu", "uuid"}, f.Labels...)
 		}
 	}
-	for _, f := range families {
-		labels, ok := written[f.name]
+	for _, f := range familiesRead {
+		labels, ok := written[f.Name]
 		if !ok {
-			t.Errorf("the view reads %s, which the exporter does not write", f.name)
+			t.Errorf("the view reads %s, which the exporter does not write", f.Name)
 			continue
 		}
 		for _, l := range f.labels {
 			if !slices.Contains(labels, l) {
-				t.Errorf("the view reads %s's label %s, which the exporter does not write (it writes %v)", f.name, l, labels)
+				t.Errorf("the view reads %s's label %s, which the exporter does not write (it writes %v)", f.Name, l, labels)
 			}
 		}
 	}
 	// And every family a query names is in the table.
 	name := regexp.MustCompile(`\b(gpu_[a-z_]+)\b`)
+	grouping := regexp.MustCompile(`(by|on|ignoring) \([^)]*\)`) // labels, such as gpu_instance
 	for i := range nQueries {
-		for _, m := range name.FindAllString(New(nil, Config{}).Expr(i), -1) {
+		for _, m := range name.FindAllString(grouping.ReplaceAllString(New(nil, Config{}).Expr(i), ""), -1) {
 			if _, ok := familyNamed(m); !ok {
 				t.Errorf("%s reads %s, which is not in the table of families", queries[i].name, m)
 			}
 		}
 	}
-	if !strings.HasPrefix(buildInfo.name, "gpu_pod_exporter_") {
-		t.Errorf("build info: %s", buildInfo.name)
+	if !strings.HasPrefix(buildInfo.Name, "gpu_pod_exporter_") {
+		t.Errorf("build info: %s", buildInfo.Name)
 	}
 }
 
 type noUsers struct{}
 
 func (noUsers) User(uint32) (string, error) { return "", io.EOF }
+
+// The view drops what the exporter leaves out, and nothing else: each device family it reads has the range the
+// exporter bounds its series by, one table's (internal/families).
+func TestTheViewAndTheExporterBoundValuesAlike(t *testing.T) {
+	exporter := map[string]collector.Family{}
+	for _, f := range collector.DeviceFamilies() {
+		exporter[f.Name] = f
+	}
+	n := 0
+	for _, f := range familiesRead {
+		e, ok := exporter[f.Name]
+		if !ok {
+			continue
+		}
+		n++
+		if e.Range != f.Range {
+			t.Errorf("%s: the view bounds it by %+v, the exporter by %+v", f.Name, f.Range, e.Range)
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d of the view's families are device families", n)
+	}
+}

@@ -10,6 +10,9 @@ import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 )
 
+// processKeyLabels find a process's row on a node: a process on a GPU, or on one MIG instance of it (processKey).
+const processKeyLabels = "uuid, pid, gpu_instance, compute_instance"
+
 // Window is how far back the last reading of a node whose exporter is down is looked for.
 const Window = time.Hour
 
@@ -47,7 +50,7 @@ type exprs struct {
 }
 
 // of is a family's vector selector, narrowed by the selector and more matchers.
-func (q exprs) of(f family, more ...string) string { return f.name + q.sel.With(more...) }
+func (q exprs) of(f family, more ...string) string { return f.Name + q.sel.With(more...) }
 
 // exporters is the selector of the series every exporter writes once per scrape, whatever it reads.
 func (q exprs) exporters() string { return q.of(buildInfo) }
@@ -62,7 +65,7 @@ func (q exprs) exporterJobs() string {
 func names(fs ...family) string {
 	ns := make([]string, len(fs))
 	for i, f := range fs {
-		ns[i] = f.name
+		ns[i] = f.Name
 	}
 	return `__name__=~"` + strings.Join(ns, "|") + `"`
 }
@@ -75,6 +78,7 @@ const (
 	qExporters
 	qProcessMemory
 	qProcessSM
+	qProcessCounts
 	qProcessSMOnly
 	qGPUHealth
 	qGPUs
@@ -119,11 +123,17 @@ var queries = [nQueries]query{
 	qProcessMemory: {name: "process memory", expr: func(q exprs) string { return q.of(processMemory) }},
 	// Their SM utilization, with only the labels that find the process.
 	qProcessSM: {name: "process SM utilization", expr: func(q exprs) string {
-		return fmt.Sprintf("max by (%s, uuid, pid) (%s)", q.by, q.of(processSM))
+		return fmt.Sprintf("max by (%s, %s) (%s)", q.by, processKeyLabels, q.of(processSM))
+	}},
+	// How many processes each busy GPU has, each type's series once however many jobs scrape the node under one
+	// instance: a process the exporter knows no memory or SM utilization of has no series to be a row, and is
+	// counted here.
+	qProcessCounts: {name: "process counts", expr: func(q exprs) string {
+		return fmt.Sprintf("sum by (%s, uuid, gpu) (max by (%s, uuid, gpu, type) (%s)) > 0", q.by, q.by, q.of(processes))
 	}},
 	// Processes with an SM utilization and no memory reading: asked for only when the SM utilizations name one.
 	qProcessSMOnly: {name: "processes without a memory reading", followUp: true, expr: func(q exprs) string {
-		return fmt.Sprintf("%s unless on (%s, uuid, pid) %s", q.of(processSM), q.by, q.of(processMemory))
+		return fmt.Sprintf("%s unless on (%s, %s) %s", q.of(processSM), q.by, processKeyLabels, q.of(processMemory))
 	}},
 	// What is wrong with each GPU, as the health alerts read it: only the series that say something is, so that a
 	// healthy cluster answers nothing.
@@ -140,8 +150,10 @@ var queries = [nQueries]query{
 	qMPS: {name: "MPS GPUs", top: true, expr: func(q exprs) string {
 		return fmt.Sprintf(`max by (%s, uuid) (%s > 0)`, q.by, q.of(processes, `type="mps"`))
 	}},
+	// Each instance once, by its identity, before counting: a node scraped by two jobs under one instance has
+	// each series twice.
 	qMIG: {name: "MIG instances", top: true, expr: func(q exprs) string {
-		return fmt.Sprintf("count by (%s, uuid) (%s)", q.by, q.of(migInfo))
+		return fmt.Sprintf("count by (%s, uuid) (max by (%s, uuid, %s) (%s))", q.by, q.by, strings.Join(migKeyLabels, ", "), q.of(migInfo))
 	}},
 	// The pods the kubelet allocated each GPU (or its MIG devices) to.
 	qAllocatedPods: {name: "allocated pods", top: true, expr: func(q exprs) string {
@@ -158,8 +170,11 @@ var queries = [nQueries]query{
 	qMemoryHistory: {name: "memory history", top: true, history: true, expr: func(q exprs) string {
 		return fmt.Sprintf("max by (%s, uuid) (%s) / max by (%s, uuid) (%s)", q.by, q.of(memoryUsed), q.by, q.of(memoryTotal))
 	}},
+	// A workload's SM utilization summed over its GPUs, each GPU's series once (max by its identity) however many
+	// jobs scrape the node under one instance.
 	qWorkloadHistory: {name: "workload history", top: true, history: true, workloads: true, expr: func(q exprs) string {
-		return fmt.Sprintf("sum by (%s, %s) (%s)", q.by, strings.Join(workloadKeyLabels(), ", "), q.of(workloadSM))
+		key := strings.Join(workloadKeyLabels(), ", ")
+		return fmt.Sprintf("sum by (%s, %s) (max by (%s, uuid, %s) (%s))", q.by, key, q.by, key, q.of(workloadSM))
 	}},
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -85,6 +86,9 @@ func (r *results) view(interval time.Duration) *view.Reading {
 	for k := range r.health {
 		claim(k.node, k.uuid)
 	}
+	for k := range r.counts {
+		claim(k.node, k.uuid)
+	}
 	owns := make(map[string]bool)
 	for _, node := range owner {
 		owns[node] = true
@@ -93,6 +97,9 @@ func (r *results) view(interval time.Duration) *view.Reading {
 	mine := func(node, uuid string) bool { return current[node] && owner[uuid] == node }
 
 	v.Processes, v.Duplicates = r.processes(mine)
+	if w := r.unlisted(v.Processes, mine); w != "" {
+		v.Warnings = append(v.Warnings, w)
+	}
 	gpus, dup := r.gpuLines(mine)
 	v.GPUs = gpus
 	v.Duplicates += dup
@@ -145,20 +152,17 @@ func preferred(name, other string) bool {
 	return name < other
 }
 
-// processes are the rows of the current nodes, each process once: a process is one (GPU UUID, PID), and where it
-// was read twice (a node scraped by two jobs) the series of the node that keeps the GPU is kept. dup counts the
-// rows left out as read twice.
+// processes are the rows of the current nodes, each process once: a process is one (GPU UUID, PID, MIG instance),
+// as the node's view lists it, and where it was read twice (a node scraped by two jobs) the series of the node that
+// keeps the GPU is kept. dup counts the rows left out as read twice.
 func (r *results) processes(mine func(node, uuid string) bool) (procs []view.Process, dup int) {
-	type pid struct {
-		uuid string
-		pid  uint32
-	}
-	seen := make(map[pid]bool, len(r.memory))
+	seen := make(map[processKey]bool, len(r.memory))
 	procs = make([]view.Process, 0, len(r.memory)+len(r.smOnly))
 	for _, list := range [][]view.Process{r.memory, r.smOnly} {
 		for i := range list {
 			p := &list[i]
-			k := pid{p.UUID, p.PID}
+			k := keyOf(p)
+			k.node = "" // a GPU is one node's
 			switch {
 			case !mine(p.Node, p.UUID) && r.isCurrent[p.Node]:
 				dup++ // its GPU is another node's: this is the other's alias
@@ -171,13 +175,53 @@ func (r *results) processes(mine func(node, uuid string) bool) (procs []view.Pro
 			}
 			seen[k] = true
 			procs = append(procs, *p)
-			if sm, ok := r.sm[processKey{p.Node, p.UUID, p.PID}]; ok && !math.IsNaN(sm) && !p.SM.Valid {
+			if sm, ok := r.sm[keyOf(p)]; ok && !math.IsNaN(sm) && !p.SM.Valid {
 				procs[len(procs)-1].SM = gpu.Known(sm)
 			}
 		}
 	}
 	r.memory, r.smOnly = nil, nil // the rows are procs now
 	return procs, dup
+}
+
+// unlisted says how many processes the current nodes' GPUs count and the rows do not list, "" when none: a process
+// whose exporter knows neither its memory nor its SM utilization has no series to be a row (nor has any process of
+// an exporter run with --no-collector.processes), and is not to go missing without a word.
+func (r *results) unlisted(rows []view.Process, mine func(node, uuid string) bool) string {
+	listed := make(map[gpuKey]int, len(r.counts))
+	for i := range rows {
+		listed[gpuKey{rows[i].Node, rows[i].UUID}]++
+	}
+	type missing struct {
+		gpuKey
+		index, n int
+	}
+	var gpus []missing
+	total := 0
+	for k, c := range r.counts {
+		if n := c.n - listed[k]; n > 0 && mine(k.node, k.uuid) {
+			gpus = append(gpus, missing{k, c.index, n})
+			total += n
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	slices.SortFunc(gpus, func(a, b missing) int { return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.index, b.index)) })
+	const named = 3
+	where := make([]string, 0, named+1)
+	for _, g := range gpus[:min(len(gpus), named)] {
+		where = append(where, fmt.Sprintf("%d on GPU %d of %s", g.n, g.index, g.node))
+	}
+	if len(gpus) > named {
+		where = append(where, fmt.Sprintf("%d more GPUs", len(gpus)-named))
+	}
+	processes := "processes"
+	if total == 1 {
+		processes = "process"
+	}
+	return fmt.Sprintf("%d %s not listed: their exporters wrote no memory or SM utilization series for them "+
+		"(none known, or --no-collector.processes): %s", total, processes, strings.Join(where, ", "))
 }
 
 // gpuLines are the current nodes' GPUs, each UUID once, with their readings and allocation counts.

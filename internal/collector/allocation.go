@@ -2,6 +2,7 @@ package collector
 
 import (
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
@@ -22,21 +23,21 @@ var allocationLabels = []string{"gpu", "uuid", "gpu_instance", "compute_instance
 func newAllocationMetrics(source allocation.Source) *allocationMetrics {
 	return &allocationMetrics{
 		source: source,
-		info: series.NewDesc("gpu_allocation_info",
+		info: series.NewDesc(families.AllocationInfo.Name,
 			"GPU or MIG device that the kubelet allocated to the container (PodResources API), through a device plugin "+
 				"or a DRA ResourceClaim; always 1. gpu_instance and compute_instance are empty unless the device is a MIG "+
 				"instance; resource is the device plugin resource or the DRA driver; the dra_* labels are empty for "+
 				"device plugin allocations.",
 			allocationLabels),
-		processes: series.NewDesc("gpu_allocation_processes",
+		processes: series.NewDesc(families.AllocationProcesses.Name,
 			"Processes of the allocated pod on the allocated GPU or MIG device; 0 means allocated and idle. "+
 				"Processes of pods whose names are not known yet count for every allocation of their GPU.",
 			allocationLabels),
-		unrequested: series.NewDesc("gpu_unrequested_use",
+		unrequested: series.NewDesc(families.UnrequestedUse.Name,
 			"1 for a Kubernetes container with processes on a GPU or MIG device that no kubelet allocation gives its pod "+
 				"(NVIDIA_VISIBLE_DEVICES=all, privileged pods). Only while the kubelet's allocations are known.",
 			[]string{"gpu", "uuid", "gpu_instance", "compute_instance", "namespace", "pod", "container"}),
-		unmapped: series.NewDesc("gpu_pod_exporter_kubelet_unmapped_devices",
+		unmapped: series.NewDesc(families.UnmappedDevices.Name,
 			"Allocated GPU device IDs and DRA device names that match no GPU or MIG device of the current reading (unknown "+
 				"ID format, a GPU that could not be read, a MIG device whose placement is unknown). Their pods get no "+
 				"gpu_unrequested_use series.",

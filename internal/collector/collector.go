@@ -63,7 +63,7 @@ func New(reader *reading.Reader, opts Options, self ...prometheus.Collector) *Ga
 	if opts.Allocations != nil {
 		parts = append(parts, newAllocationMetrics(opts.Allocations))
 	}
-	parts = append(parts, compatParts(opts)...)
+	parts = append(parts, compatParts(opts, devices.plausible)...)
 	var descs []*series.Desc
 	for _, p := range parts {
 		descs = append(descs, p.descs()...)

@@ -28,14 +28,15 @@ func ValidateCompat(names []string) error {
 	return nil
 }
 
-// compatParts returns the parts of the compatibility outputs in opts.Compat, each once.
-func compatParts(opts Options) []part {
+// compatParts returns the parts of the compatibility outputs in opts.Compat, each once. They come after the device
+// families' part, whose decisions of what a reading's values are (plausible) they follow.
+func compatParts(opts Options, plausible *plausibility) []part {
 	var parts []part
 	if slices.Contains(opts.Compat, CompatNvidiasmi) {
 		parts = append(parts, newNvidiasmiMetrics())
 	}
 	if slices.Contains(opts.Compat, CompatDCGM) {
-		parts = append(parts, newDCGMMetrics(opts.CompatHostname, opts.CompatDCGM))
+		parts = append(parts, newDCGMMetrics(opts.CompatHostname, opts.CompatDCGM, plausible))
 	}
 	return parts
 }
@@ -72,6 +73,10 @@ type dcgmField struct {
 	// rate makes the field the value's increase per second between the last two readings (a counter turned into
 	// a bandwidth, as DCGM does), absent on the first reading of a GPU.
 	rate bool
+	// counters are the label values of the family's counters that the field is read from ("" for the family's own
+	// value), for a family whose counters are checked for jumps: where the family left one out of a reading as a
+	// jump, the field is left out too, so that it never writes what the family would not.
+	counters []string
 }
 
 // conversion is a change of unit, from a family's base unit (from) to dcgm-exporter's. The zero conversion keeps
@@ -179,8 +184,11 @@ type dcgmMetrics struct {
 	estimate bool // --compat.dcgm-gr-engine-estimate
 	fields   []dcgmField
 	families []*deviceFamily // of each field
-	byField  []*series.Desc
-	rates    *rate.Tracker[rateKey] // of the fields that are rates
+	rows     []int           // of each field's family in deviceFamilies
+	// plausible are the device families' decisions of what a reading's values are.
+	plausible *plausibility
+	byField   []*series.Desc
+	rates     *rate.Tracker[rateKey] // of the fields that are rates
 }
 
 // rateKey is one GPU's counter behind a field that is a rate: the field's index.
@@ -191,7 +199,7 @@ type rateKey struct {
 
 // newDCGMMetrics is --compat=dcgm with the names of opts.Version, which the command line has checked
 // (ParseDCGMVersion): an unknown version is a programming error.
-func newDCGMMetrics(hostname string, opts DCGMOptions) *dcgmMetrics {
+func newDCGMMetrics(hostname string, opts DCGMOptions, plausible *plausibility) *dcgmMetrics {
 	if opts.Version == "" {
 		opts.Version = DefaultDCGMVersion
 	}
@@ -201,7 +209,7 @@ func newDCGMMetrics(hostname string, opts DCGMOptions) *dcgmMetrics {
 	}
 	labels := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", version.hostname, "DCGM_FI_DRIVER_VERSION",
 		"GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod", "container"}
-	m := &dcgmMetrics{hostname: hostname, estimate: opts.EstimateGREngineActive, rates: rate.New[rateKey]()}
+	m := &dcgmMetrics{hostname: hostname, estimate: opts.EstimateGREngineActive, rates: rate.New[rateKey](), plausible: plausible}
 	for i := range deviceFamilies {
 		for _, f := range deviceFamilies[i].dcgm {
 			help := f.help
@@ -213,6 +221,7 @@ func newDCGMMetrics(hostname string, opts DCGMOptions) *dcgmMetrics {
 			}
 			m.fields = append(m.fields, f)
 			m.families = append(m.families, &deviceFamilies[i])
+			m.rows = append(m.rows, i)
 			m.byField = append(m.byField, series.NewDesc(f.name, help, labels))
 		}
 	}
@@ -300,10 +309,16 @@ func (m *dcgmMetrics) whole(i int, d *gpu.Device, at time.Time) gpu.Value {
 	if !v.Valid && m.estimate && f.estimate != nil && d.PerformanceMonitor == gpu.Known(0) {
 		v = f.estimate(d)
 	}
-	// A field of the family's own value, or of its counters (the NVLink bandwidth), is bounded as the family is
-	// (and counted there); one of a value of its own (the clock event mask) is not.
-	if (f.value == nil || f.rate) && v.Valid && !m.families[i].within.holds(v.V) {
+	// A field of the family's own value, or of its counters (the energy, the NVLink bandwidth, a policy's violation
+	// time), is bounded as the family is (and counted there), and left out where the family left out a jump; one of
+	// a value of its own (the clock event mask) is not.
+	if (f.value == nil || f.rate || len(f.counters) > 0) && v.Valid && !m.families[i].Range.Holds(v.V) {
 		v = gpu.Value{}
+	}
+	for _, label := range f.counters {
+		if m.plausible.jumpedAt(counterKey{m.rows[i], d.UUID, label}, at) {
+			v = gpu.Value{}
+		}
 	}
 	if f.rate {
 		v = m.rates.Rate(rateKey{d.UUID, i}, v, at)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
@@ -15,15 +16,11 @@ import (
 // it. The series, the --compat=dcgm fields and the check of docs/reference.md's GPU and MIG tables all read
 // deviceFamilies: a family is added as a row there, its value as a field of gpu.Device that the sources fill.
 type deviceFamily struct {
-	name string
+	// Family is the family's name, unit and range (internal/families): a value outside the range is a driver's
+	// "not available" (0xFFFFFFFF, 2^64-1) or garbage, and is left out (see plausible).
+	families.Family
 	typ  metricType
-	// unit is the base unit the name ends with, before _total: "bytes", "ratio", "celsius". Empty for a count, a
-	// state or an info family.
-	unit string
-	// within is the range of the family's values: one outside it is a driver's "not available" (0xFFFFFFFF,
-	// 2^64-1) or garbage, and is left out (see plausible).
-	within plausible
-	help   string
+	help string
 	// labels are the family's labels besides gpu and uuid.
 	labels []string
 	// sources are the GPU sources that fill the family where the hardware has it.
@@ -73,7 +70,7 @@ const (
 // deviceFamilies are the device families, in the order of docs/reference.md's tables (GPUs, then MIG instances).
 var deviceFamilies = []deviceFamily{
 	{
-		name: "gpu_info", typ: gauge, within: identity, sources: fromAll,
+		Family: families.GPUInfo, typ: gauge, sources: fromAll,
 		help: "GPU identity; always 1. vendor is nvidia, amd or intel; simulated=\"true\" when the data does not come " +
 			"from real hardware.",
 		labels: []string{"name", "vendor", "pci_bus_id", "driver_version", "cuda_version", "mig_mode", "simulated"},
@@ -90,12 +87,12 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_memory_total_bytes", typ: gauge, unit: "bytes", within: memoryBytes, sources: fromAll,
+		Family: families.MemoryTotal, typ: gauge, sources: fromAll,
 		help:  "Total framebuffer memory of the GPU.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryTotalBytes },
 	},
 	{
-		name: "gpu_memory_used_bytes", typ: gauge, unit: "bytes", within: memoryBytes, sources: fromAll,
+		Family: families.MemoryUsed, typ: gauge, sources: fromAll,
 		help: "Framebuffer memory allocated by processes and the driver, without the memory the driver reserves for " +
 			"itself (gpu_memory_reserved_bytes), which drivers before R510 count in.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryUsedBytes },
@@ -107,7 +104,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_memory_free_bytes", typ: gauge, unit: "bytes", within: memoryBytes, sources: fromAll,
+		Family: families.MemoryFree, typ: gauge, sources: fromAll,
 		help:  "Framebuffer memory not in use.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryFreeBytes },
 		dcgm: []dcgmField{{
@@ -118,14 +115,14 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_memory_reserved_bytes", typ: gauge, unit: "bytes", within: memoryBytes, sources: fromAll,
+		Family: families.MemoryReserved, typ: gauge, sources: fromAll,
 		help: "Framebuffer memory the driver and firmware reserve for themselves; used + free + reserved = total. " +
 			"Absent with drivers before R510.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryReservedBytes },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_FB_RESERVED", typ: gauge, convert: toMiB, help: "Framebuffer memory reserved (in MiB)."}},
 	},
 	{
-		name: "gpu_utilization_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromAll,
+		Family: families.Utilization, typ: gauge, sources: fromAll,
 		help:  "Fraction of the last sample period in which a kernel ran on the GPU.",
 		value: func(d *gpu.Device) gpu.Value { return d.UtilizationRatio },
 		dcgm: []dcgmField{{
@@ -134,7 +131,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_memory_utilization_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromAll,
+		Family: families.MemoryUtilization, typ: gauge, sources: fromAll,
 		help:  "Fraction of the last sample period in which device memory was read or written.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryUtilizationRatio },
 		dcgm: []dcgmField{{
@@ -143,7 +140,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_encoder_utilization_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromAll,
+		Family: families.EncoderUtilization, typ: gauge, sources: fromAll,
 		help:  "Video encoder utilization.",
 		value: func(d *gpu.Device) gpu.Value { return d.EncoderUtilizationRatio },
 		dcgm: []dcgmField{{
@@ -152,7 +149,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_decoder_utilization_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromAll,
+		Family: families.DecoderUtilization, typ: gauge, sources: fromAll,
 		help:  "Video decoder utilization.",
 		value: func(d *gpu.Device) gpu.Value { return d.DecoderUtilizationRatio },
 		dcgm: []dcgmField{{
@@ -161,19 +158,19 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_temperature_celsius", typ: gauge, unit: "celsius", within: temperature, sources: fromAll,
+		Family: families.Temperature, typ: gauge, sources: fromAll,
 		help:  "GPU core temperature.",
 		value: func(d *gpu.Device) gpu.Value { return d.TemperatureCelsius },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_GPU_TEMP", typ: gauge, help: "GPU temperature (in C)."}},
 	},
 	{
-		name: "gpu_memory_temperature_celsius", typ: gauge, unit: "celsius", within: temperature, sources: fromAll,
+		Family: families.MemoryTemperature, typ: gauge, sources: fromAll,
 		help:  "Temperature of the GPU's memory; GPUs with HBM only.",
 		value: func(d *gpu.Device) gpu.Value { return d.MemoryTemperatureCelsius },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_MEMORY_TEMP", typ: gauge, help: "Memory temperature (in C)."}},
 	},
 	{
-		name: "gpu_power_usage_watts", typ: gauge, unit: "watts", within: power, sources: fromAll,
+		Family: families.Power, typ: gauge, sources: fromAll,
 		help:  "Power drawn by the GPU board.",
 		value: func(d *gpu.Device) gpu.Value { return d.PowerUsageWatts },
 		dcgm: []dcgmField{{
@@ -190,32 +187,32 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_power_limit_watts", typ: gauge, unit: "watts", within: power, sources: fromAll,
+		Family: families.PowerLimit, typ: gauge, sources: fromAll,
 		help: "Power limit enforced on the GPU board: the lowest of the limits that apply (gpu_power_management_limit_watts, " +
 			"and others the driver sets).",
 		value: func(d *gpu.Device) gpu.Value { return d.PowerLimitWatts },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", typ: gauge, help: "Effective power limit that the driver enforces (in W)."}},
 	},
 	{
-		name: "gpu_power_management_limit_watts", typ: gauge, unit: "watts", within: power, sources: fromAll,
+		Family: families.PowerManagementLimit, typ: gauge, sources: fromAll,
 		help: "Power limit set by the administrator (nvidia-smi -pl) or the default; the enforced gpu_power_limit_watts " +
 			"can be lower.",
 		value: func(d *gpu.Device) gpu.Value { return d.PowerManagementLimitWatts },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_POWER_MGMT_LIMIT", typ: gauge, help: "Power management limit (in W)."}},
 	},
 	{
-		name: "gpu_energy_consumption_joules_total", typ: counter, unit: "joules", within: energy, sources: fromAll,
+		Family: families.Energy, typ: counter, sources: fromAll,
 		help:  "Energy consumed by the GPU since the driver was loaded.",
 		value: func(d *gpu.Device) gpu.Value { return d.EnergyJoules },
 		// Energy would add up across pods too, but a counter split by shares that change would go backwards: it
 		// stays on the GPU's series, whose value alone is the GPU's.
 		dcgm: []dcgmField{{
 			name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", typ: counter, convert: toMillijoules,
-			help: "Total energy consumption since boot (in mJ).",
+			help: "Total energy consumption since boot (in mJ).", counters: []string{""},
 		}},
 	},
 	{
-		name: "gpu_clock_hertz", typ: gauge, unit: "hertz", within: frequency, sources: fromAll,
+		Family: families.Clock, typ: gauge, sources: fromAll,
 		help:   "Current clock frequency, by clock domain.",
 		labels: []string{"clock"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -235,7 +232,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_clock_event_active", typ: gauge, within: flag, sources: fromAll,
+		Family: families.ClockEventActive, typ: gauge, sources: fromAll,
 		help:   "1 while a reason holds the GPU's clocks down, 0 while it does not; one series per reason the GPU reports.",
 		labels: []string{"reason"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -249,7 +246,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_clock_violation_seconds_total", typ: counter, unit: "seconds", within: violationTime, sources: fromAll,
+		Family: families.ClockViolation, typ: counter, sources: fromAll,
 		help:   "Time a policy held the GPU's clocks below the requested clocks since the driver loaded, by policy.",
 		labels: []string{"policy"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -267,17 +264,17 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_fan_speed_ratio", typ: gauge, unit: "ratio", within: fanSpeed, sources: fromAll,
+		Family: families.FanSpeed, typ: gauge, sources: fromAll,
 		help:  "Fan speed as a fraction of its maximum.",
 		value: func(d *gpu.Device) gpu.Value { return d.FanSpeedRatio },
 	},
 	{
-		name: "gpu_performance_state", typ: gauge, within: performanceState, sources: fromAll,
+		Family: families.PerformanceState, typ: gauge, sources: fromAll,
 		help:  "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum).",
 		value: func(d *gpu.Device) gpu.Value { return d.PerformanceState },
 	},
 	{
-		name: "gpu_ecc_errors_total", typ: counter, within: wideCount, sources: fromAll,
+		Family: families.ECCErrors, typ: counter, sources: fromAll,
 		help: "ECC errors over the GPU's lifetime (the aggregate counts kept in its InfoROM, across driver reloads " +
 			"and reboots), by type (corrected, uncorrected).",
 		labels: []string{"type"},
@@ -288,7 +285,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_remapped_rows_total", typ: counter, within: narrowCount, sources: fromAll,
+		Family: families.RemappedRows, typ: counter, sources: fromAll,
 		help:   "Memory rows the GPU replaced with spare rows over its lifetime, by the kind of error that caused them.",
 		labels: []string{"cause"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -307,19 +304,19 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_row_remap_pending", typ: gauge, within: flag, sources: fromAll,
+		Family: families.RowRemapPending, typ: gauge, sources: fromAll,
 		help:  "1 when a row remap waits for the next GPU reset to take effect, else 0.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.RemapPending },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_ROW_REMAP_PENDING", typ: gauge, help: "Whether remapping of rows is pending"}},
 	},
 	{
-		name: "gpu_row_remap_failure", typ: gauge, within: flag, sources: fromAll,
+		Family: families.RowRemapFailure, typ: gauge, sources: fromAll,
 		help:  "1 when a row could not be remapped (the GPU has no spare row left there and should be replaced), else 0.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.RemapFailure },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_ROW_REMAP_FAILURE", typ: gauge, help: "Whether remapping of rows has failed"}},
 	},
 	{
-		name: "gpu_retired_pages_total", typ: counter, within: narrowCount, sources: fromNVML | fromNvidiaSMI,
+		Family: families.RetiredPages, typ: counter, sources: fromNVML | fromNvidiaSMI,
 		help: "Framebuffer pages the GPU retired over its lifetime (before Ampere), by cause (single_bit_ecc: " +
 			"repeated corrected errors, double_bit_ecc).",
 		labels: []string{"cause"},
@@ -339,7 +336,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_retired_pages_pending", typ: gauge, within: flag, sources: fromNVML | fromNvidiaSMI,
+		Family: families.RetiredPagesPending, typ: gauge, sources: fromNVML | fromNvidiaSMI,
 		help:  "1 when a page retirement waits for the next driver reload or reboot, else 0.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.RetirementPending },
 		dcgm: []dcgmField{{
@@ -348,7 +345,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_xid_errors_total", typ: counter, within: ownCount, sources: fromNVML | fromSimulated,
+		Family: families.XIDErrors, typ: counter, sources: fromNVML | fromSimulated,
 		help:   "XID errors reported by the driver since the exporter started, by XID code.",
 		labels: []string{"xid"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -369,7 +366,7 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_recovery_action", typ: gauge, within: recoveryAction, sources: fromAll,
+		Family: families.RecoveryAction, typ: gauge, sources: fromAll,
 		help: "What the driver says the GPU needs: 0 nothing, 1 a GPU reset, 2 a node reboot, 3 drain peer-to-peer, " +
 			"4 drain and reset.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.RecoveryAction },
@@ -379,37 +376,37 @@ var deviceFamilies = []deviceFamily{
 		}},
 	},
 	{
-		name: "gpu_pcie_link_generation", typ: gauge, within: pcieGeneration, sources: fromAll,
+		Family: families.PCIeLinkGeneration, typ: gauge, sources: fromAll,
 		help:  "PCIe generation the link runs at now; an idle GPU lowers it to save power.",
 		value: func(d *gpu.Device) gpu.Value { return d.PCIe.Generation },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_LINK_GEN", typ: gauge, help: "PCIe current link generation."}},
 	},
 	{
-		name: "gpu_pcie_link_max_generation", typ: gauge, within: pcieGeneration, sources: fromAll,
+		Family: families.PCIeLinkMaxGeneration, typ: gauge, sources: fromAll,
 		help:  "Highest PCIe generation the GPU and its slot can run together.",
 		value: func(d *gpu.Device) gpu.Value { return d.PCIe.MaxGeneration },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", typ: gauge, help: "PCIe max link generation."}},
 	},
 	{
-		name: "gpu_pcie_link_width", typ: gauge, within: pcieWidth, sources: fromAll,
+		Family: families.PCIeLinkWidth, typ: gauge, sources: fromAll,
 		help:  "PCIe lanes the link runs with now.",
 		value: func(d *gpu.Device) gpu.Value { return d.PCIe.Width },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_LINK_WIDTH", typ: gauge, help: "PCIe current link width."}},
 	},
 	{
-		name: "gpu_pcie_link_max_width", typ: gauge, within: pcieWidth, sources: fromAll,
+		Family: families.PCIeLinkMaxWidth, typ: gauge, sources: fromAll,
 		help:  "Most PCIe lanes the GPU and its slot can run with together; a link below it is degraded.",
 		value: func(d *gpu.Device) gpu.Value { return d.PCIe.MaxWidth },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", typ: gauge, help: "PCIe max link width."}},
 	},
 	{
-		name: "gpu_pcie_replays_total", typ: counter, within: narrowCount, sources: fromAll,
+		Family: families.PCIeReplays, typ: counter, sources: fromAll,
 		help:  "Transfers the PCIe link replayed since the driver loaded; a rising count is a bad link, riser or slot.",
 		value: func(d *gpu.Device) gpu.Value { return d.PCIe.Replays },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", typ: counter, help: "Total number of PCIe retries."}},
 	},
 	{
-		name: "gpu_pcie_bytes_total", typ: counter, unit: "bytes", within: pcieTraffic, sources: fromNVML | fromSimulated,
+		Family: families.PCIeBytes, typ: counter, sources: fromNVML | fromSimulated,
 		help: "Bytes sent (transmit) and received (receive) over the PCIe link, protocol headers included, since the " +
 			"driver loaded (NVML: R555 and later).",
 		labels: []string{"direction"},
@@ -427,7 +424,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_nvlink_bytes_total", typ: counter, unit: "bytes", within: nvlinkTraffic, sources: fromNVML | fromSimulated,
+		Family: families.NVLinkBytes, typ: counter, sources: fromNVML | fromSimulated,
 		help:   "Data bytes sent (transmit) and received (receive) over all the GPU's NVLinks since the driver loaded.",
 		labels: []string{"direction"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -439,6 +436,7 @@ var deviceFamilies = []deviceFamily{
 				// DCGM reads the same two counters, in KiB, and publishes (Δ(rx+tx) / Δt) / 1000 as MB/s although its
 				// counter file types the field a counter.
 				name: "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", typ: counter, convert: toDCGMNVLinkMBps, rate: true,
+				counters: []string{"transmit", "receive"},
 				help: "Total number of NVLink bandwidth counters for all lanes. (DCGM's value is a rate: the NVLink " +
 					"data received and sent per second between the last two readings, in KiB/s / 1000; absent on the first.)",
 				value: func(d *gpu.Device) gpu.Value {
@@ -452,7 +450,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_nvlink_links", typ: gauge, within: ownCount, sources: fromNVML | fromSimulated,
+		Family: families.NVLinks, typ: gauge, sources: fromNVML | fromSimulated,
 		help:   "The GPU's NVLinks by state: active (up) and inactive (down).",
 		labels: []string{"state"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -474,7 +472,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_nvlink_errors_total", typ: counter, within: wideCount, sources: fromNVML | fromSimulated,
+		Family: families.NVLinkErrors, typ: counter, sources: fromNVML | fromSimulated,
 		help:   "Errors on the GPU's NVLinks since the driver loaded, summed over its links, by type.",
 		labels: []string{"type"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -490,23 +488,23 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_fabric_state", typ: gauge, within: fabricState, sources: fromAll,
+		Family: families.FabricState, typ: gauge, sources: fromAll,
 		help:  "The GPU's registration with the NVSwitch fabric: 1 not started, 2 in progress, 3 completed.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.FabricState },
 	},
 	{
-		name: "gpu_fabric_healthy", typ: gauge, within: flag, sources: fromAll,
+		Family: families.FabricHealthy, typ: gauge, sources: fromAll,
 		help:  "1 when the fabric registration completed without error and no bandwidth is degraded, else 0.",
 		value: func(d *gpu.Device) gpu.Value { return d.Health.FabricHealthy },
 	},
 	{
-		name: "gpu_vgpu_licensed", typ: gauge, within: flag, sources: fromAll,
+		Family: families.VGPULicensed, typ: gauge, sources: fromAll,
 		help:  "1 when the GPU is a vGPU that holds its licence, else 0 (0 on bare metal, as DCGM reports it).",
 		value: func(d *gpu.Device) gpu.Value { return d.VGPULicensed },
 		dcgm:  []dcgmField{{name: "DCGM_FI_DEV_VGPU_LICENSE_STATUS", typ: gauge, help: "vGPU License status"}},
 	},
 	{
-		name: "gpu_graphics_engine_active_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated,
+		Family: families.GraphicsEngineActive, typ: gauge, sources: fromNVML | fromSimulated,
 		help:  "Fraction of the time in which a graphics or compute engine was busy" + monitorHelp,
 		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, graphicsEngineActive) },
 		dcgm: []dcgmField{estimated(splitBySM(profilingField("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gauge,
@@ -514,21 +512,21 @@ var deviceFamilies = []deviceFamily{
 			func(d *gpu.Device) gpu.Value { return d.UtilizationRatio })},
 	},
 	{
-		name: "gpu_sm_active_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated,
+		Family: families.SMActive, typ: gauge, sources: fromNVML | fromSimulated,
 		help:  "Fraction of the time in which an SM had at least one warp resident, averaged over the SMs" + monitorHelp,
 		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, smActive) },
 		dcgm: []dcgmField{splitBySM(profilingField("DCGM_FI_PROF_SM_ACTIVE", gauge,
 			"The ratio of cycles an SM has at least 1 warp assigned.", smActive, true))},
 	},
 	{
-		name: "gpu_sm_occupancy_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated,
+		Family: families.SMOccupancy, typ: gauge, sources: fromNVML | fromSimulated,
 		help:  "Warps resident on the SMs as a fraction of the most they can hold, averaged over the time" + monitorHelp,
 		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, smOccupancy) },
 		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_SM_OCCUPANCY", gauge, "The ratio of number of warps resident on an SM.",
 			smOccupancy, true)},
 	},
 	{
-		name: "gpu_pipe_active_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated,
+		Family: families.PipeActive, typ: gauge, sources: fromNVML | fromSimulated,
 		help:   "Fraction of the time in which a kind of SM pipe was busy, by pipe" + monitorHelp,
 		labels: []string{"pipe"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -544,14 +542,14 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_dram_active_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated,
+		Family: families.DRAMActive, typ: gauge, sources: fromNVML | fromSimulated,
 		help:  "Fraction of the time in which the device memory interface was sending or receiving data" + monitorHelp,
 		value: func(d *gpu.Device) gpu.Value { return profiled(d.Profiling, dramActive) },
 		dcgm: []dcgmField{profilingField("DCGM_FI_PROF_DRAM_ACTIVE", gauge,
 			"Ratio of cycles the device memory interface is active sending or receiving data.", dramActive, true)},
 	},
 	{
-		name: "gpu_processes", typ: gauge, within: ownCount, sources: fromAll,
+		Family: families.Processes, typ: gauge, sources: fromAll,
 		help:   "Processes running on the GPU, by type.",
 		labels: []string{"type"},
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -570,7 +568,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_workloads", typ: gauge, within: ownCount, sources: fromAll,
+		Family: families.Workloads, typ: gauge, sources: fromAll,
 		help: "Distinct workloads (pod container, container, Slurm job or service; one identity of " +
 			"gpu_workload_processes) with processes on the GPU, MIG instances included. Absent when the process " +
 			"list could not be read.",
@@ -582,7 +580,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_mig_info", typ: gauge, within: identity, sources: fromAll,
+		Family: families.MIGInfo, typ: gauge, sources: fromAll,
 		help:   "MIG instance on a GPU in MIG mode; always 1.",
 		labels: append(migLabels, "mig_profile"),
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -592,7 +590,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_mig_memory_total_bytes", typ: gauge, unit: "bytes", within: memoryBytes, sources: fromAll,
+		Family: families.MIGMemoryTotal, typ: gauge, sources: fromAll,
 		help: "Framebuffer memory of the MIG GPU instance, which its compute instances share: reported once per GPU " +
 			"instance, on one of its MIG devices.",
 		labels: migLabels,
@@ -603,7 +601,7 @@ var deviceFamilies = []deviceFamily{
 		},
 	},
 	{
-		name: "gpu_mig_memory_used_bytes", typ: gauge, unit: "bytes", within: memoryBytes, sources: fromAll,
+		Family: families.MIGMemoryUsed, typ: gauge, sources: fromAll,
 		help: "Framebuffer memory in use on the MIG GPU instance, reported once per GPU instance, on one of its MIG " +
 			"devices.",
 		labels: migLabels,
@@ -613,14 +611,14 @@ var deviceFamilies = []deviceFamily{
 			}
 		},
 	},
-	migProfilingFamily("gpu_mig_graphics_engine_active_ratio", "Fraction of the time in which a graphics or compute engine "+
+	migProfilingFamily(families.MIGGraphicsEngineActive, "Fraction of the time in which a graphics or compute engine "+
 		"of the MIG GPU instance was busy", graphicsEngineActive),
-	migProfilingFamily("gpu_mig_sm_active_ratio", "Fraction of the time in which an SM of the MIG GPU instance had at "+
+	migProfilingFamily(families.MIGSMActive, "Fraction of the time in which an SM of the MIG GPU instance had at "+
 		"least one warp resident, averaged over its SMs", smActive),
-	migProfilingFamily("gpu_mig_sm_occupancy_ratio", "Warps resident on the MIG GPU instance's SMs as a fraction of the "+
+	migProfilingFamily(families.MIGSMOccupancy, "Warps resident on the MIG GPU instance's SMs as a fraction of the "+
 		"most they can hold", smOccupancy),
 	{
-		name: "gpu_mig_pipe_active_ratio", typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated,
+		Family: families.MIGPipeActive, typ: gauge, sources: fromNVML | fromSimulated,
 		help:   "Fraction of the time in which a kind of SM pipe of the MIG GPU instance was busy, by pipe" + migMonitorHelp,
 		labels: append(slices.Clip(migLabels), "pipe"),
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
@@ -633,7 +631,7 @@ var deviceFamilies = []deviceFamily{
 			}
 		},
 	},
-	migProfilingFamily("gpu_mig_dram_active_ratio", "Fraction of the time in which the MIG GPU instance's memory "+
+	migProfilingFamily(families.MIGDRAMActive, "Fraction of the time in which the MIG GPU instance's memory "+
 		"interface was sending or receiving data", dramActive),
 }
 
@@ -669,7 +667,7 @@ type deviceMetrics struct {
 func newDeviceMetrics() *deviceMetrics {
 	m := &deviceMetrics{plausible: newPlausibility()}
 	for _, f := range deviceFamilies {
-		m.byRow = append(m.byRow, gpuDesc(f.name, f.help, f.labels...))
+		m.byRow = append(m.byRow, gpuDesc(f.Name, f.help, f.labels...))
 	}
 	return m
 }
@@ -760,13 +758,15 @@ type Family struct {
 	Labels []string
 	// DCGM are the dcgm-exporter fields written from the family under --compat=dcgm (docs/compat.md).
 	DCGM []string
+	// Range bounds the values written (internal/families).
+	Range families.Range
 }
 
 // DeviceFamilies lists the device families (docs/reference.md's GPUs and MIG instances), in the order of the docs.
 func DeviceFamilies() []Family {
 	var fs []Family
 	for _, f := range deviceFamilies {
-		doc := Family{Name: f.name, Type: f.typ.String(), Labels: slices.Clone(f.labels)}
+		doc := Family{Name: f.Name, Type: f.typ.String(), Labels: slices.Clone(f.labels), Range: f.Range}
 		for _, d := range f.dcgm {
 			doc.DCGM = append(doc.DCGM, d.name)
 		}

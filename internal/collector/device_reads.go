@@ -3,6 +3,7 @@ package collector
 import (
 	"slices"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
@@ -36,6 +37,7 @@ func clockEventMask(d *gpu.Device) gpu.Value {
 func violationField(name, policy, cause string) dcgmField {
 	return dcgmField{
 		name: name, typ: counter, convert: toNanoseconds, help: "Throttling duration due to " + cause + " (in ns).",
+		counters: []string{policy},
 		value: func(d *gpu.Device) gpu.Value {
 			for _, v := range d.Health.Violations {
 				if v.Policy == policy {
@@ -124,9 +126,9 @@ func profilingField(name string, typ metricType, help string, read func(*gpu.Pro
 }
 
 // migProfilingFamily is a performance monitor ratio of MIG GPU instances.
-func migProfilingFamily(name, help string, read func(*gpu.Profiling) gpu.Value) deviceFamily {
+func migProfilingFamily(f families.Family, help string, read func(*gpu.Profiling) gpu.Value) deviceFamily {
 	return deviceFamily{
-		name: name, typ: gauge, unit: "ratio", within: fraction, sources: fromNVML | fromSimulated, help: help + migMonitorHelp, labels: migLabels,
+		Family: f, typ: gauge, sources: fromNVML | fromSimulated, help: help + migMonitorHelp, labels: migLabels,
 		series: func(s *deviceSeries, _ *reading.Reading, d *gpu.Device) {
 			for _, m := range d.MIG {
 				s.addMIG(profiled(m.Profiling, read), m)

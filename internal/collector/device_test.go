@@ -23,44 +23,44 @@ var baseUnits = []string{"bytes", "seconds", "watts", "joules", "hertz", "celsiu
 func TestDeviceFamilyRows(t *testing.T) {
 	names := make(map[string]bool)
 	for _, f := range deviceFamilies {
-		if names[f.name] {
-			t.Errorf("%s: two rows", f.name)
+		if names[f.Name] {
+			t.Errorf("%s: two rows", f.Name)
 		}
-		names[f.name] = true
+		names[f.Name] = true
 		if f.help == "" || f.sources == 0 {
-			t.Errorf("%s: no help or no sources", f.name)
+			t.Errorf("%s: no help or no sources", f.Name)
 		}
 		if (f.value == nil) == (f.series == nil) {
-			t.Errorf("%s: want a value or series function, not both or neither", f.name)
+			t.Errorf("%s: want a value or series function, not both or neither", f.Name)
 		}
 		if len(f.labels) > 0 && f.series == nil {
-			t.Errorf("%s: labels %v, but no series function to give their values", f.name, f.labels)
+			t.Errorf("%s: labels %v, but no series function to give their values", f.Name, f.labels)
 		}
-		base, isTotal := strings.CutSuffix(f.name, "_total")
+		base, isTotal := strings.CutSuffix(f.Name, "_total")
 		if isTotal != (f.typ == counter) {
-			t.Errorf("%s: a %s; counters, and only they, end in _total", f.name, f.typ)
+			t.Errorf("%s: a %s; counters, and only they, end in _total", f.Name, f.typ)
 		}
-		if f.unit != "" && (!slices.Contains(baseUnits, f.unit) || !strings.HasSuffix(base, "_"+f.unit)) {
-			t.Errorf("%s: unit %q is not a base unit the name ends with", f.name, f.unit)
+		if f.Unit != "" && (!slices.Contains(baseUnits, f.Unit) || !strings.HasSuffix(base, "_"+f.Unit)) {
+			t.Errorf("%s: unit %q is not a base unit the name ends with", f.Name, f.Unit)
 		}
 		for _, u := range baseUnits {
-			if f.unit == "" && strings.HasSuffix(base, "_"+u) {
-				t.Errorf("%s: the name ends in %s, but the row has no unit", f.name, u)
+			if f.Unit == "" && strings.HasSuffix(base, "_"+u) {
+				t.Errorf("%s: the name ends in %s, but the row has no unit", f.Name, u)
 			}
 		}
 		for _, d := range f.dcgm {
 			if names[d.name] || !strings.HasPrefix(d.name, "DCGM_FI_") || d.help == "" {
-				t.Errorf("%s: dcgm field %q is named twice, not DCGM_FI_*, or has no help", f.name, d.name)
+				t.Errorf("%s: dcgm field %q is named twice, not DCGM_FI_*, or has no help", f.Name, d.name)
 			}
 			names[d.name] = true
-			if d.convert.from != "" && d.convert.from != f.unit {
-				t.Errorf("%s: %s converts from %s, but the family is in %q", f.name, d.name, d.convert.from, f.unit)
+			if d.convert.from != "" && d.convert.from != f.Unit {
+				t.Errorf("%s: %s converts from %s, but the family is in %q", f.Name, d.name, d.convert.from, f.Unit)
 			}
 			if d.value == nil && f.value == nil {
-				t.Errorf("%s: %s needs a value function: the family has labels", f.name, d.name)
+				t.Errorf("%s: %s needs a value function: the family has labels", f.Name, d.name)
 			}
 			if split := d.share != nil || d.busy != nil; split != (d.shareHelp != "") || (d.share != nil && d.busy != nil) {
-				t.Errorf("%s: %s is split (by an amount %v, by a share of the busy time %v) but says how %q", f.name, d.name,
+				t.Errorf("%s: %s is split (by an amount %v, by a share of the busy time %v) but says how %q", f.Name, d.name,
 					d.share != nil, d.busy != nil, d.shareHelp)
 			}
 		}
@@ -129,10 +129,10 @@ func TestDeviceFamilySources(t *testing.T) {
 		for _, f := range deviceFamilies {
 			listed := f.sources&c.source != 0
 			switch {
-			case written[f.name] && !listed:
-				t.Errorf("the %s source fills %s, whose row does not list it", c.name, f.name)
-			case !written[f.name] && listed:
-				t.Errorf("%s lists the %s source, which fills it nowhere", f.name, c.name)
+			case written[f.Name] && !listed:
+				t.Errorf("the %s source fills %s, whose row does not list it", c.name, f.Name)
+			case !written[f.Name] && listed:
+				t.Errorf("%s lists the %s source, which fills it nowhere", f.Name, c.name)
 			}
 		}
 	}

@@ -9,19 +9,26 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
 )
 
-// Every device family has a range, and a counter checked for jumps has at most one label, which its state is kept by.
+// Every device family has a range, and a counter checked for jumps has at most one label, which its state is kept by;
+// a --compat=dcgm field written from such a counter follows the family's decisions (dcgmField.counters).
 func TestEveryDeviceFamilyHasARange(t *testing.T) {
 	for _, f := range deviceFamilies {
-		if f.within == (plausible{}) || f.within.min > f.within.max {
-			t.Errorf("%s: range %+v", f.name, f.within)
+		if f.Range == (families.Range{}) || f.Range.Min > f.Range.Max {
+			t.Errorf("%s: range %+v", f.Name, f.Range)
 		}
-		if f.within.rate > 0 && (f.typ != counter || len(f.labels) > 1) {
-			t.Errorf("%s: a rate bound on a %s with labels %v; want a counter with one label at most", f.name, f.typ, f.labels)
+		if f.Range.Rate > 0 && (f.typ != counter || len(f.labels) > 1) {
+			t.Errorf("%s: a rate bound on a %s with labels %v; want a counter with one label at most", f.Name, f.typ, f.labels)
+		}
+		for _, d := range f.dcgm {
+			if f.Range.Rate > 0 && (d.typ == counter || d.rate) && len(d.counters) == 0 {
+				t.Errorf("%s: %s is written from a counter checked for jumps, but does not follow its decisions", f.Name, d.name)
+			}
 		}
 	}
 }
@@ -31,7 +38,7 @@ func TestEveryDeviceFamilyHasARange(t *testing.T) {
 // action, PCIe replays) and 2^64-1 in an unsigned long long (energy in mJ, NVLink throughput in KiB, ECC counts).
 func sentinelGPU() gpu.Device {
 	const u32, u64 = math.MaxUint32, math.MaxUint64
-	d := gpu.Device{UUID: "GPU-00000000-0000-0000-0000-0000000000f1", Name: "NVIDIA H100 80GB HBM3",
+	d := gpu.Device{UUID: "GPU-00000000-0000-0000-0000-0000000000f1", Name: "NVIDIA H100 80GB HBM3", Vendor: gpu.VendorNVIDIA,
 		MemoryTotalBytes: gpu.Known(85520809984), UtilizationRatio: gpu.Known(u32 / 100.0),
 		MemoryUtilizationRatio: gpu.Known(u32 / 100.0), TemperatureCelsius: gpu.Known(u32),
 		MemoryTemperatureCelsius: gpu.Known(u32), PowerUsageWatts: gpu.Known(u32 / 1000.0),
@@ -65,8 +72,9 @@ func TestImplausibleValuesAreLeftOut(t *testing.T) {
 		strings.Contains(text, `direction="transmit"`) {
 		t.Errorf("NVLink: want receive written, transmit (2^64-1 KiB) left out:\n%s", grepLines(text, "nvlink"))
 	}
-	if !strings.Contains(text, "gpu_memory_total_bytes{") || !strings.Contains(text, "gpu_pcie_link_generation{") {
-		t.Errorf("plausible values left out too:\n%s", text)
+	if !strings.Contains(text, "gpu_memory_total_bytes{") || !strings.Contains(text, "gpu_pcie_link_generation{") ||
+		!strings.Contains(text, "\nDCGM_FI_DEV_PCIE_LINK_GEN{") {
+		t.Errorf("plausible values left out too, or no DCGM field written:\n%s", text)
 	}
 
 	// Two scrapes of one reading count it once.
@@ -106,22 +114,25 @@ func grepLines(text, s string) string {
 
 // A counter that grows faster than it can is left out of that reading, as the energy the accounts use is, and the
 // next readings count from it; one that goes back (a driver reload) is written, for Prometheus reads a reset. A
-// wrong value undone at the next reading is never seen.
+// wrong value undone at the next reading is never seen. --compat=dcgm's field of the same counter follows each
+// decision: it writes no value the family left out.
 func TestCounterJumpsAreLeftOut(t *testing.T) {
 	m := newDeviceMetrics()
-	engine := series.NewEngine(m.descs()...)
+	dcgm := newDCGMMetrics("node", DCGMOptions{}, m.plausible)
+	engine := series.NewEngine(append(m.descs(), dcgm.descs()...)...)
 	start := time.Unix(1765000000, 0)
-	energy := func(step int, joules float64) bool {
+	energy := func(step int, joules float64) (native, compat bool) {
 		t.Helper()
-		d := gpu.Device{UUID: "GPU-00000000-0000-0000-0000-0000000000e1", EnergyJoules: gpu.Known(joules)}
+		d := gpu.Device{UUID: "GPU-00000000-0000-0000-0000-0000000000e1", Vendor: gpu.VendorNVIDIA, EnergyJoules: gpu.Known(joules)}
 		r := &reading.Reading{Snapshot: &gpu.Snapshot{Time: start.Add(time.Duration(step) * 10 * time.Second), Devices: []gpu.Device{d}}}
 		b := engine.Batch()
 		m.update(b, r)
-		found := false
+		dcgm.update(b, r)
 		b.Each(func(desc *series.Desc, _ []string, v float64) {
-			found = found || desc.Name() == "gpu_energy_consumption_joules_total" && v == joules
+			native = native || desc.Name() == "gpu_energy_consumption_joules_total" && v == joules
+			compat = compat || desc.Name() == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" && v == joules*1000
 		})
-		return found
+		return native, compat
 	}
 	for step, tc := range []struct {
 		joules  float64
@@ -137,8 +148,9 @@ func TestCounterJumpsAreLeftOut(t *testing.T) {
 		{math.Nextafter(1e15, 0) + 1e14, false, "past the family's range"},
 		{4_050, true, "200 W since the reading before the one left out"},
 	} {
-		if written := energy(step, tc.joules); written != tc.written {
-			t.Errorf("reading %d (%s): written %v, want %v", step, tc.why, written, tc.written)
+		native, compat := energy(step, tc.joules)
+		if native != tc.written || compat != tc.written {
+			t.Errorf("reading %d (%s): written %v, DCGM %v, want %v", step, tc.why, native, compat, tc.written)
 		}
 	}
 	want := `# HELP gpu_pod_exporter_implausible_values_total ` + implausibleHelp + `
@@ -148,5 +160,50 @@ gpu_pod_exporter_implausible_values_total{family="gpu_energy_consumption_joules_
 `
 	if err := testutil.CollectAndCompare(m.plausible, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// The clock violation time grows by at most a second a second, read about a second apart from a driver that updates
+// it in coarse steps: 4 s in a second is written. A counter missing from some readings is checked, when it comes
+// back, against its last value and the time since: a wrong value after a gap is not taken as the count to go on
+// from, and is left out, as is DCGM's field of it.
+func TestViolationTimeAfterAGap(t *testing.T) {
+	m := newDeviceMetrics()
+	dcgm := newDCGMMetrics("node", DCGMOptions{}, m.plausible)
+	engine := series.NewEngine(append(m.descs(), dcgm.descs()...)...)
+	start := time.Unix(1765000000, 0)
+	violation := func(step int, seconds gpu.Value) (native, compat bool) {
+		t.Helper()
+		d := gpu.Device{UUID: "GPU-00000000-0000-0000-0000-0000000000e2", Vendor: gpu.VendorNVIDIA}
+		if seconds.Valid {
+			d.Health.Violations = []gpu.Violation{{Policy: "power", Seconds: seconds.V}}
+		}
+		r := &reading.Reading{Snapshot: &gpu.Snapshot{Time: start.Add(time.Duration(step) * time.Second), Devices: []gpu.Device{d}}}
+		b := engine.Batch()
+		m.update(b, r)
+		dcgm.update(b, r)
+		b.Each(func(desc *series.Desc, _ []string, v float64) {
+			native = native || desc.Name() == "gpu_clock_violation_seconds_total" && v == seconds.V
+			compat = compat || desc.Name() == "DCGM_FI_DEV_POWER_VIOLATION" && v == seconds.V*1e9
+		})
+		return native, compat
+	}
+	for step, tc := range []struct {
+		seconds gpu.Value
+		written bool
+		why     string
+	}{
+		{gpu.Known(100), true, "the first reading"},
+		{gpu.Known(104), true, "4 s in a second: a coarse update"},
+		{gpu.Value{}, false, "unknown"},
+		{gpu.Value{}, false, "unknown"},
+		{gpu.Value{}, false, "unknown"},
+		{gpu.Known(5e8), false, "5e8 s after a gap of 4 s: in the range, but no GPU holds its clocks down that long"},
+		{gpu.Known(110), true, "the count goes on"},
+	} {
+		native, compat := violation(step, tc.seconds)
+		if native != tc.written || compat != tc.written {
+			t.Errorf("reading %d (%s): written %v, DCGM %v, want %v", step, tc.why, native, compat, tc.written)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/series"
@@ -83,16 +84,16 @@ type processMetrics struct {
 
 func newProcessMetrics(labels podLabels) *processMetrics {
 	names := labels.labelNames(attribution.OnProcesses, "gpu", "uuid", "pid", "process_name", "process_type", "gpu_instance", "compute_instance")
-	family := func(name, help string) *series.Desc { return series.NewDesc(name, help, names) }
+	family := func(f families.Family, help string) *series.Desc { return series.NewDesc(f.Name, help, names) }
 	return &processMetrics{
 		labels: labels,
-		memory: family("gpu_process_memory_used_bytes", "GPU memory used by the process on this GPU."),
-		sm: family("gpu_process_sm_utilization_ratio", "Fraction of the GPU's SM time the process used, as the driver "+
+		memory: family(families.ProcessMemory, "GPU memory used by the process on this GPU."),
+		sm: family(families.ProcessSM, "Fraction of the GPU's SM time the process used, as the driver "+
 			"averages it since the previous reading (at least the last second); 0 when it had none."),
-		memUtil: family("gpu_process_memory_utilization_ratio", "Fraction of the GPU's memory bandwidth time the process "+
+		memUtil: family(families.ProcessMemoryUtilization, "Fraction of the GPU's memory bandwidth time the process "+
 			"used, as the driver averages it since the previous reading (at least the last second)."),
-		enc: family("gpu_process_encoder_utilization_ratio", "Video encoder utilization of the process."),
-		dec: family("gpu_process_decoder_utilization_ratio", "Video decoder utilization of the process."),
+		enc: family(families.ProcessEncoder, "Video encoder utilization of the process."),
+		dec: family(families.ProcessDecoder, "Video decoder utilization of the process."),
 	}
 }
 
@@ -116,8 +117,10 @@ func (m *processMetrics) update(b *series.Batch, r *reading.Reading) {
 			for _, s := range []struct {
 				desc *series.Desc
 				v    gpu.Value
-			}{{m.memory, p.UsedMemoryBytes}, {m.sm, p.SMUtilizationRatio}, {m.memUtil, p.MemoryUtilizationRatio},
-				{m.enc, p.EncoderUtilizationRatio}, {m.dec, p.DecoderUtilizationRatio}} {
+			}{{m.memory, processMemory(p)}, {m.sm, processSM(p)},
+				{m.memUtil, families.ProcessMemoryUtilization.Known(p.MemoryUtilizationRatio)},
+				{m.enc, families.ProcessEncoder.Known(p.EncoderUtilizationRatio)},
+				{m.dec, families.ProcessDecoder.Known(p.DecoderUtilizationRatio)}} {
 				if s.v.Valid {
 					b.Gauge(s.desc, s.v.V, values...)
 				}
@@ -125,6 +128,11 @@ func (m *processMetrics) update(b *series.Batch, r *reading.Reading) {
 		}
 	}
 }
+
+// processMemory and processSM are a process's memory and SM utilization where their families can hold them, as
+// its series and its workload's sums read them: a driver's "not available" is unknown.
+func processMemory(p gpu.Process) gpu.Value { return families.ProcessMemory.Known(p.UsedMemoryBytes) }
+func processSM(p gpu.Process) gpu.Value     { return families.ProcessSM.Known(p.SMUtilizationRatio) }
 
 // processName makes a process name a valid label value. The kernel cuts comm at 15 bytes, often in the middle of
 // a multi-byte character, and NVML passes names through as bytes.
@@ -146,12 +154,12 @@ type workloadMetrics struct {
 
 func newWorkloadMetrics(labels podLabels) *workloadMetrics {
 	names := labels.labelNames(attribution.OnWorkloads, "gpu", "uuid")
-	family := func(name, help string) *series.Desc { return series.NewDesc(name, help, names) }
+	family := func(f families.Family, help string) *series.Desc { return series.NewDesc(f.Name, help, names) }
 	return &workloadMetrics{
 		labels:    labels,
-		memory:    family("gpu_workload_memory_used_bytes", "GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service)."),
-		sm:        family("gpu_workload_sm_utilization_ratio", "Sum of the SM utilization of the workload's processes on this GPU."),
-		processes: family("gpu_workload_processes", "Processes of the workload on this GPU."),
+		memory:    family(families.WorkloadMemory, "GPU memory used on this GPU by all processes of the workload (pod container, container, Slurm job or service)."),
+		sm:        family(families.WorkloadSM, "Sum of the SM utilization of the workload's processes on this GPU."),
+		processes: family(families.WorkloadProcesses, "Processes of the workload on this GPU."),
 	}
 }
 
@@ -180,8 +188,8 @@ func (m *workloadMetrics) update(b *series.Batch, r *reading.Reading) {
 				order = append(order, key)
 			}
 			w.processes++
-			addValue(&w.memory, p.UsedMemoryBytes)
-			addValue(&w.sm, p.SMUtilizationRatio)
+			addValue(&w.memory, processMemory(p))
+			addValue(&w.sm, processSM(p))
 		}
 		for _, key := range order {
 			w := workloads[key]

@@ -54,24 +54,30 @@ func parseStat(b []byte) (comm string, start uint64, ok bool) {
 	return string(b[open+1 : end]), start, true
 }
 
-// Usage reads <procfs>/<pid>/stat for the CPU time the process has used (user and system, in clock ticks) and its
-// resident set (in pages): what a person looking at one process (top's detail) wants besides its GPU.
-func (r *Reader) Usage(pid uint32) (cpuTicks, rssPages uint64, err error) {
+// Usage is what a process's stat says of it for a person looking at it (top's detail): its start time (clock ticks
+// after boot), which with the PID names the process, the CPU time it has used (user and system, in clock ticks) and
+// its resident set (in pages).
+type Usage struct{ Start, CPUTicks, RSSPages uint64 }
+
+// Usage reads <procfs>/<pid>/stat for the process's Usage, all of it from one read: the CPU time and resident set
+// are those of the process whose start time comes with them, not of another that the PID was given to meanwhile.
+func (r *Reader) Usage(pid uint32) (Usage, error) {
 	b, err := r.read(pid, "stat")
 	if err != nil {
-		return 0, 0, fmt.Errorf("reading process status: %w", err)
+		return Usage{}, fmt.Errorf("reading process status: %w", err)
 	}
 	f, ok := statAfterComm(b, 24)
 	if !ok {
-		return 0, 0, fmt.Errorf("reading process status: %s/%d/stat is not a stat file", r.root, pid)
+		return Usage{}, fmt.Errorf("reading process status: %s/%d/stat is not a stat file", r.root, pid)
 	}
 	utime, err1 := strconv.ParseUint(f[14-3], 10, 64)
 	stime, err2 := strconv.ParseUint(f[15-3], 10, 64)
-	rss, err3 := strconv.ParseInt(f[24-3], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return 0, 0, fmt.Errorf("reading process status: %s/%d/stat is not a stat file", r.root, pid)
+	start, err3 := strconv.ParseUint(f[22-3], 10, 64)
+	rss, err4 := strconv.ParseInt(f[24-3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		return Usage{}, fmt.Errorf("reading process status: %s/%d/stat is not a stat file", r.root, pid)
 	}
-	return utime + stime, uint64(max(rss, 0)), nil
+	return Usage{Start: start, CPUTicks: utime + stime, RSSPages: uint64(max(rss, 0))}, nil
 }
 
 // statAfterComm returns fields 3 to last of a stat line, counted from the last ')' of the name (field 2).

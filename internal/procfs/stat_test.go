@@ -43,16 +43,16 @@ func TestStatOfSelf(t *testing.T) {
 	}
 }
 
-// Usage reads utime, stime and rss (fields 14, 15 and 24) after the name, whatever the name holds.
+// Usage reads utime, stime, starttime and rss (fields 14, 15, 22 and 24) after the name, whatever the name holds.
 func TestUsage(t *testing.T) {
 	root, dir := fakeProc(t)
 	writeFile(t, dir+"/stat", "42 (py (x) 3) S 1 42 42 0 -1 4194560 1 0 0 0 500 120 0 0 20 0 1 0 123456 1000 2048 18446744073709551615 0 0\n")
-	cpu, rss, err := NewReader(root).Usage(42)
-	if err != nil || cpu != 620 || rss != 2048 {
-		t.Errorf("Usage = %d, %d, %v; want 620, 2048", cpu, rss, err)
+	u, err := NewReader(root).Usage(42)
+	if want := (Usage{Start: 123456, CPUTicks: 620, RSSPages: 2048}); err != nil || u != want {
+		t.Errorf("Usage = %+v, %v; want %+v", u, err, want)
 	}
 	writeFile(t, dir+"/stat", "42 (python3) S 1 42\n")
-	if _, _, err := NewReader(root).Usage(42); err == nil {
+	if _, err := NewReader(root).Usage(42); err == nil {
 		t.Error("a short stat line: no error")
 	}
 }

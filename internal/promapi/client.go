@@ -125,8 +125,8 @@ func (c *Client) run(ctx context.Context, endpoint string, form url.Values, expr
 		apiErr.URL, apiErr.Query, apiErr.Status = c.URL(), expr, resp.StatusCode
 		return warnings, apiErr
 	case errors.Is(err, errTooLarge):
-		return warnings, fmt.Errorf("Prometheus at %s: the answers to a reading are larger than %s in all (at the "+
-			"answer to %s): narrow it with a selector", c.URL(), sizeText(budget.size), expr)
+		return warnings, classified{fmt.Errorf("Prometheus at %s: the answers to a reading are larger than %s in all "+
+			"(at the answer to %s): narrow it with a selector", c.URL(), sizeText(budget.size), expr), ErrTooLarge}
 	case errors.Is(err, errValueTooLarge):
 		return warnings, fmt.Errorf("Prometheus at %s: reading the answer to %s: %w", c.URL(), expr, err)
 	case err != nil && ctx.Err() != nil:
@@ -167,11 +167,13 @@ func (c *Client) post(ctx context.Context, path string, form url.Values) (*http.
 	return resp, nil
 }
 
-// ErrUnreachable, ErrUnauthorized and ErrNotAPI classify failures (errors.Is), for callers that add advice.
+// ErrUnreachable, ErrUnauthorized, ErrNotAPI and ErrTooLarge classify failures (errors.Is), for callers that add
+// advice.
 var (
 	ErrUnreachable  = errors.New("unreachable")
 	ErrUnauthorized = errors.New("unauthorized")
 	ErrNotAPI       = errors.New("not a Prometheus API")
+	ErrTooLarge     = errors.New("answers larger than the reading's budget")
 )
 
 // classified is an error with its class, which its message does not repeat.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/logstate"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/selfmetrics"
@@ -89,7 +90,7 @@ func New(source gpu.Source, attributor Attributor, timeout time.Duration, logger
 			Help: "How long the last reading of the GPU source and attribution took.",
 		}, []string{"source"}),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpu_pod_exporter_source_up",
+			Name: families.SourceUp.Name,
 			Help: "1 if the last reading of the GPU source succeeded, 0 if it failed or timed out.",
 		}, []string{"source"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -76,14 +76,18 @@ func detailLines(f Frame, st Styles) []string {
 	for _, g := range d.GPUs {
 		field("GPU "+g.GPUColumn(), fmt.Sprintf("memory %s, SM %s  %s", view.Memory(g.Memory), view.Percent(g.SM), g.UUID))
 	}
-	if d.Host != nil {
-		h := d.Host
+	switch h := d.Host; {
+	case h != nil && h.Exited:
+		field("host", "process exited")
+	case h != nil && h.Err != "" && !h.RSS.Valid:
+		field("host", h.Err)
+	case h != nil:
 		host := "CPU " + view.Age(h.CPU) + ", resident memory " + view.Memory(h.RSS)
 		if h.Err != "" {
 			host += " (" + h.Err + ")"
 		}
 		field("host", host)
-	} else if p.Node != "" {
+	case p.Node != "":
 		field("host", "not read here: /proc is "+p.Node+"'s")
 	}
 	field("owner", p.Owner().String())

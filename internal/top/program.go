@@ -20,9 +20,9 @@ type Config struct {
 	Read     func(ctx context.Context, o Options) (*view.Reading, error)
 	Interval time.Duration
 	Options  Options
-	// Host reads what a process's /proc says, for its detail; nil when the processes run on other machines (a
-	// cluster's).
-	Host func(pid uint32) view.Host
+	// Host reads what a process's /proc says, for its detail, if the PID is still the process that started then;
+	// nil when the processes run on other machines (a cluster's).
+	Host func(pid uint32, started time.Time) view.Host
 }
 
 // Run shows the live view on the terminal until the person presses q (or Ctrl-C) or ctx ends. The terminal's
@@ -115,13 +115,18 @@ type readingMsg struct {
 
 type tickMsg struct{}
 
-func (m *model) Init() tea.Cmd { return m.read }
+func (m *model) Init() tea.Cmd { return m.read() }
 
-// read takes a reading off the program's loop, so that keys stay responsive while the GPUs are slow to answer.
-func (m *model) read() tea.Msg {
-	started := time.Now()
-	rd, err := m.cfg.Read(m.ctx, m.options)
-	return readingMsg{rd, err, started, time.Now()}
+// read is a command that takes a reading off the program's loop, so that keys stay responsive while the GPUs are
+// slow to answer. It reads with the options of now, copied here on the loop: the keys change the model's while it
+// runs.
+func (m *model) read() tea.Cmd {
+	read, ctx, o := m.cfg.Read, m.ctx, m.options
+	return func() tea.Msg {
+		started := time.Now()
+		rd, err := read(ctx, o)
+		return readingMsg{rd, err, started, time.Now()}
+	}
 }
 
 func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -141,7 +146,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		return m, tea.Tick(untilNext(msg.started, m.cfg.Interval), func(time.Time) tea.Msg { return tickMsg{} })
 	case tickMsg:
-		return m, m.read
+		return m, m.read()
 	case tea.KeyMsg:
 		if (m.help || m.notes) && msg.String() != "q" && msg.String() != "ctrl+c" {
 			m.help, m.notes = false, false // any key leaves the help
@@ -270,7 +275,7 @@ func (m *model) look(node string, pid uint32, workload *Row) {
 		}
 	}
 	if len(d.GPUs) > 0 && m.cfg.Host != nil && node == "" {
-		h := m.cfg.Host(pid)
+		h := m.cfg.Host(pid, d.GPUs[0].Started)
 		d.Host = &h
 	}
 	m.detail = d

@@ -182,7 +182,7 @@ func keys(m *model, ks ...string) {
 	}
 }
 
-func program(t *testing.T, r *view.Reading, host func(uint32) view.Host, w, h int) *model {
+func program(t *testing.T, r *view.Reading, host func(uint32, time.Time) view.Host, w, h int) *model {
 	m := newModel(context.Background(), Config{Host: host, Read: func(context.Context, Options) (*view.Reading, error) { return r, nil }})
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	m.Update(readingMsg{rd: r, at: r.Time})
@@ -194,8 +194,9 @@ func program(t *testing.T, r *view.Reading, host func(uint32) view.Host, w, h in
 func TestCursorAndDetail(t *testing.T) {
 	r := demo(t)
 	var asked uint32
-	host := func(pid uint32) view.Host {
-		asked = pid
+	var askedStarted time.Time
+	host := func(pid uint32, started time.Time) view.Host {
+		asked, askedStarted = pid, started
 		return view.Host{CPU: 90 * time.Minute, RSS: gpu.Known(3.2 * (1 << 30)), Cgroup: "/kubepods/burstable/pod7ddb/249e"}
 	}
 	m := program(t, r, host, 100, 30)
@@ -213,14 +214,14 @@ func TestCursorAndDetail(t *testing.T) {
 		"gpu-pod-exporter top: process 31412", "process      python3 (compute), PID 31412", "running      2h", "user         marco",
 		"GPU 0        memory 12.0 GiB, SM 22%", "host         CPU 1h30m, resident memory 3.2 GiB", "namespace    ml-research",
 		"pod          llama-eval-0", "container    eval", "cgroup       /kubepods/burstable/pod7ddb/249e",
-		"kubectl -n ml-research describe pod llama-eval-0", "kubectl -n ml-research logs llama-eval-0 -c eval", "Esc back",
+		"kubectl -n ml-research describe pod -- llama-eval-0", "kubectl -n ml-research logs -c eval -- llama-eval-0", "Esc back",
 	} {
 		if !strings.Contains(plain, want) {
 			t.Errorf("detail lacks %q:\n%s", want, plain)
 		}
 	}
-	if asked != 31412 {
-		t.Errorf("/proc read for PID %d", asked)
+	if p := m.detail.GPUs[0]; asked != 31412 || askedStarted.IsZero() || !askedStarted.Equal(p.Started) {
+		t.Errorf("/proc read for PID %d started %v; want 31412 started %v", asked, askedStarted, p.Started)
 	}
 	keys(m, "esc")
 	if m.detail != nil || !strings.Contains(ansi.Strip(Render(m.frame(), Colors())), "q quit") {
@@ -234,6 +235,18 @@ func TestCursorAndDetail(t *testing.T) {
 	plain = ansi.Strip(Render(m.frame(), Colors()))
 	if asked != 0 || !strings.Contains(plain, "host         not read here: /proc is gpu-a's") {
 		t.Errorf("a cluster's process (asked %d):\n%s", asked, plain)
+	}
+}
+
+// A process that has exited since the reading, its PID gone or now another's, shows as exited: no numbers of a
+// stranger's, no cgroup.
+func TestDetailOfAnExitedProcess(t *testing.T) {
+	r := demo(t)
+	m := program(t, r, func(uint32, time.Time) view.Host { return view.Host{Exited: true} }, 100, 30)
+	keys(m, "enter")
+	plain := ansi.Strip(Render(m.frame(), Colors()))
+	if !strings.Contains(plain, "host         process exited\n") || strings.Contains(plain, "cgroup ") || strings.Contains(plain, "CPU ") {
+		t.Errorf("detail of an exited process:\n%s", plain)
 	}
 }
 
@@ -314,5 +327,33 @@ func TestClusterHealth(t *testing.T) {
 	plain = ansi.Strip(Render(frame(r, Options{ByNode: true}, 100, 30), Colors()))
 	if !strings.Contains(plain, "\ngpu-b  1 GPU · 0 busy · 1 ✗ · up\n✗ 6 H100") {
 		t.Errorf("by node:\n%s", plain)
+	}
+}
+
+// A reading runs off the program's loop while keys change the options: it reads the options the loop gave it when
+// it was asked for, never the model's (go test -race finds a reading of them while a key writes them).
+func TestReadingTakesTheOptionsOfItsTime(t *testing.T) {
+	r := demo(t)
+	asked := make(chan Options, 2)
+	m := newModel(context.Background(), Config{Read: func(_ context.Context, o Options) (*view.Reading, error) {
+		asked <- o
+		return r, nil
+	}})
+	m.Update(tea.WindowSizeMsg{Width: 100, Height: 30})
+	keys(m, "/", "j", "d", "o", "e", "enter")
+	done := make(chan tea.Msg)
+	cmd := m.Init() // on the loop, as bubbletea calls it; the command runs on a goroutine of its own
+	go func() { done <- cmd() }()
+	keys(m, "/", "x", "y", "z", "enter", "w", "s") // while the reading runs
+	m.Update(<-done)
+	if o := <-asked; o.Filter != "jdoe" || o.Group {
+		t.Errorf("the first reading read %+v, not the options when it was asked for", o)
+	}
+	// The next reading, after the tick, reads the options then.
+	_, cmd = m.Update(tickMsg{})
+	go func() { done <- cmd() }()
+	m.Update(<-done)
+	if o := <-asked; o.Filter != "jdoexyz" || !o.Group || o.Sort != view.BySM {
+		t.Errorf("the reading after the keys read %+v", o)
 	}
 }

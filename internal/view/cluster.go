@@ -2,7 +2,6 @@ package view
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,7 +42,12 @@ func Summarize(r *Reading) {
 			n.Utilization = add(n.Utilization, g.Utilization)
 			utilization[n]++
 		}
-		n.MemoryUsed, n.MemoryTotal = add(n.MemoryUsed, g.MemoryUsed), add(n.MemoryTotal, g.MemoryTotal)
+		// A sum that left out a GPU would read as the node's whole: unknown for one GPU is unknown for the node.
+		if n.GPUs == 1 {
+			n.MemoryUsed, n.MemoryTotal = g.MemoryUsed, g.MemoryTotal
+		} else {
+			n.MemoryUsed, n.MemoryTotal = addKnown(n.MemoryUsed, g.MemoryUsed), addKnown(n.MemoryTotal, g.MemoryTotal)
+		}
 		if s, ok := HealthSignal(g); ok {
 			r.Signals = append(r.Signals, s)
 		}
@@ -56,7 +60,13 @@ func Summarize(r *Reading) {
 	for i := range r.GPUs {
 		byGPU[r.GPUs[i].Node+"\x00"+strconv.Itoa(r.GPUs[i].Index)] = &r.GPUs[i]
 	}
-	pods := make(map[string]bool)
+	type podOnGPU struct {
+		kind           SignalKind
+		node           string
+		gpu            int
+		namespace, pod string
+	}
+	pods := make(map[podOnGPU]bool)
 	for _, s := range r.Signals {
 		if n := byName[s.Node]; n != nil {
 			switch s.Kind {
@@ -70,9 +80,7 @@ func Summarize(r *Reading) {
 			continue
 		}
 		g := byGPU[s.Node+"\x00"+strconv.Itoa(s.gpuIndex)]
-		ns, rest, _ := strings.Cut(s.Text, "/")
-		pod, _, _ := strings.Cut(rest, "/")
-		if k := fmt.Sprint(s.Kind, s.Node, s.gpuIndex, ns, pod); g != nil && !pods[k] {
+		if k := (podOnGPU{s.Kind, s.Node, s.gpuIndex, s.Namespace, s.Pod}); g != nil && !pods[k] {
 			pods[k] = true
 			if s.Kind == Unrequested {
 				g.Unrequested++
@@ -131,4 +139,12 @@ func (r *Reading) Filtered(f Filter) *Reading {
 		}
 	}
 	return &out
+}
+
+// addKnown is the sum of two values, unknown when either is.
+func addKnown(a, b gpu.Value) gpu.Value {
+	if !a.Valid || !b.Valid {
+		return gpu.Value{}
+	}
+	return gpu.Known(a.V + b.V)
 }

@@ -151,8 +151,7 @@ func (f Filter) Signal(s *Signal) bool {
 			case "gpu":
 				ok = ok || s.GPU != "" && gpuIs(s.GPU, v)
 			case "namespace":
-				ns, _, _ := strings.Cut(s.Text, "/")
-				ok = ok || s.Kind != GPUHealth && s.Kind != NodeProblem && strings.EqualFold(ns, v)
+				ok = ok || s.Kind != GPUHealth && s.Kind != NodeProblem && strings.EqualFold(s.Namespace, v)
 			case "owner":
 				ok = ok || s.Kind != GPUHealth && s.Kind != NodeProblem && containsFold(s.Text, v)
 			case "":

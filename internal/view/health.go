@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 )
 
@@ -44,13 +45,21 @@ type Health struct {
 	FabricState, FabricHealthy gpu.Value
 }
 
-// HealthOf reads a node's GPU.
+// HealthOf reads a node's GPU, each value as its family bounds it (internal/families): a driver's "not available"
+// says nothing is wrong, as its absent series does in the cluster's view.
 func HealthOf(d *gpu.Device) Health {
 	h := Health{
-		RecoveryAction: d.Health.RecoveryAction, RemapFailure: d.Health.RemapFailure, RemapPending: d.Health.RemapPending,
-		RetirementPending: d.Health.RetirementPending, PCIeWidth: d.PCIe.Width, PCIeMaxWidth: d.PCIe.MaxWidth,
-		PCIeGeneration: d.PCIe.Generation, PCIeMaxGeneration: d.PCIe.MaxGeneration, Utilization: d.UtilizationRatio,
-		FabricState: d.Health.FabricState, FabricHealthy: d.Health.FabricHealthy,
+		RecoveryAction:    families.RecoveryAction.Known(d.Health.RecoveryAction),
+		RemapFailure:      families.RowRemapFailure.Known(d.Health.RemapFailure),
+		RemapPending:      families.RowRemapPending.Known(d.Health.RemapPending),
+		RetirementPending: families.RetiredPagesPending.Known(d.Health.RetirementPending),
+		PCIeWidth:         families.PCIeLinkWidth.Known(d.PCIe.Width),
+		PCIeMaxWidth:      families.PCIeLinkMaxWidth.Known(d.PCIe.MaxWidth),
+		PCIeGeneration:    families.PCIeLinkGeneration.Known(d.PCIe.Generation),
+		PCIeMaxGeneration: families.PCIeLinkMaxGeneration.Known(d.PCIe.MaxGeneration),
+		Utilization:       families.Utilization.Known(d.UtilizationRatio),
+		FabricState:       families.FabricState.Known(d.Health.FabricState),
+		FabricHealthy:     families.FabricHealthy.Known(d.Health.FabricHealthy),
 	}
 	for _, x := range d.XIDErrors {
 		if x.Count > 0 && slices.Contains(CriticalXIDs, x.XID) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/allocation"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/attribution"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/families"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/reading"
 )
@@ -24,10 +25,13 @@ func FromNode(r *reading.Reading, allocs allocation.Signals) *Reading {
 	distinct := make(map[attribution.WorkloadKey]struct{})
 	for i := range snap.Devices {
 		d := &snap.Devices[i]
+		// Each value as its family bounds it, so that a driver's "not available" (0xFFFFFFFF) is unknown here as it
+		// is absent from the exporter's series and from the cluster's view.
 		g := GPU{
-			Index: d.Index, UUID: d.UUID, Name: strings.TrimPrefix(d.Name, "NVIDIA "), Utilization: d.UtilizationRatio,
-			MemoryUsed: d.MemoryUsedBytes, MemoryTotal: d.MemoryTotalBytes, Temperature: d.TemperatureCelsius,
-			Power: d.PowerUsageWatts, MIG: d.MIGMode == gpu.MIGEnabled, MIGInstances: len(d.MIG),
+			Index: d.Index, UUID: d.UUID, Name: strings.TrimPrefix(d.Name, "NVIDIA "),
+			Utilization: families.Utilization.Known(d.UtilizationRatio), MemoryUsed: families.MemoryUsed.Known(d.MemoryUsedBytes),
+			MemoryTotal: families.MemoryTotal.Known(d.MemoryTotalBytes), Temperature: families.Temperature.Known(d.TemperatureCelsius),
+			Power: families.Power.Known(d.PowerUsageWatts), MIG: d.MIGMode == gpu.MIGEnabled, MIGInstances: len(d.MIG),
 			ProcessesListed: d.ProcessesListed,
 		}
 		h := HealthOf(d)
@@ -38,8 +42,8 @@ func FromNode(r *reading.Reading, allocs allocation.Signals) *Reading {
 			distinct[WorkloadOf(&o.Identity)] = struct{}{}
 			g.MPS = g.MPS || p.Type == gpu.ProcessMPS
 			v.Processes = append(v.Processes, Process{
-				GPU: d.Index, UUID: d.UUID, PID: p.PID, Name: o.Name, Type: p.Type, Memory: p.UsedMemoryBytes,
-				SM: p.SMUtilizationRatio, MIG: p.MIG, GPUInstance: p.GPUInstance, ComputeInstance: p.ComputeInstance,
+				GPU: d.Index, UUID: d.UUID, PID: p.PID, Name: o.Name, Type: p.Type,
+				Memory: families.ProcessMemory.Known(p.UsedMemoryBytes), SM: families.ProcessSM.Known(p.SMUtilizationRatio), MIG: p.MIG, GPUInstance: p.GPUInstance, ComputeInstance: p.ComputeInstance,
 				Started: o.Started, Identity: o.Identity,
 			})
 		}

@@ -69,7 +69,7 @@ type Node struct {
 	// Counted by Summarize from the node's GPUs and signals.
 	GPUs, Busy, Unhealthy        int
 	Utilization                  gpu.Value // the mean of its GPUs that report it
-	MemoryUsed, MemoryTotal      gpu.Value // bytes, summed
+	MemoryUsed, MemoryTotal      gpu.Value // bytes, summed; unknown when a GPU of it does not report it
 	IdleAllocations, Unrequested int
 }
 
@@ -302,8 +302,10 @@ type Signal struct {
 	GPU string
 	// Text is the pod's container (namespace/pod/container) of an allocation signal, the problems of a GPU, or the
 	// problem of a node.
-	Text     string
-	gpuIndex int
+	Text string
+	// Namespace, Pod and Container are an allocation signal's pod and container, as Text writes them.
+	Namespace, Pod, Container string
+	gpuIndex                  int
 }
 
 func (s Signal) String() string {
@@ -335,7 +337,7 @@ func AllocationSignal(kind SignalKind, node string, index int, mig bool, gi, ci 
 		sev = Misuse
 	}
 	return Signal{Kind: kind, Severity: sev, Node: node, GPU: GPUColumn(index, mig, gi, ci),
-		Text: namespace + "/" + pod + "/" + container, gpuIndex: index}
+		Text: namespace + "/" + pod + "/" + container, Namespace: namespace, Pod: pod, Container: container, gpuIndex: index}
 }
 
 // HealthSignal is the signal of a GPU with health problems; ok is false for a healthy GPU.

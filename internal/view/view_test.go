@@ -248,19 +248,31 @@ func TestRecorder(t *testing.T) {
 
 func approx(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
-// The lines to copy quote what a shell would read.
+// The lines to copy quote what a shell would read, and put the names after "--", where a name that starts with "-"
+// is not an option.
 func TestCommands(t *testing.T) {
-	p := &Process{Identity: attribution.Identity{Namespace: "ml", Pod: "train-0", Container: "main"}}
-	if got := Commands(p); fmt.Sprint(got) != "[kubectl -n ml describe pod train-0 kubectl -n ml logs train-0 -c main]" {
-		t.Errorf("pod: %q", got)
-	}
-	p.Identity = attribution.Identity{SlurmJobID: "4711"}
-	if got := Commands(p); fmt.Sprint(got) != "[scontrol show job 4711]" {
-		t.Errorf("job: %q", got)
-	}
-	p.Identity = attribution.Identity{SystemdUnit: "run-$(reboot)'.scope"}
-	if got := Commands(p); got[0] != `systemctl status 'run-$(reboot)'\''.scope'` {
-		t.Errorf("a unit named by its user: %q", got)
+	for _, c := range []struct {
+		id   attribution.Identity
+		want []string
+	}{
+		{attribution.Identity{Namespace: "ml", Pod: "train-0", Container: "main"},
+			[]string{"kubectl -n ml describe pod -- train-0", "kubectl -n ml logs -c main -- train-0"}},
+		{attribution.Identity{Namespace: "-A", Pod: "--all-namespaces", Container: "-p"},
+			[]string{"kubectl -n -A describe pod -- --all-namespaces", "kubectl -n -A logs -c -p -- --all-namespaces"}},
+		{attribution.Identity{SlurmJobID: "4711"}, []string{"scontrol show job -- 4711"}},
+		{attribution.Identity{SlurmJobID: "--all"}, []string{"scontrol show job -- --all"}},
+		{attribution.Identity{SystemdUnit: "run-$(reboot)'.scope"},
+			[]string{`systemctl status -- 'run-$(reboot)'\''.scope'`, `journalctl -u 'run-$(reboot)'\''.scope'`}},
+		// A delegated cgroup's unit, named by its user.
+		{attribution.Identity{SystemdUnit: "--host=x.service"},
+			[]string{"systemctl status -- --host=x.service", "journalctl -u --host=x.service"}},
+		{attribution.Identity{Container: "--privileged", Runtime: "docker"},
+			[]string{"docker inspect -- --privileged", "docker logs -- --privileged"}},
+		{attribution.Identity{ContainerID: "-v", Runtime: "containerd"}, []string{"crictl inspect -- -v"}},
+	} {
+		if got := Commands(&Process{Identity: c.id}); !slices.Equal(got, c.want) {
+			t.Errorf("%+v:\n got %q\nwant %q", c.id, got, c.want)
+		}
 	}
 }
 
@@ -281,5 +293,35 @@ func TestSortProcessesInPlace(t *testing.T) {
 				t.Fatalf("sort %v: row %d is %s, want %s", s, i, got[i].Name, want[i].Name)
 			}
 		}
+	}
+}
+
+// A GPU whose driver answers "not available" with NVML_VALUE_NOT_AVAILABLE (0xFFFFFFFF, 2^64-1, as the source scales
+// them) shows nothing for those values, as the exporter writes no series of them and the cluster's view shows
+// none: no utilization of 4294967295%, no 4.29e9 °C, no health line "PCIe x16 of x4294967295", no history point.
+func TestSentinelsAreUnknown(t *testing.T) {
+	const u32, u64 = math.MaxUint32, math.MaxUint64
+	d := gpu.Device{UUID: "GPU-f1", Name: "NVIDIA H100 80GB HBM3", ProcessesListed: true,
+		UtilizationRatio: gpu.Known(u32 / 100.0), TemperatureCelsius: gpu.Known(u32), PowerUsageWatts: gpu.Known(u32 / 1000.0),
+		MemoryUsedBytes: gpu.Known(u64), MemoryTotalBytes: gpu.Known(85520809984),
+		PCIe:      gpu.PCIe{Width: gpu.Known(16), MaxWidth: gpu.Known(u32), Generation: gpu.Known(u32), MaxGeneration: gpu.Known(5)},
+		Health:    gpu.Health{RecoveryAction: gpu.Known(u32), RemapPending: gpu.Known(u32), FabricState: gpu.Known(u32)},
+		Processes: []gpu.Process{{PID: 7, Type: gpu.ProcessCompute, UsedMemoryBytes: gpu.Known(u64), SMUtilizationRatio: gpu.Known(371)}},
+	}
+	r := FromNode(&reading.Reading{Snapshot: &gpu.Snapshot{Time: time.Unix(1765000000, 0), Devices: []gpu.Device{d}}}, allocation.Signals{})
+	g := r.GPUs[0]
+	if g.Utilization.Valid || g.Temperature.Valid || g.Power.Valid || g.MemoryUsed.Valid || !g.MemoryTotal.Valid {
+		t.Errorf("GPU line %+v: want utilization, temperature, power and used memory unknown, total known", g)
+	}
+	if len(g.Health) > 0 || len(r.Signals) > 0 {
+		t.Errorf("health %q, signals %v from sentinels", g.Health, r.Signals)
+	}
+	if p := r.Processes[0]; p.Memory.Valid || p.SM.Valid {
+		t.Errorf("process memory %+v, SM %+v from sentinels", p.Memory, p.SM)
+	}
+	rec := NewRecorder()
+	rec.Record(r)
+	if h := r.History.GPUs[GPUKey("", "GPU-f1")]; !empty(h.Utilization) || !empty(h.Memory) {
+		t.Errorf("history from sentinels: %v, %v", h.Utilization, h.Memory)
 	}
 }

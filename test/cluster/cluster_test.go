@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,8 +21,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/config"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/cluster"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/kubelet/fake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/promapi"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/view"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/e2eutil"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/test/internal/tmuxterm"
 )
@@ -72,11 +79,12 @@ func startFleet(t *testing.T) *fleet {
 		// The node's name as instance, as the chart's ServiceMonitor writes it.
 		fmt.Fprintf(&targets, "      - {targets: [%q], labels: {instance: %s, cluster: lab}}\n", f.exporters[node].Addr, node)
 	}
-	// gpu-a is scraped twice, as a ServiceMonitor and annotation-based discovery both would: the second job names
-	// it by its address.
+	// gpu-a is scraped twice more, as a ServiceMonitor and annotation-based discovery both would: one job names it
+	// by its address, another by its name as the first job does (its series twice under one instance).
 	config := fmt.Sprintf("global:\n  scrape_interval: %s\nscrape_configs:\n  - job_name: gpu-pod-exporter\n    static_configs:\n%s"+
-		"  - job_name: annotations\n    static_configs:\n      - {targets: [%q], labels: {cluster: lab}}\n",
-		interval, targets.String(), f.exporters["gpu-a"].Addr)
+		"  - job_name: annotations\n    static_configs:\n      - {targets: [%q], labels: {cluster: lab}}\n"+
+		"  - job_name: same-instance\n    static_configs:\n      - {targets: [%q], labels: {instance: gpu-a, cluster: lab}}\n",
+		interval, targets.String(), f.exporters["gpu-a"].Addr, f.exporters["gpu-a"].Addr)
 	f.prom, f.auth, f.noAuth = startSecurePrometheus(t, config)
 	return f
 }
@@ -118,6 +126,7 @@ func TestClusterThroughPrometheus(t *testing.T) {
 	}
 
 	t.Run("ps is the nodes' ps with their node", func(t *testing.T) { testPS(t, f) })
+	t.Run("a node scraped twice under one instance is counted once", func(t *testing.T) { testOneInstanceTwice(t, f) })
 	t.Run("credentials", func(t *testing.T) { testCredentials(t, f) })
 	term := tmuxterm.Start(t, 120, 40, "sh", "-c", `"$0" "$@"; echo "top exited $?"; read -r done`, binary, "top",
 		"--prometheus="+f.prom, "--http.config.file="+f.auth, "--interval=300ms", "--prometheus.scrape-interval="+interval.String())
@@ -207,6 +216,63 @@ func testPS(t *testing.T, f *fleet) {
 		!strings.HasSuffix(errOut, "found nothing\n") || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("a selector that matches nothing: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+}
+
+// gpu-a, scraped by two jobs under one instance, has each series twice: its MIG GPU counts its 2 instances, not 4,
+// and each workload's SM history is its processes' summed SM utilization (the grouped view's ΣSM), not twice it.
+func testOneInstanceTwice(t *testing.T, f *fleet) {
+	cfg, err := configfile.HTTPClient(f.auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := config.NewClientFromConfig(*cfg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := promapi.New(f.prom, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := cluster.New(client, cluster.Config{Selector: mustSelector(t, `instance="gpu-a"`), ScrapeInterval: interval})
+	if problems := testkit.Eventually(30*time.Second, func() []string {
+		v, err := reader.Read(t.Context(), cluster.What{Top: true, Workloads: true})
+		if err != nil {
+			return []string{err.Error()}
+		}
+		var problems []string
+		for _, g := range v.GPUs {
+			if g.MIG && g.MIGInstances != 2 {
+				problems = append(problems, fmt.Sprintf("GPU %d: %d MIG instances, want 2", g.Index, g.MIGInstances))
+			}
+		}
+		ws := view.Group(v.Processes, view.Workloads)
+		if len(ws) != 3 {
+			problems = append(problems, fmt.Sprintf("%d workloads, want 3", len(ws)))
+		}
+		for _, w := range ws {
+			last := math.NaN()
+			for _, p := range v.History.Workloads[w.Key] {
+				if !math.IsNaN(p) {
+					last = p
+				}
+			}
+			if w.SM.Valid && math.Abs(last-w.SM.V) > 1e-9 {
+				problems = append(problems, fmt.Sprintf("%s: its SM history ends at %v, its ΣSM is %v", w.Owner, last, w.SM.V))
+			}
+		}
+		return problems
+	}); problems != nil {
+		t.Errorf("gpu-a scraped twice under one instance:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+func mustSelector(t *testing.T, s string) promapi.Selector {
+	t.Helper()
+	sel, err := promapi.ParseSelector(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel
 }
 
 // Prometheus refuses a client without the password, and one without the CA and certificate, each with one line

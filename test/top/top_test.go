@@ -221,8 +221,8 @@ func TestTopOnTheDemoNode(t *testing.T) {
 	for _, want := range []string{
 		`^  process +python3 \(compute\), PID 31337$`, `^  user +priya$`, `^  GPU 0 +memory 22\.0 GiB, SM 41%  GPU-f5217cdd`,
 		`^  pod +bert-finetune-7c9d8b6f4-x2kqp$`, `^  pod uid +7ddb3c42-a12c-313e-3625-f5c431a14770$`, `^  qos +`,
-		`^  kubectl -n ml-training describe pod bert-finetune-7c9d8b6f4-x2kqp$`,
-		`^  kubectl -n ml-training logs bert-finetune-7c9d8b6f4-x2kqp -c trainer$`,
+		`^  kubectl -n ml-training describe pod -- bert-finetune-7c9d8b6f4-x2kqp$`,
+		`^  kubectl -n ml-training logs -c trainer -- bert-finetune-7c9d8b6f4-x2kqp$`,
 		// The demo's processes are not this host's: their /proc is not read.
 		`^Esc back · q quit$`,
 	} {

@@ -29,6 +29,10 @@ var Attacks = []Attack{
 	{"invalid UTF-8", "x\xff\xfey", `x\xff\xfey`},
 	{"right-to-left override reverses what follows", "x\u202ey", `x\u202ey`},
 	{"zero-width space hides a difference", "x\u200by", `x\u200by`},
+	// The isolates in two names, so that each name shown escaped fits top's PROCESS column.
+	{"left-to-right and right-to-left isolates reorder what follows", "x\u2066\u2067y", `x\u2066\u2067y`},
+	{"first-strong isolate and its pop reorder what follows", "x\u2068\u2069y", `x\u2068\u2069y`},
+	{"a byte order mark and direction marks hide a difference", "x\ufeff\u200e\u200fy", `x\ufeff\u200e\u200fy`},
 }
 
 // Shown fails the test if out holds anything a terminal would act on rather than show: a control character other
