@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,10 @@ type Config struct {
 	// two together leave descriptors for connections; past it a DRM file's fdinfo is read by path. nil: a budget of
 	// this source's own.
 	KeptFiles *procfs.KeptFiles
-	Now       func() time.Time
+	// Logger says once what keeps the readings incomplete and how to mend it (no permission to read other
+	// processes' files, a bound reached); each reading counts it in its errors. nil: not logged.
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Source reads the node's amdgpu, i915 and xe GPUs (gpu.Source). Like every source it is called one Snapshot at
@@ -51,6 +55,7 @@ type Source struct {
 	// device had.
 	uses   []usage
 	counts map[string]int
+	logged map[string]bool // the problems logged, by kind
 }
 
 // ErrNoDevice is New's error on a node without an amdgpu, i915 or xe GPU.
@@ -138,7 +143,14 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	}
 	sc := s.scan.scan(ctx, devs, s.cfg.MaxFDsPerProcess, s.cfg.MaxFDsPerReading, now)
 	snap.Errors = append(snap.Errors, sc.errors(s.cfg)...)
-	listed := sc.err == nil && sc.denied == 0 && !sc.truncated
+	if sc.denied > 0 {
+		s.logOnce("denied", "the open files of some processes cannot be read, so their AMD and Intel GPU use is "+
+			"unknown and no GPU's process list is complete: give the exporter CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH "+
+			"(the Helm chart's drm.enabled) and, where AppArmor confines its container, a profile that allows ptrace "+
+			"read of other processes (docs/reference.md, \"AMD and Intel GPUs\", Permissions)",
+			"processes", sc.denied, "first", sc.deniedErr)
+	}
+	listed := sc.err == nil && sc.denied == 0 && sc.failed == 0 && !sc.truncated
 	for i, d := range devs {
 		snap.Devices[i].ProcessesListed = listed && (d.driver != "amdgpu" || kfdListed)
 	}
@@ -188,8 +200,12 @@ func (sc scan) errors(cfg Config) []gpu.DeviceError {
 		errs = append(errs, sc.err)
 	}
 	if sc.denied > 0 {
-		errs = append(errs, fmt.Errorf("the open files of %d processes could not be read (permission denied): reading "+
-			"other processes' DRM clients needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH", sc.denied))
+		errs = append(errs, fmt.Errorf("the open files of %d processes could not be read (%w): reading other "+
+			"processes' DRM clients needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (drm.enabled) and, under AppArmor, "+
+			"a profile that allows it", sc.denied, sc.deniedErr))
+	}
+	if sc.failed > 0 {
+		errs = append(errs, fmt.Errorf("the open files of %d processes could not be looked at: %w", sc.failed, sc.failedErr))
 	}
 	if sc.truncated {
 		errs = append(errs, fmt.Errorf("stopped looking at processes' open files after %d of them (or at the "+
@@ -203,6 +219,19 @@ func (sc scan) errors(cfg Config) []gpu.DeviceError {
 		out[i] = gpu.DeviceError{Index: -1, Operation: gpu.OpProcesses, Err: err}
 	}
 	return out
+}
+
+// logOnce logs a problem of a kind at its first reading, at warning level: each reading counts it in its errors,
+// and the line says what to do about it.
+func (s *Source) logOnce(kind, msg string, args ...any) {
+	if s.cfg.Logger == nil || s.logged[kind] {
+		return
+	}
+	if s.logged == nil {
+		s.logged = make(map[string]bool)
+	}
+	s.logged[kind] = true
+	s.cfg.Logger.Warn(msg, args...)
 }
 
 // deviceMemory reports whether a memory region of a driver's fdinfo is the device's own memory: amdgpu's vram,
