@@ -85,7 +85,8 @@ func property(props []byte, name string) uint64 {
 }
 
 // Bounds on KFD's process list: the compute processes of a node, and the GPUs of one. The vram files kept open
-// share the attribute files' bound, maxKeptAttrs (past it, a file is opened and closed at each reading).
+// take their places in the source's budget of kept files, as the attribute files do (past it, a file is opened and
+// closed at each reading).
 const (
 	maxKFDProcesses = 1 << 16
 	maxKFDFiles     = 256
@@ -97,13 +98,14 @@ const (
 // process's directory. A kept file stays tied to the process's directory: once KFD removes it (the process exited,
 // whether or not its PID is reused since), reading the file fails with ENODEV (kernfs), and the process's files are
 // listed again at the next reading. They are listed again too when the topology changed, and, for a process with a
-// file not kept open (past maxKeptAttrs), every fullLookEvery: the file is opened by its path at each reading, which
+// file not kept open (past the budget), every fullLookEvery: the file is opened by its path at each reading, which
 // could be another process's after its PID was reused.
 type kfdReader struct {
-	dir   string // <sysfs>/class/kfd/kfd/proc
-	list  *procfs.Reader
-	procs map[uint32]*kfdProcess
-	kept  int // vram files open
+	dir    string // <sysfs>/class/kfd/kfd/proc
+	list   *procfs.Reader
+	budget *procfs.KeptFiles // of the files kept open; nil: none kept
+	procs  map[uint32]*kfdProcess
+	kept   int // vram files open
 	// Reused from one reading to the next.
 	pids []uint32
 	uses []kfdUse
@@ -116,7 +118,7 @@ type kfdProcess struct {
 	allKept bool         // every file kept open
 }
 
-// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past maxKeptAttrs).
+// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past the budget).
 type kfdVRAM struct {
 	path string
 	pci  string
@@ -131,10 +133,10 @@ type kfdUse struct {
 	bytes float64
 }
 
-func newKFDReader(sysfs string) *kfdReader {
+func newKFDReader(sysfs string, budget *procfs.KeptFiles) *kfdReader {
 	dir := filepath.Join(kfdDir(sysfs), "proc")
 	// KFD's process directory is named as /proc's are, by PID: the procfs reader lists them.
-	return &kfdReader{dir: dir, list: procfs.NewReader(dir), procs: make(map[uint32]*kfdProcess)}
+	return &kfdReader{dir: dir, list: procfs.NewReader(dir), budget: budget, procs: make(map[uint32]*kfdProcess)}
 }
 
 // read reads every compute process's VRAM per GPU, in the order of their PIDs. A process that exits while it is
@@ -227,7 +229,7 @@ func (k *kfdReader) look(pid uint32, p *kfdProcess, t *kfdTopology, now time.Tim
 	return p
 }
 
-// readVRAM reads one vram file, through its kept fd, opening it (and keeping it, within maxKeptAttrs) where it has
+// readVRAM reads one vram file, through its kept fd, opening it (and keeping it, within the budget) where it has
 // none.
 func (k *kfdReader) readVRAM(f *files, v *kfdVRAM) (uint64, error) {
 	fd, again := v.fd, v.fd >= 0
@@ -236,7 +238,7 @@ func (k *kfdReader) readVRAM(f *files, v *kfdVRAM) (uint64, error) {
 		if fd, err = open(v.path); err != nil {
 			return 0, err
 		}
-		if k.kept+len(f.kept) < maxKeptAttrs {
+		if k.budget != nil && k.budget.Reserve() {
 			v.fd = fd
 			k.kept++
 		} else {
@@ -262,6 +264,7 @@ func (k *kfdReader) drop(pid uint32, p *kfdProcess) {
 func (k *kfdReader) close(v kfdVRAM) {
 	if v.fd >= 0 {
 		syscall.Close(v.fd)
+		k.budget.Release()
 		k.kept--
 	}
 }

@@ -26,9 +26,9 @@ type Config struct {
 	// Bounds on the open files looked at per process and per reading; DefaultMaxFDsPerProcess and
 	// DefaultMaxFDsPerReading by default.
 	MaxFDsPerProcess, MaxFDsPerReading int
-	// KeptFiles is the budget of process files kept open between readings, shared with attribution's, so that the
-	// two together leave descriptors for connections; past it a DRM file's fdinfo is read by path. nil: a budget of
-	// this source's own.
+	// KeptFiles is the budget of files kept open between readings, shared with attribution's, so that the two
+	// together leave descriptors for connections: the DRM files' fdinfo and the sysfs attributes (KFD's included)
+	// take their places in it, and past it they are read by path. nil: a budget of this source's own.
 	KeptFiles *procfs.KeptFiles
 	// Logger says once what keeps the readings incomplete and how to mend it (no permission to read other
 	// processes' files, a bound reached); each reading counts it in its errors. nil: not logged.
@@ -70,9 +70,12 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Source{cfg: cfg, scan: newScanner(cfg.ProcFS, cfg.KeptFiles), known: make(map[string]*device),
-		rates: rates{clients: make(map[rateKey]*clientCounters)}, energy: make(map[string]energy),
-		kfd: newKFDReader(cfg.SysFS), counts: make(map[string]int)}
+	if cfg.KeptFiles == nil {
+		cfg.KeptFiles = procfs.NewKeptFiles(maxKept)
+	}
+	s := &Source{cfg: cfg, files: files{budget: cfg.KeptFiles}, scan: newScanner(cfg.ProcFS, cfg.KeptFiles),
+		known: make(map[string]*device), rates: rates{clients: make(map[rateKey]*clientCounters)},
+		energy: make(map[string]energy), kfd: newKFDReader(cfg.SysFS, cfg.KeptFiles), counts: make(map[string]int)}
 	devs, err := discover(&s.files, cfg.SysFS, cfg.ProcFS, s.known)
 	if err != nil {
 		return nil, err

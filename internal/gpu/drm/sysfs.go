@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // files reads the small attribute files of sysfs (and procfs's osrelease) through one buffer. It opens a file
@@ -17,11 +19,14 @@ import (
 // a --path.sysfs that is not the kernel's must not make the exporter hang on a FIFO or read a large file into
 // memory. Directories in the path may be symlinks, as sysfs's device links are.
 //
-// A file read at a reading stays open for the next one, which reads it again from its start (sysfs calls the
-// driver's show function at each read from offset 0) with one system call instead of four; one not read at a
-// reading is closed after it (sweep), as is one whose read fails. A file that is absent is not looked for again
-// for fullLookEvery: what a driver publishes does not change while it is loaded.
+// A file read at a reading stays open for the next one, while budget has room, which reads it again from its
+// start (sysfs calls the driver's show function at each read from offset 0) with one system call instead of four;
+// one not read at a reading is closed after it (sweep), as is one whose read fails. A file that is absent is not
+// looked for again for fullLookEvery: what a driver publishes does not change while it is loaded.
 type files struct {
+	// budget is the files kept open between readings, shared with the DRM files' fdinfo and attribution's process
+	// files; nil: none kept.
+	budget *procfs.KeptFiles
 	buf    []byte
 	now    time.Time
 	reads  uint64 // the reading, for sweep
@@ -38,10 +43,6 @@ type keptAttr struct {
 // read, are about 1.5 KB.
 const maxAttr = 8 << 10
 
-// maxKeptAttrs bounds the sysfs files kept open, attributes and KFD's files together: a few dozen per GPU, one
-// per compute process and GPU.
-const maxKeptAttrs = 1 << 13
-
 // errAbsent is the error of a file found missing within fullLookEvery: the same value each time, since a reading
 // asks for a dozen files a driver does not publish, and absent files are not reported.
 var errAbsent = fmt.Errorf("not published by the driver (looked for within the last minute): %w", fs.ErrNotExist)
@@ -53,8 +54,7 @@ func (f *files) reading(now time.Time) {
 	f.now = now
 	for path, k := range f.kept {
 		if k.lastRead != f.reads {
-			syscall.Close(k.fd)
-			delete(f.kept, path)
+			f.close(path, k)
 		}
 	}
 	f.reads++
@@ -65,8 +65,7 @@ func (f *files) read(path string) ([]byte, error) {
 	if k, ok := f.kept[path]; ok {
 		b, err := f.readFD(k.fd, path, true)
 		if err != nil {
-			syscall.Close(k.fd)
-			delete(f.kept, path)
+			f.close(path, k)
 			return nil, err
 		}
 		k.lastRead = f.reads
@@ -87,7 +86,7 @@ func (f *files) read(path string) ([]byte, error) {
 	}
 	delete(f.absent, path)
 	b, err := f.readFD(fd, path, false)
-	if err != nil || f.now.IsZero() || len(f.kept) >= maxKeptAttrs {
+	if err != nil || f.now.IsZero() || f.budget == nil || !f.budget.Reserve() {
 		syscall.Close(fd)
 		return b, err
 	}
@@ -131,11 +130,17 @@ func (f *files) readFD(fd int, path string, again bool) ([]byte, error) {
 	return nil, fmt.Errorf("%s: larger than %d bytes", path, maxAttr)
 }
 
+// close closes a kept file, and gives its place in the budget back.
+func (f *files) close(path string, k *keptAttr) {
+	syscall.Close(k.fd)
+	f.budget.Release()
+	delete(f.kept, path)
+}
+
 // closeAll closes the files kept open.
 func (f *files) closeAll() {
 	for path, k := range f.kept {
-		syscall.Close(k.fd)
-		delete(f.kept, path)
+		f.close(path, k)
 	}
 }
 
