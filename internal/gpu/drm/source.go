@@ -39,14 +39,16 @@ type Config struct {
 // Source reads the node's amdgpu, i915 and xe GPUs (gpu.Source). Like every source it is called one Snapshot at
 // a time.
 type Source struct {
-	cfg   Config
-	files files
-	scan  *scanner
-	known map[string]*device
-	cards []string  // /sys/class/drm's entries at the last reading
-	devs  []*device // the GPUs they were
-	topo  *kfdTopology
-	kfd   *kfdReader
+	cfg      Config
+	bounds   bounds
+	files    files
+	scan     *scanner
+	known    map[string]*device
+	cards    []string  // /sys/class/drm's entries at the last reading
+	cardsCut error     // they were more than a reading reads: a truncation
+	devs     []*device // the GPUs they were
+	topo     *kfdTopology
+	kfd      *kfdReader
 	// Counters of the previous reading, for the rates between two: each client's engine counters and each
 	// device's energy, by PCI address.
 	rates  rates
@@ -73,9 +75,10 @@ func New(cfg Config) (*Source, error) {
 	if cfg.KeptFiles == nil {
 		cfg.KeptFiles = procfs.NewKeptFiles(maxKept)
 	}
-	s := &Source{cfg: cfg, files: files{budget: cfg.KeptFiles}, scan: newScanner(cfg.ProcFS, cfg.KeptFiles),
-		known: make(map[string]*device), rates: rates{clients: make(map[rateKey]*clientCounters)},
-		energy: make(map[string]energy), kfd: newKFDReader(cfg.SysFS, cfg.KeptFiles), counts: make(map[string]int)}
+	s := &Source{cfg: cfg, bounds: defaultBounds, files: files{budget: cfg.KeptFiles},
+		scan: newScanner(cfg.ProcFS, cfg.KeptFiles), known: make(map[string]*device),
+		rates: rates{clients: make(map[rateKey]*clientCounters)}, energy: make(map[string]energy),
+		kfd: newKFDReader(cfg.SysFS, cfg.KeptFiles), counts: make(map[string]int)}
 	devs, err := discover(&s.files, cfg.SysFS, cfg.ProcFS, s.known)
 	if err != nil {
 		return nil, err
@@ -119,6 +122,9 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		return nil, err
 	}
 	snap := &gpu.Snapshot{Time: now, Devices: make([]gpu.Device, len(devs))}
+	if s.cardsCut != nil {
+		snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: gpu.OpDevice, Err: s.cardsCut})
+	}
 	energies := make(map[string]energy, len(devs))
 	amd := false
 	for i, d := range devs {
@@ -158,15 +164,25 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		snap.Devices[i].ProcessesListed = listed && (d.driver != "amdgpu" || kfdListed)
 	}
 	s.assemble(snap, devs, kfd, sc.clients, now)
+	for _, e := range snap.Errors {
+		if t := (*truncation)(nil); errors.As(e.Err, &t) {
+			s.logOnce(t.dir, "a directory lists more entries than the exporter reads: "+t.lost, "error", t)
+		}
+	}
 	return snap, nil
 }
 
 // devices lists the GPUs: again only when /sys/class/drm lists other entries than at the last reading (a GPU
 // bound or unbound, a driver reloaded), the device links being what they were while the entries are.
 func (s *Source) devices() ([]*device, error) {
-	names, err := dirNames(filepath.Join(s.cfg.SysFS, "class", "drm"), maxCards)
+	class := filepath.Join(s.cfg.SysFS, "class", "drm")
+	names, cut, err := dirNames(class, s.bounds.cards)
 	if err != nil {
 		return nil, fmt.Errorf("listing DRM devices: %w", err)
+	}
+	s.cardsCut = nil
+	if cut {
+		s.cardsCut = &truncation{dir: class, max: s.bounds.cards, lost: "the GPUs of the cards past them are not read"}
 	}
 	if s.cards != nil && slices.Equal(names, s.cards) {
 		return s.devs, nil
@@ -180,7 +196,8 @@ func (s *Source) devices() ([]*device, error) {
 	return devs, nil
 }
 
-// readKFD reads the compute processes' VRAM; nil, nil where the kernel has no KFD.
+// readKFD reads the compute processes' VRAM; nil, nil where the kernel has no KFD. Past a bound on KFD's
+// directories it returns the processes read and a truncation.
 func (s *Source) readKFD(devs []*device, now time.Time) ([]kfdUse, error) {
 	renders := make(map[int]string, len(devs))
 	for _, d := range devs {
@@ -188,12 +205,13 @@ func (s *Source) readKFD(devs []*device, now time.Time) ([]kfdUse, error) {
 			renders[d.render] = d.pci
 		}
 	}
-	t, err := readKFDTopology(&s.files, s.cfg.SysFS, renders, s.topo)
+	t, err := readKFDTopology(&s.files, s.cfg.SysFS, renders, s.topo, s.bounds.kfdNodes)
 	if err != nil || t == nil {
 		return nil, err
 	}
 	s.topo = t
-	return s.kfd.read(&s.files, t, now)
+	uses, err := s.kfd.read(&s.files, t, now, s.bounds.kfdProcesses)
+	return uses, cmp.Or(err, t.cut)
 }
 
 // errors says what kept the scan of open files from being complete.
