@@ -89,7 +89,7 @@ func discoverCards(f *files, sysfs, procfs string, names []string, known map[str
 			devs = append(devs, d)
 			continue
 		}
-		driver := filepath.Base(readLink(filepath.Join(cardDir, "device", "driver")))
+		driver := driverOf(cardDir)
 		vendor, ours := Drivers[driver]
 		if !ours {
 			continue
@@ -156,12 +156,18 @@ func pciOf(link string) (string, bool) {
 	return gpu.ParsePCIBusID(filepath.Base(target))
 }
 
-func readLink(path string) string {
-	target, err := os.Readlink(path)
-	if err != nil {
+// driverOf returns the driver a DRM card's device is bound to: the name of the directory its driver link resolves
+// to, <sysfs>/bus/<bus>/drivers/<name>; "" for none, a link that leads nowhere (a device being unbound, a copy of
+// sysfs), or one that leads elsewhere than to a driver's directory. The link's last element alone says nothing.
+func driverOf(cardDir string) string {
+	target, err := filepath.EvalSymlinks(filepath.Join(cardDir, "device", "driver"))
+	if err != nil || filepath.Base(filepath.Dir(target)) != "drivers" {
 		return ""
 	}
-	return target
+	if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return filepath.Base(target)
 }
 
 // numbered reads names such as card1 and renderD128.

@@ -89,16 +89,25 @@ func New(cfg Config) (*Source, error) {
 	return s, nil
 }
 
-// Present reports which drivers of this source drive GPUs in sysfs, for --gpu.source=auto.
+// Present reports which drivers of this source drive GPUs in sysfs, for --gpu.source=auto: those that a card's
+// PCI device is bound to, as New finds them. It reads links only, no attribute.
 func Present(sysfs string) []string {
-	var f files
-	devs, _ := discover(&f, sysfs, "", nil)
+	class := filepath.Join(sysfs, "class", "drm")
+	names, _, _ := dirNames(class, maxCards)
 	var drivers []string
-	for _, d := range devs {
-		if !slices.Contains(drivers, d.driver) {
-			drivers = append(drivers, d.driver)
+	for _, n := range names {
+		if _, ok := numbered(n, "card"); !ok {
+			continue
+		}
+		cardDir := filepath.Join(class, n)
+		if _, ok := pciOf(filepath.Join(cardDir, "device")); !ok {
+			continue
+		}
+		if d := driverOf(cardDir); Drivers[d] != "" && !slices.Contains(drivers, d) {
+			drivers = append(drivers, d)
 		}
 	}
+	slices.Sort(drivers)
 	return drivers
 }
 
