@@ -119,7 +119,7 @@ func (f *sourceFlags) open(ctx context.Context, logger *slog.Logger, procRoot st
 	case "nvidia-smi":
 		return f.openNvidiaSMI(logger)
 	case "drm":
-		return f.openDRM(procRoot, kept, 0)
+		return f.openDRM(logger, procRoot, kept, 0)
 	}
 	// auto: the NVIDIA GPUs' source, and the AMD and Intel GPUs' through DRM where sysfs has any; both on a node
 	// with both.
@@ -146,7 +146,7 @@ func (f *sourceFlags) auto(logger *slog.Logger, procRoot string, kept *procfs.Ke
 	if nvidia != nil {
 		first = drm.NVIDIAGPUs(f.sysfs)
 	}
-	d, err := f.openDRM(procRoot, kept, first)
+	d, err := f.openDRM(logger, procRoot, kept, first)
 	if err != nil {
 		if nvidia != nil {
 			_ = nvidia.Close()
@@ -218,8 +218,8 @@ func sourceCollectors(src gpu.Source) []prometheus.Collector {
 }
 
 // openDRM opens the DRM source, its GPUs numbered from first, its kept files within kept's budget.
-func (f *sourceFlags) openDRM(procRoot string, kept *procfs.KeptFiles, first int) (gpu.Source, error) {
-	return drm.New(drm.Config{SysFS: f.sysfs, ProcFS: procRoot, FirstIndex: first, KeptFiles: kept})
+func (f *sourceFlags) openDRM(logger *slog.Logger, procRoot string, kept *procfs.KeptFiles, first int) (gpu.Source, error) {
+	return drm.New(drm.Config{SysFS: f.sysfs, ProcFS: procRoot, FirstIndex: first, KeptFiles: kept, Logger: logger})
 }
 
 func (f *sourceFlags) openNvidiaSMI(logger *slog.Logger) (gpu.Source, error) {

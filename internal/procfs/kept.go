@@ -58,21 +58,34 @@ func (k *KeptFiles) OpenComm(r *Reader, pid uint32) (*KeptFile, error) {
 }
 
 func (k *KeptFiles) openFile(r *Reader, pid uint32, file string) (*KeptFile, error) {
-	if k.open.Add(1) > k.budget {
-		k.open.Add(-1)
+	if !k.Reserve() {
 		return nil, ErrNoKeptRoom
 	}
 	path := r.pathOf(pid, file)
 	fd, err := open(path)
 	if err != nil {
-		k.open.Add(-1)
+		k.Release()
 		return nil, err
 	}
 	return &KeptFile{fd: fd, path: path, owner: k}, nil
 }
 
-const keptFilesHelp = "Process files kept open between readings (a GPU process's stat, or comm on the kernel's procfs; " +
-	"the drm source's DRM fdinfo files), up to the budget; the files past it are read by path at each reading."
+// Reserve takes a place in the budget for a file that the caller opens and keeps open itself (the drm source's
+// sysfs attributes): false when there is none, and the file is to be closed after each read. Release gives the
+// place back once the file is closed.
+func (k *KeptFiles) Reserve() bool {
+	if k.open.Add(1) > k.budget {
+		k.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Release gives back a place that Reserve took.
+func (k *KeptFiles) Release() { k.open.Add(-1) }
+
+const keptFilesHelp = "Files kept open between readings (a GPU process's stat, or comm on the kernel's procfs; the drm " +
+	"source's DRM fdinfo files and sysfs attributes), up to the budget; the files past it are read by path at each reading."
 
 var (
 	keptFilesDesc       = prometheus.NewDesc("gpu_pod_exporter_attribution_kept_files", keptFilesHelp, nil, nil)
@@ -104,7 +117,7 @@ func (r *Reader) ReadStat(f *KeptFile) (comm string, start uint64, err error) {
 
 // Close closes the file, and gives its place back.
 func (f *KeptFile) Close() error {
-	f.owner.open.Add(-1)
+	f.owner.Release()
 	return syscall.Close(f.fd)
 }
 

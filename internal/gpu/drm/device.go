@@ -56,7 +56,7 @@ const maxCards = 4096
 // discover lists the DRM devices of the drivers this source reads, sorted by PCI address. known are the devices
 // found before, by card name, which are reused while the card still names the same PCI device.
 func discover(f *files, sysfs, procfs string, known map[string]*device) ([]*device, error) {
-	names, err := dirNames(filepath.Join(sysfs, "class", "drm"), maxCards)
+	names, _, err := dirNames(filepath.Join(sysfs, "class", "drm"), maxCards)
 	if err != nil {
 		return nil, fmt.Errorf("listing DRM devices: %w", err)
 	}
@@ -89,7 +89,7 @@ func discoverCards(f *files, sysfs, procfs string, names []string, known map[str
 			devs = append(devs, d)
 			continue
 		}
-		driver := filepath.Base(readLink(filepath.Join(cardDir, "device", "driver")))
+		driver := driverOf(cardDir)
 		vendor, ours := Drivers[driver]
 		if !ours {
 			continue
@@ -113,7 +113,7 @@ func renderOf(renders map[string]int, pci string) int {
 
 // identify reads what names the device: its model, a stable UUID, its hwmon directory and driver version.
 func (d *device) identify(f *files, sysfs, procfs string) {
-	if hw, err := dirNames(filepath.Join(d.dir, "hwmon"), 16); err == nil {
+	if hw, _, err := dirNames(filepath.Join(d.dir, "hwmon"), 16); err == nil {
 		slices.Sort(hw)
 		for _, h := range hw {
 			if _, ok := numbered(h, "hwmon"); ok {
@@ -156,12 +156,18 @@ func pciOf(link string) (string, bool) {
 	return gpu.ParsePCIBusID(filepath.Base(target))
 }
 
-func readLink(path string) string {
-	target, err := os.Readlink(path)
-	if err != nil {
+// driverOf returns the driver a DRM card's device is bound to: the name of the directory its driver link resolves
+// to, <sysfs>/bus/<bus>/drivers/<name>; "" for none, a link that leads nowhere (a device being unbound, a copy of
+// sysfs), or one that leads elsewhere than to a driver's directory. The link's last element alone says nothing.
+func driverOf(cardDir string) string {
+	target, err := filepath.EvalSymlinks(filepath.Join(cardDir, "device", "driver"))
+	if err != nil || filepath.Base(filepath.Dir(target)) != "drivers" {
 		return ""
 	}
-	return target
+	if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return filepath.Base(target)
 }
 
 // numbered reads names such as card1 and renderD128.
@@ -192,7 +198,7 @@ func isHex(s string) bool {
 func NVIDIAGPUs(sysfs string) int {
 	var f files
 	dir := filepath.Join(sysfs, "bus", "pci", "devices")
-	names, _ := dirNames(dir, 1<<16)
+	names, _, _ := dirNames(dir, 1<<16)
 	n := 0
 	for _, name := range names {
 		vendor, _ := f.text(filepath.Join(dir, name, "vendor"))

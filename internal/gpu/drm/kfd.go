@@ -24,6 +24,7 @@ import (
 type kfdTopology struct {
 	generation string
 	gpus       map[uint64]string
+	cut        error // the nodes were more than a reading reads: a truncation
 }
 
 // maxKFDNodes bounds the topology nodes read: a CPU node per socket and one per GPU or compute partition.
@@ -31,9 +32,10 @@ const maxKFDNodes = 1024
 
 func kfdDir(sysfs string) string { return filepath.Join(sysfs, "class", "kfd", "kfd") }
 
-// readKFDTopology reads the topology when its generation_id changed since last (nil: never read); renders maps
-// render node minors to PCI addresses. It returns nil, nil where there is no KFD (no amdgpu, or an older kernel).
-func readKFDTopology(f *files, sysfs string, renders map[int]string, last *kfdTopology) (*kfdTopology, error) {
+// readKFDTopology reads the topology, at most max of its nodes, when its generation_id changed since last (nil:
+// never read); renders maps render node minors to PCI addresses. It returns nil, nil where there is no KFD (no
+// amdgpu, or an older kernel).
+func readKFDTopology(f *files, sysfs string, renders map[int]string, last *kfdTopology, max int) (*kfdTopology, error) {
 	dir := filepath.Join(kfdDir(sysfs), "topology")
 	gen, err := f.text(filepath.Join(dir, "generation_id"))
 	if err != nil {
@@ -45,11 +47,15 @@ func readKFDTopology(f *files, sysfs string, renders map[int]string, last *kfdTo
 	if last != nil && last.generation == gen && len(last.gpus) > 0 {
 		return last, nil
 	}
-	nodes, err := dirNames(filepath.Join(dir, "nodes"), maxKFDNodes)
+	nodes, cut, err := dirNames(filepath.Join(dir, "nodes"), max)
 	if err != nil {
 		return nil, fmt.Errorf("reading KFD's topology: %w", err)
 	}
 	t := &kfdTopology{generation: gen, gpus: make(map[uint64]string)}
+	if cut {
+		t.cut = &truncation{dir: filepath.Join(dir, "nodes"), max: max,
+			lost: "the compute processes of the GPUs past them are not listed"}
+	}
 	for _, n := range nodes {
 		id, err := f.uint(filepath.Join(dir, "nodes", n, "gpu_id"))
 		if err != nil || id == 0 { // a CPU node has gpu_id 0
@@ -85,7 +91,8 @@ func property(props []byte, name string) uint64 {
 }
 
 // Bounds on KFD's process list: the compute processes of a node, and the GPUs of one. The vram files kept open
-// share the attribute files' bound, maxKeptAttrs (past it, a file is opened and closed at each reading).
+// take their places in the source's budget of kept files, as the attribute files do (past it, a file is opened and
+// closed at each reading).
 const (
 	maxKFDProcesses = 1 << 16
 	maxKFDFiles     = 256
@@ -97,13 +104,14 @@ const (
 // process's directory. A kept file stays tied to the process's directory: once KFD removes it (the process exited,
 // whether or not its PID is reused since), reading the file fails with ENODEV (kernfs), and the process's files are
 // listed again at the next reading. They are listed again too when the topology changed, and, for a process with a
-// file not kept open (past maxKeptAttrs), every fullLookEvery: the file is opened by its path at each reading, which
+// file not kept open (past the budget), every fullLookEvery: the file is opened by its path at each reading, which
 // could be another process's after its PID was reused.
 type kfdReader struct {
-	dir   string // <sysfs>/class/kfd/kfd/proc
-	list  *procfs.Reader
-	procs map[uint32]*kfdProcess
-	kept  int // vram files open
+	dir    string // <sysfs>/class/kfd/kfd/proc
+	list   *procfs.Reader
+	budget *procfs.KeptFiles // of the files kept open; nil: none kept
+	procs  map[uint32]*kfdProcess
+	kept   int // vram files open
 	// Reused from one reading to the next.
 	pids []uint32
 	uses []kfdUse
@@ -116,7 +124,7 @@ type kfdProcess struct {
 	allKept bool         // every file kept open
 }
 
-// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past maxKeptAttrs).
+// kfdVRAM is one vram_<gpu_id> file of a process, of a GPU of the topology, open as fd (-1 past the budget).
 type kfdVRAM struct {
 	path string
 	pci  string
@@ -131,21 +139,26 @@ type kfdUse struct {
 	bytes float64
 }
 
-func newKFDReader(sysfs string) *kfdReader {
+func newKFDReader(sysfs string, budget *procfs.KeptFiles) *kfdReader {
 	dir := filepath.Join(kfdDir(sysfs), "proc")
 	// KFD's process directory is named as /proc's are, by PID: the procfs reader lists them.
-	return &kfdReader{dir: dir, list: procfs.NewReader(dir), procs: make(map[uint32]*kfdProcess)}
+	return &kfdReader{dir: dir, list: procfs.NewReader(dir), budget: budget, procs: make(map[uint32]*kfdProcess)}
 }
 
-// read reads every compute process's VRAM per GPU, in the order of their PIDs. A process that exits while it is
-// read is left out. The uses are good until the next read.
-func (k *kfdReader) read(f *files, t *kfdTopology, now time.Time) ([]kfdUse, error) {
+// read reads every compute process's VRAM per GPU, in the order of their PIDs, at most max processes: past them,
+// it returns the uses read and a truncation. A process that exits while it is read is left out. The uses are good
+// until the next read.
+func (k *kfdReader) read(f *files, t *kfdTopology, now time.Time, max int) ([]kfdUse, error) {
 	pids, err := k.list.AppendPIDs(k.pids[:0])
 	if err != nil {
 		return nil, fmt.Errorf("listing KFD's compute processes: %w", err)
 	}
 	slices.Sort(pids)
-	k.pids = pids[:min(len(pids), maxKFDProcesses)]
+	var cut error
+	if len(pids) > max {
+		cut = &truncation{dir: k.dir, max: max, lost: "the compute processes past them, of the highest PIDs, are not listed"}
+	}
+	k.pids = pids[:min(len(pids), max)]
 	for pid, p := range k.procs {
 		if _, live := slices.BinarySearch(k.pids, pid); !live {
 			k.drop(pid, p)
@@ -182,14 +195,14 @@ func (k *kfdReader) read(f *files, t *kfdTopology, now time.Time) ([]kfdUse, err
 		}
 	}
 	k.uses = uses
-	return uses, nil
+	return uses, cut
 }
 
 // look lists a process's vram files of the topology's GPUs, keeping open those it had open already; nil when the
 // process is gone.
 func (k *kfdReader) look(pid uint32, p *kfdProcess, t *kfdTopology, now time.Time) *kfdProcess {
 	dir := filepath.Join(k.dir, strconv.FormatUint(uint64(pid), 10))
-	names, err := dirNames(dir, maxKFDFiles)
+	names, _, err := dirNames(dir, maxKFDFiles)
 	if err != nil {
 		if p != nil {
 			k.drop(pid, p)
@@ -227,7 +240,7 @@ func (k *kfdReader) look(pid uint32, p *kfdProcess, t *kfdTopology, now time.Tim
 	return p
 }
 
-// readVRAM reads one vram file, through its kept fd, opening it (and keeping it, within maxKeptAttrs) where it has
+// readVRAM reads one vram file, through its kept fd, opening it (and keeping it, within the budget) where it has
 // none.
 func (k *kfdReader) readVRAM(f *files, v *kfdVRAM) (uint64, error) {
 	fd, again := v.fd, v.fd >= 0
@@ -236,7 +249,7 @@ func (k *kfdReader) readVRAM(f *files, v *kfdVRAM) (uint64, error) {
 		if fd, err = open(v.path); err != nil {
 			return 0, err
 		}
-		if k.kept+len(f.kept) < maxKeptAttrs {
+		if k.budget != nil && k.budget.Reserve() {
 			v.fd = fd
 			k.kept++
 		} else {
@@ -262,6 +275,7 @@ func (k *kfdReader) drop(pid uint32, p *kfdProcess) {
 func (k *kfdReader) close(v kfdVRAM) {
 	if v.fd >= 0 {
 		syscall.Close(v.fd)
+		k.budget.Release()
 		k.kept--
 	}
 }

@@ -32,12 +32,32 @@ type client struct {
 // scan is what one pass over the processes' open files found.
 type scan struct {
 	clients []client
-	// denied counts processes whose open files could not be read for want of permission; truncated says the
-	// per-reading bound stopped the pass, and cut counts the processes whose files were not all looked at.
+	// denied counts processes whose open files could not be read for want of permission, deniedErr says the first
+	// one's; failed counts those whose files could not be looked at for another reason than having exited, with the
+	// first error; truncated says the per-reading bound stopped the pass, and cut counts the processes whose files
+	// were not all looked at.
 	denied    int
+	deniedErr error
+	failed    int
+	failedErr error
 	truncated bool
 	cut       int
 	err       error // the proc filesystem could not be listed
+}
+
+// unreadable counts a process whose open files could not all be read, for want of permission or for another
+// reason; a process that exited meanwhile is not one.
+func (s *scan) unreadable(err error) {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		if s.denied++; s.deniedErr == nil {
+			s.deniedErr = err
+		}
+	case !procfs.Exited(err):
+		if s.failed++; s.failedErr == nil {
+			s.failedErr = err
+		}
+	}
 }
 
 // clientKey identifies a DRM client: drm-client-id is unique per device (or per system), so a client open through
@@ -86,6 +106,7 @@ type drmFile struct {
 
 // scanner looks through the processes' open files for DRM clients, reading by reading.
 type scanner struct {
+	root   string
 	r      *procfs.Reader
 	budget *procfs.KeptFiles
 	procs  map[uint32]*openFiles
@@ -103,8 +124,9 @@ func newScanner(procfsRoot string, budget *procfs.KeptFiles) *scanner {
 	if budget == nil {
 		budget = procfs.NewKeptFiles(maxKept)
 	}
-	return &scanner{r: procfs.NewReader(procfsRoot), budget: budget, procs: make(map[uint32]*openFiles),
-		seen: make(map[clientKey]bool), byPCI: make(map[string]int), byMinor: make(map[uint32]int)}
+	return &scanner{root: procfsRoot, r: procfs.NewReader(procfsRoot), budget: budget,
+		procs: make(map[uint32]*openFiles), seen: make(map[clientKey]bool), byPCI: make(map[string]int),
+		byMinor: make(map[uint32]int)}
 }
 
 // scan finds the DRM clients of the drivers and devices this source reads in every process's open files, each
@@ -151,16 +173,15 @@ func (sc *scanner) scan(ctx context.Context, devs []*device, perProcess, perRead
 			var cut bool
 			p, looked, cut, err = sc.look(pid, p, min(perProcess, budget), now)
 			budget -= looked
-			switch {
-			case errors.Is(err, fs.ErrPermission):
-				s.denied++
+			if err != nil {
+				s.unreadable(err) // unless it exited since it was listed
 				continue
-			case err != nil:
-				continue // exited since it was listed
-			case cut:
+			}
+			if cut {
 				s.cut++
 			}
 		}
+		denied := false
 		for j := 0; j < len(p.drm); j++ {
 			f := &p.drm[j]
 			dev, ok := byMinor[f.Minor]
@@ -170,7 +191,13 @@ func (sc *scanner) scan(ctx context.Context, devs []*device, perProcess, perRead
 			c, err := sc.read(pid, f)
 			if err != nil {
 				// Closed, reused for a file that is no DRM client's, or the process exited (its PID possibly
-				// another's now): forgotten, and a process with none left is looked at in full next time.
+				// another's now): forgotten, and a process with none left is looked at in full next time. A file whose
+				// fdinfo may not be read (the process's credentials changed since its fds were stat'ed) is a client
+				// whose use is unknown: its process counts as unreadable, once.
+				if errors.Is(err, fs.ErrPermission) && !denied {
+					denied = true
+					s.unreadable(err)
+				}
 				sc.forget(pid, p, j)
 				j--
 				continue
@@ -199,18 +226,32 @@ func (sc *scanner) scan(ctx context.Context, devs []*device, perProcess, perRead
 
 // look lists every fd of a process and stats each through its link, keeping the DRM device nodes, with their
 // fdinfo files kept open; p is what was known of the process (nil for a new one).
+//
+// Listing the fds needs only the fd directory's permissions, which root has; following an fd's link, as stat does,
+// and reading its fdinfo need ptrace read access to the process (the kernel's ptrace_may_access), which a reader
+// without CAP_SYS_PTRACE, or confined by AppArmor, lacks for other processes: a stat that fails for that is the
+// process's error, never a file closed since it was listed (ENOENT), lest an unreadable process read as one
+// without a GPU.
 func (sc *scanner) look(pid uint32, p *openFiles, limit int, now time.Time) (_ *openFiles, looked int, cut bool, err error) {
 	sc.fds = sc.fds[:0]
+	var statErr error
 	looked, cut, err = sc.r.FDs(pid, limit, func(fd int, stat func() (procfs.FDTarget, error)) bool {
 		t, err := stat()
 		if err != nil {
-			return true // closed since it was listed
+			if procfs.Exited(err) {
+				return true // closed since it was listed, or the process exited
+			}
+			statErr = fmt.Errorf("following %s/%d/fd/%d: %w", sc.root, pid, fd, err)
+			return false
 		}
 		if minor, ok := t.CharDevice(DRMMajor); ok {
 			sc.fds = append(sc.fds, procfs.DeviceFD{FD: fd, Minor: minor})
 		}
 		return true
 	})
+	if err == nil {
+		err = statErr
+	}
 	if err != nil {
 		if p != nil {
 			sc.drop(pid, p)

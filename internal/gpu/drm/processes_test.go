@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/gpu/drm/drmfake"
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // The scanner keeps what it found from one reading to the next (processes.go): these tests move the clock and the
@@ -274,7 +275,7 @@ func TestAttributeFilesKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var f files
+	f := files{budget: procfs.NewKeptFiles(2)}
 	defer f.closeAll()
 	c := newClock()
 	f.reading(c.now())

@@ -84,7 +84,7 @@ func (r *deviceReader) memory() {
 			out.MemoryFreeBytes = gpu.Known(max(out.MemoryTotalBytes.V-out.MemoryUsedBytes.V, 0))
 		}
 	case "xe":
-		tiles, _ := dirNames(d.dir, 256)
+		tiles, _, _ := dirNames(d.dir, 256)
 		var total gpu.Value
 		for _, t := range tiles {
 			if _, ok := numbered(t, "tile"); !ok {

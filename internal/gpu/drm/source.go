@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"slices"
@@ -25,24 +26,29 @@ type Config struct {
 	// Bounds on the open files looked at per process and per reading; DefaultMaxFDsPerProcess and
 	// DefaultMaxFDsPerReading by default.
 	MaxFDsPerProcess, MaxFDsPerReading int
-	// KeptFiles is the budget of process files kept open between readings, shared with attribution's, so that the
-	// two together leave descriptors for connections; past it a DRM file's fdinfo is read by path. nil: a budget of
-	// this source's own.
+	// KeptFiles is the budget of files kept open between readings, shared with attribution's, so that the two
+	// together leave descriptors for connections: the DRM files' fdinfo and the sysfs attributes (KFD's included)
+	// take their places in it, and past it they are read by path. nil: a budget of this source's own.
 	KeptFiles *procfs.KeptFiles
-	Now       func() time.Time
+	// Logger says once what keeps the readings incomplete and how to mend it (no permission to read other
+	// processes' files, a bound reached); each reading counts it in its errors. nil: not logged.
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Source reads the node's amdgpu, i915 and xe GPUs (gpu.Source). Like every source it is called one Snapshot at
 // a time.
 type Source struct {
-	cfg   Config
-	files files
-	scan  *scanner
-	known map[string]*device
-	cards []string  // /sys/class/drm's entries at the last reading
-	devs  []*device // the GPUs they were
-	topo  *kfdTopology
-	kfd   *kfdReader
+	cfg      Config
+	bounds   bounds
+	files    files
+	scan     *scanner
+	known    map[string]*device
+	cards    []string  // /sys/class/drm's entries at the last reading
+	cardsCut error     // they were more than a reading reads: a truncation
+	devs     []*device // the GPUs they were
+	topo     *kfdTopology
+	kfd      *kfdReader
 	// Counters of the previous reading, for the rates between two: each client's engine counters and each
 	// device's energy, by PCI address.
 	rates  rates
@@ -51,6 +57,7 @@ type Source struct {
 	// device had.
 	uses   []usage
 	counts map[string]int
+	logged map[string]bool // the problems logged, by kind
 }
 
 // ErrNoDevice is New's error on a node without an amdgpu, i915 or xe GPU.
@@ -65,9 +72,13 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Source{cfg: cfg, scan: newScanner(cfg.ProcFS, cfg.KeptFiles), known: make(map[string]*device),
+	if cfg.KeptFiles == nil {
+		cfg.KeptFiles = procfs.NewKeptFiles(maxKept)
+	}
+	s := &Source{cfg: cfg, bounds: defaultBounds, files: files{budget: cfg.KeptFiles},
+		scan: newScanner(cfg.ProcFS, cfg.KeptFiles), known: make(map[string]*device),
 		rates: rates{clients: make(map[rateKey]*clientCounters)}, energy: make(map[string]energy),
-		kfd: newKFDReader(cfg.SysFS), counts: make(map[string]int)}
+		kfd: newKFDReader(cfg.SysFS, cfg.KeptFiles), counts: make(map[string]int)}
 	devs, err := discover(&s.files, cfg.SysFS, cfg.ProcFS, s.known)
 	if err != nil {
 		return nil, err
@@ -78,16 +89,25 @@ func New(cfg Config) (*Source, error) {
 	return s, nil
 }
 
-// Present reports which drivers of this source drive GPUs in sysfs, for --gpu.source=auto.
+// Present reports which drivers of this source drive GPUs in sysfs, for --gpu.source=auto: those that a card's
+// PCI device is bound to, as New finds them. It reads links only, no attribute.
 func Present(sysfs string) []string {
-	var f files
-	devs, _ := discover(&f, sysfs, "", nil)
+	class := filepath.Join(sysfs, "class", "drm")
+	names, _, _ := dirNames(class, maxCards)
 	var drivers []string
-	for _, d := range devs {
-		if !slices.Contains(drivers, d.driver) {
-			drivers = append(drivers, d.driver)
+	for _, n := range names {
+		if _, ok := numbered(n, "card"); !ok {
+			continue
+		}
+		cardDir := filepath.Join(class, n)
+		if _, ok := pciOf(filepath.Join(cardDir, "device")); !ok {
+			continue
+		}
+		if d := driverOf(cardDir); Drivers[d] != "" && !slices.Contains(drivers, d) {
+			drivers = append(drivers, d)
 		}
 	}
+	slices.Sort(drivers)
 	return drivers
 }
 
@@ -111,6 +131,9 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 		return nil, err
 	}
 	snap := &gpu.Snapshot{Time: now, Devices: make([]gpu.Device, len(devs))}
+	if s.cardsCut != nil {
+		snap.Errors = append(snap.Errors, gpu.DeviceError{Index: -1, Operation: gpu.OpDevice, Err: s.cardsCut})
+	}
 	energies := make(map[string]energy, len(devs))
 	amd := false
 	for i, d := range devs {
@@ -138,20 +161,37 @@ func (s *Source) Snapshot(ctx context.Context) (*gpu.Snapshot, error) {
 	}
 	sc := s.scan.scan(ctx, devs, s.cfg.MaxFDsPerProcess, s.cfg.MaxFDsPerReading, now)
 	snap.Errors = append(snap.Errors, sc.errors(s.cfg)...)
-	listed := sc.err == nil && sc.denied == 0 && !sc.truncated
+	if sc.denied > 0 {
+		s.logOnce("denied", "the open files of some processes cannot be read, so their AMD and Intel GPU use is "+
+			"unknown and no GPU's process list is complete: give the exporter CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH "+
+			"(the Helm chart's drm.enabled) and, where AppArmor confines its container, a profile that allows ptrace "+
+			"read of other processes (docs/reference.md, \"AMD and Intel GPUs\", Permissions)",
+			"processes", sc.denied, "first", sc.deniedErr)
+	}
+	listed := sc.err == nil && sc.denied == 0 && sc.failed == 0 && !sc.truncated
 	for i, d := range devs {
 		snap.Devices[i].ProcessesListed = listed && (d.driver != "amdgpu" || kfdListed)
 	}
 	s.assemble(snap, devs, kfd, sc.clients, now)
+	for _, e := range snap.Errors {
+		if t := (*truncation)(nil); errors.As(e.Err, &t) {
+			s.logOnce(t.dir, "a directory lists more entries than the exporter reads: "+t.lost, "error", t)
+		}
+	}
 	return snap, nil
 }
 
 // devices lists the GPUs: again only when /sys/class/drm lists other entries than at the last reading (a GPU
 // bound or unbound, a driver reloaded), the device links being what they were while the entries are.
 func (s *Source) devices() ([]*device, error) {
-	names, err := dirNames(filepath.Join(s.cfg.SysFS, "class", "drm"), maxCards)
+	class := filepath.Join(s.cfg.SysFS, "class", "drm")
+	names, cut, err := dirNames(class, s.bounds.cards)
 	if err != nil {
 		return nil, fmt.Errorf("listing DRM devices: %w", err)
+	}
+	s.cardsCut = nil
+	if cut {
+		s.cardsCut = &truncation{dir: class, max: s.bounds.cards, lost: "the GPUs of the cards past them are not read"}
 	}
 	if s.cards != nil && slices.Equal(names, s.cards) {
 		return s.devs, nil
@@ -165,7 +205,8 @@ func (s *Source) devices() ([]*device, error) {
 	return devs, nil
 }
 
-// readKFD reads the compute processes' VRAM; nil, nil where the kernel has no KFD.
+// readKFD reads the compute processes' VRAM; nil, nil where the kernel has no KFD. Past a bound on KFD's
+// directories it returns the processes read and a truncation.
 func (s *Source) readKFD(devs []*device, now time.Time) ([]kfdUse, error) {
 	renders := make(map[int]string, len(devs))
 	for _, d := range devs {
@@ -173,12 +214,13 @@ func (s *Source) readKFD(devs []*device, now time.Time) ([]kfdUse, error) {
 			renders[d.render] = d.pci
 		}
 	}
-	t, err := readKFDTopology(&s.files, s.cfg.SysFS, renders, s.topo)
+	t, err := readKFDTopology(&s.files, s.cfg.SysFS, renders, s.topo, s.bounds.kfdNodes)
 	if err != nil || t == nil {
 		return nil, err
 	}
 	s.topo = t
-	return s.kfd.read(&s.files, t, now)
+	uses, err := s.kfd.read(&s.files, t, now, s.bounds.kfdProcesses)
+	return uses, cmp.Or(err, t.cut)
 }
 
 // errors says what kept the scan of open files from being complete.
@@ -188,8 +230,12 @@ func (sc scan) errors(cfg Config) []gpu.DeviceError {
 		errs = append(errs, sc.err)
 	}
 	if sc.denied > 0 {
-		errs = append(errs, fmt.Errorf("the open files of %d processes could not be read (permission denied): reading "+
-			"other processes' DRM clients needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH", sc.denied))
+		errs = append(errs, fmt.Errorf("the open files of %d processes could not be read (%w): reading other "+
+			"processes' DRM clients needs CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (drm.enabled) and, under AppArmor, "+
+			"a profile that allows it", sc.denied, sc.deniedErr))
+	}
+	if sc.failed > 0 {
+		errs = append(errs, fmt.Errorf("the open files of %d processes could not be looked at: %w", sc.failed, sc.failedErr))
 	}
 	if sc.truncated {
 		errs = append(errs, fmt.Errorf("stopped looking at processes' open files after %d of them (or at the "+
@@ -203,6 +249,19 @@ func (sc scan) errors(cfg Config) []gpu.DeviceError {
 		out[i] = gpu.DeviceError{Index: -1, Operation: gpu.OpProcesses, Err: err}
 	}
 	return out
+}
+
+// logOnce logs a problem of a kind at its first reading, at warning level: each reading counts it in its errors,
+// and the line says what to do about it.
+func (s *Source) logOnce(kind, msg string, args ...any) {
+	if s.cfg.Logger == nil || s.logged[kind] {
+		return
+	}
+	if s.logged == nil {
+		s.logged = make(map[string]bool)
+	}
+	s.logged[kind] = true
+	s.cfg.Logger.Warn(msg, args...)
 }
 
 // deviceMemory reports whether a memory region of a driver's fdinfo is the device's own memory: amdgpu's vram,

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/procfs"
 )
 
 // files reads the small attribute files of sysfs (and procfs's osrelease) through one buffer. It opens a file
@@ -17,11 +19,16 @@ import (
 // a --path.sysfs that is not the kernel's must not make the exporter hang on a FIFO or read a large file into
 // memory. Directories in the path may be symlinks, as sysfs's device links are.
 //
-// A file read at a reading stays open for the next one, which reads it again from its start (sysfs calls the
-// driver's show function at each read from offset 0) with one system call instead of four; one not read at a
-// reading is closed after it (sweep), as is one whose read fails. A file that is absent is not looked for again
-// for fullLookEvery: what a driver publishes does not change while it is loaded.
+// A file read at a reading stays open for the next one, while budget has room, which reads it again from its
+// start (sysfs calls the driver's show function at each read from offset 0) with one system call instead of four;
+// one not read at a reading is closed after it (sweep), as is one whose read fails. A file that is absent is not
+// looked for again for fullLookEvery: what a driver publishes does not change while it is loaded. The absent files
+// are forgotten when they appear and once that minute is over (the files of a GPU unbound, of a compute process
+// that exited), and at most maxAbsent are remembered: past it, a missing file is looked for at each reading.
 type files struct {
+	// budget is the files kept open between readings, shared with the DRM files' fdinfo and attribution's process
+	// files; nil: none kept.
+	budget *procfs.KeptFiles
 	buf    []byte
 	now    time.Time
 	reads  uint64 // the reading, for sweep
@@ -38,9 +45,9 @@ type keptAttr struct {
 // read, are about 1.5 KB.
 const maxAttr = 8 << 10
 
-// maxKeptAttrs bounds the sysfs files kept open, attributes and KFD's files together: a few dozen per GPU, one
-// per compute process and GPU.
-const maxKeptAttrs = 1 << 13
+// maxAbsent bounds the absent files remembered: a dozen attributes per GPU that its driver does not publish, and
+// the files of compute processes that exited as they were read.
+const maxAbsent = 1 << 12
 
 // errAbsent is the error of a file found missing within fullLookEvery: the same value each time, since a reading
 // asks for a dozen files a driver does not publish, and absent files are not reported.
@@ -48,13 +55,18 @@ var errAbsent = fmt.Errorf("not published by the driver (looked for within the l
 
 var errNotRegular = errors.New("not a regular file, as sysfs attributes are")
 
-// reading starts a reading at now: the files kept open from the last one and not read at it are closed.
+// reading starts a reading at now: the files kept open from the last one and not read at it are closed, and the
+// absent files looked for over fullLookEvery ago forgotten.
 func (f *files) reading(now time.Time) {
 	f.now = now
+	for path, t := range f.absent {
+		if now.Sub(t) >= fullLookEvery {
+			delete(f.absent, path)
+		}
+	}
 	for path, k := range f.kept {
 		if k.lastRead != f.reads {
-			syscall.Close(k.fd)
-			delete(f.kept, path)
+			f.close(path, k)
 		}
 	}
 	f.reads++
@@ -65,8 +77,7 @@ func (f *files) read(path string) ([]byte, error) {
 	if k, ok := f.kept[path]; ok {
 		b, err := f.readFD(k.fd, path, true)
 		if err != nil {
-			syscall.Close(k.fd)
-			delete(f.kept, path)
+			f.close(path, k)
 			return nil, err
 		}
 		k.lastRead = f.reads
@@ -77,7 +88,7 @@ func (f *files) read(path string) ([]byte, error) {
 	}
 	fd, err := open(path)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !f.now.IsZero() {
+		if errors.Is(err, fs.ErrNotExist) && !f.now.IsZero() && len(f.absent) < maxAbsent {
 			if f.absent == nil {
 				f.absent = make(map[string]time.Time)
 			}
@@ -87,7 +98,7 @@ func (f *files) read(path string) ([]byte, error) {
 	}
 	delete(f.absent, path)
 	b, err := f.readFD(fd, path, false)
-	if err != nil || f.now.IsZero() || len(f.kept) >= maxKeptAttrs {
+	if err != nil || f.now.IsZero() || f.budget == nil || !f.budget.Reserve() {
 		syscall.Close(fd)
 		return b, err
 	}
@@ -131,11 +142,17 @@ func (f *files) readFD(fd int, path string, again bool) ([]byte, error) {
 	return nil, fmt.Errorf("%s: larger than %d bytes", path, maxAttr)
 }
 
+// close closes a kept file, and gives its place in the budget back.
+func (f *files) close(path string, k *keptAttr) {
+	syscall.Close(k.fd)
+	f.budget.Release()
+	delete(f.kept, path)
+}
+
 // closeAll closes the files kept open.
 func (f *files) closeAll() {
 	for path, k := range f.kept {
-		syscall.Close(k.fd)
-		delete(f.kept, path)
+		f.close(path, k)
 	}
 }
 
@@ -218,16 +235,40 @@ func absent(err error) bool {
 		errors.Is(err, syscall.ENODATA) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENODEV)
 }
 
-// dirNames lists a directory's entry names, at most max of them.
-func dirNames(path string, max int) ([]string, error) {
+// dirNames lists a directory's entry names, at most max of them; cut says it has more.
+func dirNames(path string, max int) (names []string, cut bool, err error) {
 	d, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(max)
+	names, err = d.Readdirnames(max + 1)
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
-	return names, err
+	if len(names) > max {
+		names, cut = names[:max], true
+	}
+	return names, cut, err
+}
+
+// bounds are the most entries of each sysfs directory a reading reads, beyond which it says it stopped
+// (truncation); a test lowers them.
+type bounds struct {
+	cards, kfdNodes, kfdProcesses int
+}
+
+var defaultBounds = bounds{cards: maxCards, kfdNodes: maxKFDNodes, kfdProcesses: maxKFDProcesses}
+
+// truncation is a directory that listed more entries than a bound lets a reading read: what the entries past it
+// name is not read.
+type truncation struct {
+	dir  string
+	max  int
+	lost string // what is not read
+}
+
+func (t *truncation) Error() string {
+	return fmt.Sprintf("%s has more than %d entries, of which only the first %d were read: %s", t.dir, t.max,
+		t.max, t.lost)
 }
