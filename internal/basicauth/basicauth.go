@@ -14,9 +14,10 @@
 //     whole failed checks of their budget left, then the clients refused fewer times lately (a count that halves
 //     every FailureInterval, in powers of two: one that asks again as soon as it is refused sinks with every
 //     refusal). Among checks of equal standing the newest goes first, and when there is no room a new check takes
-//     the place of the one that goes last, the oldest of the lowest standing. A flood's first attempts after a
-//     restart cannot be told from a scraper's; the flood, asking again every few milliseconds, comes first, and a
-//     scraper at its interval comes after it: newest first checks the scraper's first scrape next;
+//     the place of the newest of the lowest standing. A flood's first attempts after a restart cannot be told from
+//     a scraper's, and come in a burst as their TLS handshakes end: a scraper that comes after the burst is checked
+//     next, and one among the first of it keeps its place until the burst ends. One that comes in the middle of it
+//     may be refused, and goes first at its next scrape (above);
 //   - past MaxClients client addresses, the clients in the best standing are forgotten (a client forgotten comes
 //     back new, in the best standing, so forgetting it gives nothing away); the flood's penalties are kept;
 //   - a check whose client has gone (its request context done) does no bcrypt, and identical checks in flight share
@@ -352,24 +353,29 @@ func (c *Checker) refuse(cl *client, cn *conn, key flightKey) {
 	}
 }
 
-// wait queues w for the next free slot: in the room left, or in the place of the waiting check that goes last when w
-// goes before it (its standing is no lower: w is the newer), which then leaves its lane and is told it lost its
-// place. It reports whether w waits. c.mu is held.
+// wait queues w for the next free slot: in the room left, or in the place of the newest waiting check of the lowest
+// standing when w's is no lower, which then leaves its lane and is told it lost its place. Taking the newest's place
+// rather than the oldest's, a burst of first attempts of equal standing (a flood's, as a restarted exporter begins
+// to listen) churns one place: the newest is still checked next, and the checks that came before the burst filled
+// the queue, a scraper's among them, keep their places until it ends. It reports whether w waits. c.mu is held.
 func (c *Checker) wait(w *waiter) bool {
 	c.seq++
 	w.seq, w.turn = c.seq, make(chan bool, 1)
 	if len(c.waiting) >= c.cfg.MaxWaiting {
-		last := 0
-		for i, o := range c.waiting {
-			if c.waiting[last].before(o) {
-				last = i
-			}
-		}
-		if len(c.waiting) == 0 || !w.before(c.waiting[last]) {
+		if len(c.waiting) == 0 {
 			return false
 		}
-		displaced := c.waiting[last]
-		c.waiting = slices.Delete(c.waiting, last, last+1)
+		victim := 0
+		for i, o := range c.waiting {
+			if v := c.waiting[victim]; v.standing.above(o.standing) || v.standing == o.standing && o.seq > v.seq {
+				victim = i
+			}
+		}
+		if c.waiting[victim].standing.above(w.standing) {
+			return false
+		}
+		displaced := c.waiting[victim]
+		c.waiting = slices.Delete(c.waiting, victim, victim+1)
 		c.refusedBusy++
 		displaced.client.inFlight[displaced.lane] = false
 		c.refuse(displaced.client, displaced.conn, displaced.key)
