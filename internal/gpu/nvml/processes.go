@@ -169,23 +169,25 @@ func (r *deviceReader) listProcesses(h gonvml.Device, ref deviceRef, scope listS
 		{h.GetGraphicsRunningProcesses, false, func(e *procEntry) { e.graphics = true }},
 		{h.GetMPSComputeRunningProcesses, false, func(e *procEntry) { e.mps = true }},
 	}
-	if r.s.records != nil {
-		for i := range lists {
-			lists[i].call = func() ([]gonvml.ProcessInfo, gonvml.Return) { return r.s.records.list(processList(i), ref) }
-		}
-	}
 	if !r.s.syms.mpsProcesses {
 		lists = lists[:2]
 	}
-	for _, l := range lists {
+	for i, l := range lists {
 		var infos []gonvml.ProcessInfo
 		var ret gonvml.Return
+		var err error
 		if r.s.records != nil {
-			infos, ret = l.call() // retries INSUFFICIENT_SIZE itself
+			infos, ret, err = r.s.records.list(processList(i), ref) // retries INSUFFICIENT_SIZE itself
 		} else {
 			infos, ret = retrySize(l.call)
 		}
 		switch {
+		case err != nil:
+			if r.lost == nil {
+				r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcesses, fmt.Errorf(
+					"listing the processes of GPU %d: %w; read again at the next reading", r.index, err)))
+			}
+			return listFailed
 		case ret == gonvml.SUCCESS:
 		case unsupported(ret) && l.required:
 			return listUnsupported

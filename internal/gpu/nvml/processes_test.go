@@ -318,13 +318,13 @@ type fakeRecords struct {
 	calls int
 }
 
-func (f *fakeRecords) list(l processList, ref deviceRef) ([]gonvml.ProcessInfo, gonvml.Return) {
+func (f *fakeRecords) list(l processList, ref deviceRef) ([]gonvml.ProcessInfo, gonvml.Return, error) {
 	f.calls++
 	lists, ok := f.lists[ref]
 	if !ok {
-		return nil, gonvml.ERROR_INVALID_ARGUMENT
+		return nil, gonvml.ERROR_INVALID_ARGUMENT, nil
 	}
-	return lists[l], gonvml.SUCCESS
+	return lists[l], gonvml.SUCCESS, nil
 }
 
 // 535.43.02 to 535.86.x write 32-byte records through the _v3 process lists where go-nvml reserves 24

@@ -655,3 +655,23 @@ func TestStubLibraryProcessListThatKeepsGrowing(t *testing.T) {
 		t.Errorf("GPU 1 processes not listed")
 	}
 }
+
+// A driver that counts more processes on GPU 0 than maxListedProcesses: the source passes no records for them,
+// and GPU 0's processes are unlisted for the reading with an error that gives the count, not one that says the
+// driver kept asking for more room; GPU 1 is read.
+func TestStubLibraryProcessCountPastTheBound(t *testing.T) {
+	count := maxListedProcesses + 1
+	res := mustRunStub(t, stubnvml.H100R580.Build(t), "snapshot", fmt.Sprintf("STUB_NVML_PROCESSES=%d", count),
+		stubReadingsEnv+"=1")
+	d := res.device(t, 0, "GPU-stub-0")
+	if d.ProcessesListed || len(d.Processes) != 0 {
+		t.Errorf("GPU 0 listed %v with %d processes, want unlisted", d.ProcessesListed, len(d.Processes))
+	}
+	want := fmt.Sprintf("NVML counts %d processes in the compute list, more than the %d", count, maxListedProcesses)
+	if e, ok := res.findError(0, "processes"); !ok || !strings.Contains(e.Message, want) {
+		t.Errorf("GPU 0 processes error = %+v (found %v), want one that says %q", e, ok, want)
+	}
+	if d1 := res.device(t, 0, "GPU-stub-1"); !d1.ProcessesListed {
+		t.Errorf("GPU 1 processes not listed")
+	}
+}
