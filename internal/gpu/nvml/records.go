@@ -97,8 +97,10 @@ var listNames = [3][3]string{
 	{"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses"},
 }
 
-// newOwnLists looks up the functions in the loaded libnvidia-ml.so.1, the newest version of each list, whose _v3
-// records are longRecords bytes longer than the header's. The compute list and the device lookup are required.
+// newOwnLists looks up the functions in the loaded libnvidia-ml.so.1, the newest version of each list. longV3 says
+// that the driver's _v3 lists write the 32-byte records of 535.43.02 to 535.86.x rather than those of NVML's header,
+// which nothing in the library's answers tells apart (the caller recognises such drivers by their symbols). The
+// compute list and the device lookup are required.
 func newOwnLists(longV3 bool) (*ownLists, error) {
 	lookup := func(name string) unsafe.Pointer {
 		cname := C.CString(name)
