@@ -2,17 +2,24 @@
 // cannot lock out the ones with right passwords. A bcrypt check costs tens of milliseconds of CPU by design, so:
 //   - a right password, once checked, is remembered (as a keyed digest, compared in constant time) and costs no
 //     bcrypt again while its hash stays the same;
-//   - failed checks are bounded: a few at once in all, one at a time per client, and a budget per client that refills
-//     slowly; a check over a bound is refused at once, without bcrypt;
-//   - the checks waiting for bcrypt go by standing, then first come. First the clients with more whole failed checks
-//     of their budget left; then a password that was refused before it could be checked, asked again (Prometheus
-//     asks with its one password at every scrape; a flood guesses a new one each time); then the clients refused
-//     fewer times lately, counted in powers of two (a count that halves every FailureInterval: a client that scrapes
-//     is refused a few times at most, one that asks again as soon as it is answered sinks with every refusal). A
-//     check that goes before the waiting check that goes last takes its place when there is no room. So Prometheus,
-//     even right after a restart under a flood, before its password is remembered, waits only for the first
-//     attempts of the addresses that came before it: its first scrape may be refused among them, which it cannot
-//     be told from, and its next goes first;
+//   - failed checks are bounded: a few at once in all, one at a time per client and kind of check (see below), and
+//     a budget per client address that refills slowly; a check over a bound is refused at once, without bcrypt;
+//   - a password refused on a connection before it could be checked, and asked again on the same connection, is
+//     checked as soon as a slot is free, even while its client's budget is spent, which it may overdraw by one
+//     failed check: a scraper asks with its one password at every scrape on one keep-alive connection, a flood
+//     guesses anew, and a flood that shares the scraper's address (NAT, a shared egress, the same node) cannot
+//     reach the scraper's connection. So the right password is checked at the scrape after the one refused, and
+//     then remembered;
+//   - the checks waiting for bcrypt go by standing: a password asked again first, then the clients with more
+//     whole failed checks of their budget left, then the clients refused fewer times lately (a count that halves
+//     every FailureInterval, in powers of two: one that asks again as soon as it is refused sinks with every
+//     refusal). Among checks of equal standing the newest goes first, and when there is no room a new check takes
+//     the place of the newest of the lowest standing. A flood's first attempts after a restart cannot be told from
+//     a scraper's, and come in a burst as their TLS handshakes end: a scraper that comes after the burst is checked
+//     next, and one among the first of it keeps its place until the burst ends. One that comes in the middle of it
+//     may be refused, and goes first at its next scrape (above);
+//   - past MaxClients client addresses, the clients in the best standing are forgotten (a client forgotten comes
+//     back new, in the best standing, so forgetting it gives nothing away); the flood's penalties are kept;
 //   - a check whose client has gone (its request context done) does no bcrypt, and identical checks in flight share
 //     one bcrypt.
 //
@@ -60,13 +67,14 @@ type Config struct {
 	// MaxConcurrent is how many bcrypt checks run at once: by default half the CPUs the Go runtime uses (at least
 	// one), leaving the rest to the scrapes.
 	MaxConcurrent int
-	// MaxWaiting is how many checks may wait for one of those; a check beyond it is refused.
+	// MaxWaiting is how many checks may wait for one of those; past it, a check takes the place of one in no
+	// better standing, or is refused.
 	MaxWaiting int
 	// FailureBurst is how many failed checks a client may make in a row; after that, one per FailureInterval.
 	FailureBurst    int
 	FailureInterval time.Duration
-	// MaxClients is how many clients' budgets are remembered. Past it, clients whose budget is full are forgotten,
-	// and new clients share one budget until there is room.
+	// MaxClients is how many clients' budgets are remembered, besides those with a check running or waiting (at
+	// most MaxConcurrent + MaxWaiting). Past it, an eighth of them, those in the best standing, are forgotten.
 	MaxClients int
 	// Compare checks a password against a hash; bcrypt.CompareHashAndPassword by default (tests count calls).
 	Compare func(hash, password []byte) error
@@ -84,19 +92,15 @@ type Checker struct {
 	seq     uint64                           // of the last check to wait
 	valid   map[credential][sha256.Size]byte // user and hash: the digest of the password that matched
 	flights map[flightKey]*flight
-	// refused are passwords refused before they could be checked, from clients in good standing: asked again, they
-	// go first.
-	refused recentSet
 	clients map[string]*client
-	shared  client // the budget of new clients while clients is full
 	// Checks refused (ErrBusy) since the Checker was made, by reason: the client's bounds, or all clients' together.
 	refusedClient, refusedBusy uint64
 }
 
 var refusedDesc = prometheus.NewDesc("gpu_pod_exporter_basic_auth_refused_total",
 	"Requests answered 429 without a password check, by reason: client (its budget of failed checks is spent, or it has "+
-		"a check in flight), busy (as many checks wait for bcrypt as may, from clients in no worse standing, or one in "+
-		"better standing took its place).", []string{"reason"}, nil)
+		"a check of the kind in flight), busy (as many checks wait for bcrypt as may, all in better standing, or a newer "+
+		"one in no worse standing took its place).", []string{"reason"}, nil)
 
 // Describe implements prometheus.Collector for the Checker's self-metrics.
 func (c *Checker) Describe(ch chan<- *prometheus.Desc) { ch <- refusedDesc }
@@ -124,53 +128,81 @@ type flight struct {
 	err  error
 }
 
-// client is what is known of one client: its budget of failed checks, how many checks it asked for lately, and
-// whether it has a check in flight.
+// conn is what is known of one connection: the password last refused on it before it could be checked. Its fields
+// are the Checker's, under its mutex.
+type conn struct {
+	refused    flightKey
+	hasRefused bool
+}
+
+type connKey struct{}
+
+// ConnContext returns ctx carrying the state of a new connection, for http.Server's ConnContext: the requests of
+// the connection pass it to Check in their contexts. It costs one small allocation per connection, freed with it,
+// so what is remembered of connections is bounded by the server's connection limit.
+func ConnContext(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, &conn{})
+}
+
+// lane is a kind of check, each with its own check in flight per client: a first attempt, or a password asked
+// again on its connection.
+type lane int
+
+const (
+	firstAttempt lane = iota
+	askedAgain
+)
+
+// client is what is known of one client address: its budget of failed checks, how many of its requests were refused
+// lately, and whether it has a check of each lane in flight.
 type client struct {
-	tokens   float64
+	tokens   float64   // whole failed checks left, at most FailureBurst; down to -1 when overdrawn
 	refused  float64   // requests refused (429), each counted 1 and halving every FailureInterval
 	at       time.Time // when tokens and refused were last brought up to date
-	inFlight bool
+	inFlight [2]bool   // by lane
 }
 
 // waiter is a check waiting for bcrypt. It is told on turn whether it got a slot (true) or lost its place (false).
 type waiter struct {
 	standing standing // its client's, when it came
 	seq      uint64
-	client   *client
 	turn     chan bool
+	client   *client
+	lane     lane
+	conn     *conn // nil: none known
+	key      flightKey
 }
 
-// standing is a check's place in the queue: its client's whole failed checks left, whether it asks again for a
-// password refused before it could be checked, then its client's refusals lately in powers of two (0 for none, or
-// one decayed a little; 1 for one to two; 2 up to six...).
+// standing is a check's place in the queue: whether it asks again on its connection for a password refused there
+// before it could be checked, its client's whole failed checks left, then its client's refusals lately in powers of
+// two (0 for none, or one over an interval ago; 1 for one lately; 2 for two or three...).
 type standing struct {
-	tokens  int
 	again   bool
+	tokens  int
 	refused int
 }
 
 func (cl *client) standing(again bool) standing {
-	return standing{tokens: int(cl.tokens), again: again, refused: int(math.Log2(cl.refused + 1))}
+	return standing{again: again, tokens: int(math.Floor(cl.tokens)), refused: int(math.Log2(2*cl.refused + 1))}
 }
 
 // above reports whether s is the better standing.
 func (s standing) above(o standing) bool {
 	switch {
-	case s.tokens != o.tokens:
-		return s.tokens > o.tokens
 	case s.again != o.again:
 		return s.again
+	case s.tokens != o.tokens:
+		return s.tokens > o.tokens
 	}
 	return s.refused < o.refused
 }
 
-// before reports whether w goes before o: better standing, then first come.
+// before reports whether w goes before o: better standing, then the newer.
 func (w *waiter) before(o *waiter) bool {
 	if w.standing != o.standing {
 		return w.standing.above(o.standing)
 	}
-	return w.seq < o.seq
+	return w.seq > o.seq
 }
 
 // New returns a Checker with cfg's bounds.
@@ -198,19 +230,17 @@ func New(cfg Config) *Checker {
 	}
 	key := make([]byte, 32)
 	rand.Read(key) // never fails (crypto/rand panics rather than return an error)
-	c := &Checker{
+	return &Checker{
 		cfg: cfg, key: key,
 		valid: map[credential][sha256.Size]byte{}, flights: map[flightKey]*flight{}, clients: map[string]*client{},
 	}
-	c.shared.tokens = float64(cfg.FailureBurst)
-	c.shared.at = cfg.Now()
-	return c
 }
 
 // Check reports whether password is user's. hash is user's bcrypt hash, "" when there is no such user (then the
 // answer is false, after as much work as a wrong password). clientAddr is where the request comes from (host:port or
-// host), the unit of the per-client bounds. The error is ErrBusy when the check was refused, or ctx's error when the
-// client went away first; either way no answer was reached.
+// host), the unit of the per-client bounds; ctx is the request's, carrying its connection's state (ConnContext),
+// without which every check is a first attempt. The error is ErrBusy when the check was refused, or ctx's error when
+// the client went away first; either way no answer was reached.
 func (c *Checker) Check(ctx context.Context, clientAddr, user, hash, password string) (bool, error) {
 	if err := ctx.Err(); err != nil { // an HTTP/2 stream reset as it was sent, a client that hung up
 		return false, err
@@ -220,6 +250,7 @@ func (c *Checker) Check(ctx context.Context, clientAddr, user, hash, password st
 		hash = fakeHash
 	}
 	key := flightKey{credential{user, hash}, c.digest(password)}
+	cn, _ := ctx.Value(connKey{}).(*conn)
 	for {
 		c.mu.Lock()
 		if want, ok := c.valid[key.credential]; ok && known && hmac.Equal(want[:], key.digest[:]) {
@@ -228,7 +259,7 @@ func (c *Checker) Check(ctx context.Context, clientAddr, user, hash, password st
 		}
 		f, ok := c.flights[key]
 		if !ok {
-			return c.lead(ctx, clientAddr, key, password, known) // unlocks c.mu
+			return c.lead(ctx, clientAddr, cn, key, password, known) // unlocks c.mu
 		}
 		// The same check is in flight, from this client or another: its answer is this one's, unless its client
 		// went away first.
@@ -245,101 +276,117 @@ func (c *Checker) Check(ctx context.Context, clientAddr, user, hash, password st
 }
 
 // lead makes a check that no other is making, within the bounds. c.mu is held on entry and released.
-func (c *Checker) lead(ctx context.Context, clientAddr string, key flightKey, password string, known bool) (bool, error) {
+func (c *Checker) lead(ctx context.Context, clientAddr string, cn *conn, key flightKey, password string, known bool) (bool, error) {
 	cl := c.client(clientAddr)
-	if cl.inFlight || cl.tokens < 1 {
+	// A password asked again on its connection may overdraw the budget by one: the flood that spent it may be
+	// another client behind the same address.
+	again := cn != nil && cn.hasRefused && cn.refused == key
+	ln, floor := firstAttempt, 1.0
+	if again {
+		ln, floor = askedAgain, 0
+	}
+	if cl.inFlight[ln] || cl.tokens < floor {
 		c.refusedClient++
-		c.refuse(cl, key)
+		c.refuse(cl, cn, key)
 		c.mu.Unlock()
 		return false, ErrBusy
 	}
 	var w *waiter
 	if c.running >= c.cfg.MaxConcurrent {
-		if w = c.wait(cl, key); w == nil {
+		w = &waiter{standing: cl.standing(again), client: cl, lane: ln, conn: cn, key: key}
+		if !c.wait(w) {
 			c.refusedBusy++
-			c.refuse(cl, key)
+			c.refuse(cl, cn, key)
 			c.mu.Unlock()
 			return false, ErrBusy
 		}
 	} else {
 		c.running++
 	}
-	cl.inFlight = true
+	cl.inFlight[ln] = true
 	f := &flight{done: make(chan struct{})}
 	c.flights[key] = f
 	c.mu.Unlock()
 
-	ok, err := false, error(ErrBusy)
-	if w == nil || c.await(ctx, w) {
-		ok, err = false, ctx.Err()
-		if err == nil {
-			ok = c.cfg.Compare([]byte(key.hash), []byte(password)) == nil
-		}
-		c.mu.Lock()
-		c.release()
-		c.mu.Unlock()
-	} else if ctx.Err() != nil {
-		err = ctx.Err()
+	slot := w == nil || c.await(ctx, w) // without a slot, the waiter has left its lane
+	ok, err := false, ctx.Err()
+	if slot && err == nil {
+		ok = c.cfg.Compare([]byte(key.hash), []byte(password)) == nil
 	}
-	f.ok, f.err = ok && known, err
 
 	c.mu.Lock()
 	delete(c.flights, key)
-	cl.inFlight = false
 	switch {
-	case errors.Is(f.err, ErrBusy): // its place was taken
-		c.refuse(cl, key)
-	case f.err != nil:
-	case f.ok:
-		c.refused.remove(key)
-		if len(c.valid) >= maxRemembered {
-			clear(c.valid) // only a web configuration with that many users, or changed that often, fills it
-		}
-		c.valid[key.credential] = key.digest
+	case !slot && err == nil: // its place was taken
+		err = ErrBusy
+	case !slot:
 	default:
-		c.refused.remove(key)
-		cl.tokens--
+		c.release()
+		cl.inFlight[ln] = false
+		if err != nil {
+			break
+		}
+		if cn != nil && cn.refused == key {
+			cn.hasRefused = false
+		}
+		if ok && known {
+			if len(c.valid) >= maxRemembered {
+				clear(c.valid) // only a web configuration with that many users, or changed that often, fills it
+			}
+			c.valid[key.credential] = key.digest
+		} else {
+			cl.tokens--
+		}
 	}
+	f.ok, f.err = ok && known, err
 	c.mu.Unlock()
 	close(f.done)
 	return f.ok, f.err
 }
 
-// refuse notes a request of cl for key refused without a check: the client's refusals lately, and the password,
-// when the client is in good standing, so that asked again it goes first. c.mu is held.
-func (c *Checker) refuse(cl *client, key flightKey) {
-	if cl.standing(false).refused == 0 {
-		c.refused.add(key)
-	}
+// refuse notes a request of cl for key refused without a check: the client's refusals lately, and the password on
+// its connection, so that asked again there it goes first. c.mu is held.
+func (c *Checker) refuse(cl *client, cn *conn, key flightKey) {
 	cl.refused++
+	if cn != nil {
+		cn.refused, cn.hasRefused = key, true
+	}
 }
 
-// wait queues a check of client cl for the next free slot: in the room left, or in the place of the waiting check
-// that goes last when cl's goes before it, whose client is then told it lost its place. It returns nil when the
-// check cannot wait. c.mu is held.
-func (c *Checker) wait(cl *client, key flightKey) *waiter {
+// wait queues w for the next free slot: in the room left, or in the place of the newest waiting check of the lowest
+// standing when w's is no lower, which then leaves its lane and is told it lost its place. Taking the newest's place
+// rather than the oldest's, a burst of first attempts of equal standing (a flood's, as a restarted exporter begins
+// to listen) churns one place: the newest is still checked next, and the checks that came before the burst filled
+// the queue, a scraper's among them, keep their places until it ends. It reports whether w waits. c.mu is held.
+func (c *Checker) wait(w *waiter) bool {
 	c.seq++
-	w := &waiter{standing: cl.standing(c.refused.has(key)), seq: c.seq, client: cl, turn: make(chan bool, 1)}
+	w.seq, w.turn = c.seq, make(chan bool, 1)
 	if len(c.waiting) >= c.cfg.MaxWaiting {
-		last := 0
+		if len(c.waiting) == 0 {
+			return false
+		}
+		victim := 0
 		for i, o := range c.waiting {
-			if c.waiting[last].before(o) {
-				last = i
+			if v := c.waiting[victim]; v.standing.above(o.standing) || v.standing == o.standing && o.seq > v.seq {
+				victim = i
 			}
 		}
-		if len(c.waiting) == 0 || !w.before(c.waiting[last]) {
-			return nil
+		if c.waiting[victim].standing.above(w.standing) {
+			return false
 		}
-		displaced := c.waiting[last]
-		c.waiting = slices.Delete(c.waiting, last, last+1)
+		displaced := c.waiting[victim]
+		c.waiting = slices.Delete(c.waiting, victim, victim+1)
 		c.refusedBusy++
-		displaced.turn <- false // its client's refusal is noted as it returns
+		displaced.client.inFlight[displaced.lane] = false
+		c.refuse(displaced.client, displaced.conn, displaced.key)
+		displaced.turn <- false
 	}
 	c.waiting = append(c.waiting, w)
-	return w
+	return true
 }
 
-// await waits for w's turn, unless ctx ends first; it reports whether w holds a slot now.
+// await waits for w's turn, unless ctx ends first; it reports whether w holds a slot now. Without one, w has left
+// its lane, so that a client's checks in flight are those running or waiting whenever c.mu is free.
 func (c *Checker) await(ctx context.Context, w *waiter) bool {
 	select {
 	case got := <-w.turn:
@@ -350,11 +397,13 @@ func (c *Checker) await(ctx context.Context, w *waiter) bool {
 	defer c.mu.Unlock()
 	if i := slices.Index(c.waiting, w); i >= 0 {
 		c.waiting = slices.Delete(c.waiting, i, i+1)
+		w.client.inFlight[w.lane] = false
 		return false
 	}
 	// Given a slot or its place taken as ctx ended: a slot is handed on.
 	if <-w.turn {
 		c.release()
+		w.client.inFlight[w.lane] = false
 	}
 	return false
 }
@@ -383,14 +432,10 @@ func (c *Checker) client(addr string) *client {
 	cl, ok := c.clients[id]
 	if !ok {
 		if len(c.clients) >= c.cfg.MaxClients {
-			c.forgetRested(now)
+			c.forget(now)
 		}
-		if len(c.clients) >= c.cfg.MaxClients {
-			cl = &c.shared
-		} else {
-			cl = &client{tokens: float64(c.cfg.FailureBurst), at: now}
-			c.clients[id] = cl
-		}
+		cl = &client{tokens: float64(c.cfg.FailureBurst), at: now}
+		c.clients[id] = cl
 	}
 	c.refill(cl, now)
 	return cl
@@ -405,14 +450,34 @@ func (c *Checker) refill(cl *client, now time.Time) {
 	}
 }
 
-// forgetRested forgets the clients whose budget is full again, that were refused less than once lately and that have
-// nothing in flight: they are as new.
-func (c *Checker) forgetRested(now time.Time) {
+// forget forgets an eighth of the clients, those in the best standing, none with a check in flight: such a client
+// comes back new, which is the best standing, so forgetting it gives nothing away, while the clients that failed or
+// were refused most keep their penalties. Once in MaxClients/8 new clients, it costs a sort of the clients. c.mu is
+// held.
+func (c *Checker) forget(now time.Time) {
+	type rested struct {
+		id string
+		s  standing
+	}
+	idle := make([]rested, 0, len(c.clients))
 	for id, cl := range c.clients {
 		c.refill(cl, now)
-		if !cl.inFlight && cl.tokens >= float64(c.cfg.FailureBurst) && cl.refused < 1 {
-			delete(c.clients, id)
+		if cl.inFlight == [2]bool{} {
+			idle = append(idle, rested{id, cl.standing(false)})
 		}
+	}
+	slices.SortFunc(idle, func(a, b rested) int {
+		switch {
+		case a.s.above(b.s):
+			return -1
+		case b.s.above(a.s):
+			return 1
+		}
+		return 0
+	})
+	drop := len(c.clients) - c.cfg.MaxClients + max(1, c.cfg.MaxClients/8)
+	for _, r := range idle[:min(len(idle), drop)] {
+		delete(c.clients, r.id)
 	}
 }
 
@@ -440,41 +505,3 @@ func clientID(addr string) string {
 	}
 	return ip.Mask(net.CIDRMask(64, 128)).String()
 }
-
-// maxRefusedRemembered bounds the passwords remembered as refused before a check: far more than the clients in
-// good standing refused at once (a flood's addresses each add one, at its first attempt).
-const maxRefusedRemembered = 4096
-
-// recentSet is a set of the last maxRefusedRemembered keys added.
-type recentSet struct {
-	keys  map[flightKey]int // the slot of each in order
-	order []flightKey       // a ring; once full, next is the oldest slot
-	next  int
-}
-
-func (r *recentSet) has(k flightKey) bool {
-	_, ok := r.keys[k]
-	return ok
-}
-
-func (r *recentSet) add(k flightKey) {
-	if r.keys == nil {
-		r.keys = make(map[flightKey]int)
-	}
-	if r.has(k) {
-		return
-	}
-	slot := len(r.order)
-	if slot < maxRefusedRemembered {
-		r.order = append(r.order, k)
-	} else {
-		slot, r.next = r.next, (r.next+1)%maxRefusedRemembered
-		if old := r.order[slot]; r.keys[old] == slot {
-			delete(r.keys, old)
-		}
-		r.order[slot] = k
-	}
-	r.keys[k] = slot
-}
-
-func (r *recentSet) remove(k flightKey) { delete(r.keys, k) }

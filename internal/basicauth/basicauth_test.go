@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,17 +17,19 @@ import (
 )
 
 // fakeBcrypt stands in for bcrypt: a "hash" is "hash-of-<password>". It counts its calls and the most running at
-// once, and while gate is non-nil each call waits for gate to close.
+// once, notes the passwords in the order checked, and while gate is non-nil each call waits for gate to close.
 type fakeBcrypt struct {
 	mu             sync.Mutex
 	calls, running int
 	most           int
+	order          []string
 	gate           chan struct{}
 }
 
 func (f *fakeBcrypt) compare(hash, password []byte) error {
 	f.mu.Lock()
 	f.calls++
+	f.order = append(f.order, string(password))
 	f.running++
 	f.most = max(f.most, f.running)
 	gate := f.gate
@@ -54,6 +57,97 @@ const hash = "hash-of-s3cret"
 func check(t *testing.T, c *Checker, client, password string) (bool, error) {
 	t.Helper()
 	return c.Check(context.Background(), client, "prometheus", hash, password)
+}
+
+// connection returns the context the server gives the requests of one new connection.
+func connection() context.Context { return ConnContext(context.Background(), nil) }
+
+// slowBcrypt is fakeBcrypt taking 70 ms a check, as bcrypt at cost 10 does on one core.
+func slowBcrypt(f *fakeBcrypt) func(hash, password []byte) error {
+	return func(hash, password []byte) error {
+		time.Sleep(70 * time.Millisecond)
+		return f.compare(hash, password)
+	}
+}
+
+// flood starts one attacker on a connection of its own from each address, asking with a new wrong password pause
+// after each answer, until stop is called; stop returns how many it sent.
+func flood(c *Checker, addrs []string, pause time.Duration) (stop func() int64) {
+	return staggeredFlood(c, addrs, pause, 0)
+}
+
+// staggeredFlood is flood with the attackers starting stagger apart, as their TLS handshakes spread them when a
+// restarted exporter begins to listen.
+func staggeredFlood(c *Checker, addrs []string, pause, stagger time.Duration) (stop func() int64) {
+	var attackers sync.WaitGroup
+	var guesses atomic.Int64
+	var cancels []context.CancelFunc
+	for i, addr := range addrs {
+		ctx, cancel := context.WithCancel(connection())
+		cancels = append(cancels, cancel)
+		attackers.Go(func() {
+			time.Sleep(time.Duration(i) * stagger)
+			for ctx.Err() == nil {
+				c.Check(ctx, addr, "prometheus", hash, fmt.Sprint("guess-", guesses.Add(1)))
+				time.Sleep(pause)
+			}
+		})
+	}
+	return func() int64 {
+		for _, cancel := range cancels {
+			cancel()
+		}
+		attackers.Wait()
+		return guesses.Load()
+	}
+}
+
+// floodAddrs are n attacking addresses.
+func floodAddrs(n int) []string {
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("10.1.%d.%d:1", i/250, i%250)
+	}
+	return addrs
+}
+
+// scrape asks like Prometheus, from addr on one keep-alive connection: n times, every interval, each with a 10 s
+// timeout. It returns the scrapes that failed, and how long the first took.
+func scrape(c *Checker, addr string, n int, every time.Duration) (failed []string, firstTook time.Duration) {
+	conn := connection()
+	for i := range n {
+		ctx, cancel := context.WithTimeout(conn, 10*time.Second)
+		start := time.Now()
+		ok, err := c.Check(ctx, addr, "prometheus", hash, "s3cret")
+		cancel()
+		if i == 0 {
+			firstTook = time.Since(start)
+		}
+		if !ok {
+			failed = append(failed, fmt.Sprintf("scrape %d: %v, %v", i, ok, err))
+		}
+		time.Sleep(every)
+	}
+	return failed, firstTook
+}
+
+// waitingChecks starts checks of wrong passwords from new clients, one at a time, and returns once each runs or
+// waits for bcrypt.
+func waitingChecks(t *testing.T, c *Checker, passwords ...string) {
+	for i, p := range passwords {
+		go check(t, c, fmt.Sprintf("10.0.0.%d:1", 100+i), p)
+		synctest.Wait()
+	}
+}
+
+// checked returns the passwords checked by bcrypt, in order, once every check has ended.
+func (f *fakeBcrypt) checked() []string {
+	synctest.Wait()
+	close(f.gate)
+	synctest.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.order
 }
 
 // A right password is checked once and then remembered; a wrong one and an unknown user are checked each time.
@@ -129,8 +223,8 @@ func checkRefusals(t *testing.T, c *Checker, client, busy int) {
 gpu_pod_exporter_basic_auth_refused_total{reason="busy"} %d
 gpu_pod_exporter_basic_auth_refused_total{reason="client"} %d
 `, "Requests answered 429 without a password check, by reason: client (its budget of failed checks is spent, or it "+
-		"has a check in flight), busy (as many checks wait for bcrypt as may, from clients in no worse standing, or one in "+
-		"better standing took its place).", busy, client)
+		"has a check of the kind in flight), busy (as many checks wait for bcrypt as may, all in better standing, or a "+
+		"newer one in no worse standing took its place).", busy, client)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
@@ -227,71 +321,61 @@ func TestSharedCheckOutlivesItsFirstClient(t *testing.T) {
 	})
 }
 
-// Past MaxClients, clients whose budget is full are forgotten; when none is, new clients share one budget.
+// Past MaxClients, the clients in the best standing are forgotten, not those that spent their budget: a new client
+// gets a budget of its own, and a client that spent its budget is still refused.
 func TestClientsAreBounded(t *testing.T) {
 	f := &fakeBcrypt{}
-	c := New(Config{Compare: f.compare, MaxClients: 4, FailureBurst: 2, FailureInterval: time.Hour})
-	for i := range 4 {
-		check(t, c, fmt.Sprintf("10.0.0.%d:1", i), "guess")
-	}
-	for i := range 3 {
-		_, err := check(t, c, fmt.Sprintf("10.0.1.%d:1", i), "guess")
-		if want := i == 2; errors.Is(err, ErrBusy) != want {
-			t.Errorf("new client %d past the bound: %v, want ErrBusy %v", i, err, want)
+	c := New(Config{Compare: f.compare, MaxClients: 8, FailureBurst: 2, FailureInterval: time.Hour})
+	for i := range 8 {
+		addr := fmt.Sprintf("10.0.0.%d:1", i)
+		if i < 4 { // spent
+			check(t, c, addr, "guess")
+			check(t, c, addr, "guess")
+		} else {
+			check(t, c, addr, "s3cret")
 		}
 	}
-	if len(c.clients) != 4 {
-		t.Errorf("%d clients remembered, want 4", len(c.clients))
+	for i := range 20 {
+		if _, err := check(t, c, fmt.Sprintf("10.0.1.%d:1", i), "guess"); err != nil {
+			t.Errorf("new client %d past the bound: %v, want its own budget", i, err)
+		}
+		if len(c.clients) > 8 {
+			t.Fatalf("%d clients remembered, want at most 8", len(c.clients))
+		}
+	}
+	for i := range 4 {
+		if _, err := check(t, c, fmt.Sprintf("10.0.0.%d:1", i), "guess"); !errors.Is(err, ErrBusy) {
+			t.Errorf("client %d, whose budget is spent, after 20 new clients: %v, want ErrBusy", i, err)
+		}
 	}
 }
 
 // An exporter restarted under a flood of wrong passwords from 200 addresses, each asking again 10 ms after every
-// answer, has remembered no password yet. Prometheus's first scrape may be refused only while the first attempts of
-// those addresses fill the queue, which it cannot be told from; every scrape after it must succeed. (Before, every
-// scrape got 429: the attackers' checks filled the queue first, and kept filling it.)
+// answer, has remembered no password yet. The flood's first attempts come at once, or spread over 400 ms by their
+// TLS handshakes, and cannot be told from Prometheus's. Whether Prometheus's first scrape comes among the first of
+// them or after them, it is checked within 2 s, and every scrape succeeds.
 func TestRightPasswordGetsThroughAFloodAfterARestart(t *testing.T) {
-	for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
-		t.Run(fmt.Sprintf("first scrape %v into the flood", delay), func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		stagger, delay time.Duration // between the attackers' first attempts; before Prometheus's first scrape
+	}{
+		{"just after a burst", 0, 0},
+		{"300 ms after a burst", 0, 300 * time.Millisecond},
+		{"third in a 400 ms burst", 2 * time.Millisecond, 3 * time.Millisecond},
+		{"after a 400 ms burst", 2 * time.Millisecond, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := &fakeBcrypt{}
-				compare := func(hash, password []byte) error {
-					time.Sleep(70 * time.Millisecond) // bcrypt at cost 10 on one core
-					return f.compare(hash, password)
-				}
-				c := New(Config{Compare: compare, MaxConcurrent: 1})
-				flood, stop := context.WithCancel(context.Background())
-				var attackers sync.WaitGroup
-				var guesses atomic.Int64
-				for i := range 200 {
-					attackers.Go(func() {
-						for flood.Err() == nil {
-							c.Check(flood, fmt.Sprintf("10.1.%d.%d:1", i/250, i%250), "prometheus", hash, fmt.Sprint("guess-", guesses.Add(1)))
-							time.Sleep(10 * time.Millisecond)
-						}
-					})
-				}
-				synctest.Wait() // every attacker has asked once: the queue is full of them
-				time.Sleep(delay)
-				var failed []string
-				var firstTook time.Duration
-				for scrape := range 10 {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					start := time.Now()
-					ok, err := c.Check(ctx, "10.9.9.9:4000", "prometheus", hash, "s3cret")
-					cancel()
-					if scrape == 0 {
-						firstTook = time.Since(start)
-					}
-					if !ok && (scrape > 0 || delay > 0) {
-						failed = append(failed, fmt.Sprintf("scrape %d: %v, %v", scrape, ok, err))
-					}
-					time.Sleep(500 * time.Millisecond)
-				}
-				stop()
-				attackers.Wait()
+				c := New(Config{Compare: slowBcrypt(f), MaxConcurrent: 1})
+				stop := staggeredFlood(c, floodAddrs(200), 10*time.Millisecond, tc.stagger)
+				synctest.Wait()
+				time.Sleep(tc.delay)
+				failed, firstTook := scrape(c, "10.9.9.9:4000", 10, 500*time.Millisecond)
+				guesses := stop()
 				calls, _ := f.count()
-				t.Logf("%d wrong passwords sent, %d checked; Prometheus's first check took %v", guesses.Load(), calls, firstTook)
-				if len(failed) > 0 || delay > 0 && firstTook > time.Second {
+				t.Logf("%d wrong passwords sent, %d checked; Prometheus's first check took %v", guesses, calls, firstTook)
+				if len(failed) > 0 || firstTook > 2*time.Second {
 					t.Errorf("Prometheus's scrapes failed: %q; the first took %v", failed, firstTook)
 				}
 			})
@@ -299,44 +383,91 @@ func TestRightPasswordGetsThroughAFloodAfterARestart(t *testing.T) {
 	}
 }
 
-// A password refused before it could be checked goes first when it is asked again, before the first attempts of
-// clients in the same standing: a scraper asks again with its one password, a flood with a new guess. Once checked,
-// right or wrong, it has no such place.
-func TestPasswordAskedAgainGoesFirst(t *testing.T) {
+// Among checks of equal standing the newest goes first, and when there is no room a new one takes the place of the
+// newest waiting: through a burst of first attempts the newest is checked next, and the first to come keep their
+// places and are checked when the burst ends.
+func TestNewestFirstAmongEqualStanding(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeBcrypt{gate: make(chan struct{})}
 		c := New(Config{Compare: f.compare, MaxConcurrent: 1, MaxWaiting: 2})
-		for i := range 3 { // one running, two waiting
-			go check(t, c, fmt.Sprintf("10.0.0.%d:1", i), fmt.Sprint("guess-", i))
-			synctest.Wait()
+		waitingChecks(t, c, "running", "oldest", "newer") // one running, two waiting
+		result := make(chan bool)
+		go func() {
+			ok, _ := check(t, c, "10.9.9.9:1", "s3cret")
+			result <- ok
+		}()
+		if order := f.checked(); !slices.Equal(order, []string{"running", "s3cret", "oldest"}) {
+			t.Errorf("checked %q, want the newest first and the newest waiting refused", order)
 		}
-		if _, err := check(t, c, "10.0.9.9:1", "s3cret"); !errors.Is(err, ErrBusy) {
-			t.Fatalf("the scraper's first ask into a full queue of first attempts: %v, want ErrBusy", err)
+		if !<-result {
+			t.Error("the scraper's first attempt was not accepted")
 		}
-		if _, err := check(t, c, "10.0.0.9:1", "guess-9"); !errors.Is(err, ErrBusy) {
-			t.Fatalf("another first attempt: %v, want ErrBusy", err)
+		checkRefusals(t, c, 0, 1)
+	})
+}
+
+// A password refused on a connection before it could be checked, asked again on the same connection, may be checked
+// while its client's budget is spent (the flood that spent it may share the scraper's address), and goes before
+// first attempts of any standing; asked on another connection, it is a first attempt. Once checked it has no such
+// place.
+func TestPasswordAskedAgainGoesFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBcrypt{}
+		c := New(Config{Compare: f.compare, MaxConcurrent: 1, MaxWaiting: 2, FailureBurst: 1, FailureInterval: time.Hour})
+		check(t, c, "10.0.9.9:1", "guess") // an attacker spends the address's budget
+		f.gate = make(chan struct{})
+		waitingChecks(t, c, "running", "oldest", "newer")
+		scraper := connection()
+		if _, err := c.Check(scraper, "10.0.9.9:2", "prometheus", hash, "s3cret"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("the scraper's first ask from the spent address: %v, want ErrBusy", err)
+		}
+		if _, err := c.Check(connection(), "10.0.9.9:3", "prometheus", hash, "s3cret"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("the same password on another connection: %v, want ErrBusy", err)
 		}
 		result := make(chan bool)
 		go func() {
-			ok, _ := check(t, c, "10.0.9.9:1", "s3cret")
+			ok, _ := c.Check(scraper, "10.0.9.9:2", "prometheus", hash, "s3cret")
 			result <- ok
 		}()
-		synctest.Wait()
-		if _, err := check(t, c, "10.0.0.10:1", "guess-10"); !errors.Is(err, ErrBusy) {
-			t.Errorf("a first attempt after the scraper took a place: %v, want ErrBusy", err)
+		if order := f.checked(); !slices.Equal(order, []string{"guess", "running", "s3cret", "oldest"}) {
+			t.Errorf("checked %q, want the password asked again before the first attempts", order)
 		}
-		f.mu.Lock()
-		calls := f.calls
-		f.mu.Unlock()
-		close(f.gate)
 		if !<-result {
 			t.Error("the scraper's password, asked again, was not accepted")
 		}
-		synctest.Wait()
-		if got, _ := f.count(); got != calls+2 {
-			t.Errorf("%d more checks, want 2: the scraper's, and the one waiting attempt left", got-calls)
+		if ok, err := c.Check(connection(), "10.0.9.9:4", "prometheus", hash, "s3cret"); !ok || err != nil {
+			t.Errorf("the remembered password on a new connection: %v, %v", ok, err)
 		}
-		checkRefusals(t, c, 0, 4)
+		checkRefusals(t, c, 2, 1)
+	})
+}
+
+// A wrong password asked again on its connection overdraws a spent budget by one failed check, no more: the budget
+// still bounds an attacker that asks twice with each guess.
+func TestAskedAgainOverdrawsByOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBcrypt{}
+		c := New(Config{Compare: f.compare, FailureBurst: 2, FailureInterval: 10 * time.Second})
+		conn := connection()
+		ask := func(password string) error {
+			_, err := c.Check(conn, "10.0.0.1:1", "prometheus", hash, password)
+			return err
+		}
+		for i := range 10 { // each guess twice, as fast as answered
+			ask(fmt.Sprint("guess-", i))
+			ask(fmt.Sprint("guess-", i))
+		}
+		if calls, _ := f.count(); calls != 3 {
+			t.Errorf("%d checks of 10 guesses asked twice each, want 3: the budget of 2 and one overdrawn", calls)
+		}
+		time.Sleep(10 * time.Second)
+		ask("guess-10")
+		ask("guess-10")
+		ask("guess-11")
+		ask("guess-11")
+		if calls, _ := f.count(); calls != 4 {
+			t.Errorf("%d checks after one interval, want 4: one more", calls)
+		}
 	})
 }
 
@@ -369,4 +500,50 @@ func TestClientID(t *testing.T) {
 			t.Errorf("clientID(%q) = %q, want %q", addr, got, want)
 		}
 	}
+}
+
+// A scraper that shares its address with an attacker (NAT, a shared egress, the same node), seen right after a
+// restart, is checked and then remembered: the attacker's spent budget does not refuse a password asked again on
+// the scraper's own connection. Alone with the attacker, or with the attacker one of a flood of 200 addresses; 8
+// scrapes, 15 s apart.
+func TestScraperSharingAnAttackersAddress(t *testing.T) {
+	for _, n := range []int{1, 200} {
+		t.Run(fmt.Sprintf("%d attacking addresses", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeBcrypt{}
+				c := New(Config{Compare: slowBcrypt(f), MaxConcurrent: 1})
+				stop := flood(c, floodAddrs(n), 10*time.Millisecond)
+				synctest.Wait()
+				failed, _ := scrape(c, "10.1.0.0:4000", 8, 15*time.Second) // attacker 0's address
+				guesses := stop()
+				calls, _ := f.count()
+				t.Logf("%d wrong passwords sent, %d checked; %d of 8 scrapes failed", guesses, calls, len(failed))
+				if len(failed) > 1 {
+					t.Errorf("%d of 8 scrapes failed, want at most the first: %q", len(failed), failed)
+				}
+			})
+		})
+	}
+}
+
+// More attacking addresses than MaxClients (4,096: a /48 of IPv6 /64s, a botnet), here 50 for 16: a scraper first
+// seen after them (a restarted Prometheus pod with a new address, an HA replica) gets a budget of its own, and from
+// its second scrape at the latest is checked first; 8 scrapes, 15 s apart.
+func TestScraperNewAfterMoreAttackersThanMaxClients(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBcrypt{}
+		c := New(Config{Compare: slowBcrypt(f), MaxConcurrent: 1, MaxClients: 16})
+		stop := flood(c, floodAddrs(50), 10*time.Millisecond)
+		time.Sleep(10 * time.Second) // every address has asked, many times
+		failed, _ := scrape(c, "10.9.9.9:4000", 8, 15*time.Second)
+		guesses := stop()
+		calls, _ := f.count()
+		t.Logf("%d wrong passwords sent, %d checked; %d of 8 scrapes failed", guesses, calls, len(failed))
+		if len(failed) > 1 {
+			t.Errorf("%d of 8 scrapes failed, want at most the first: %q", len(failed), failed)
+		}
+		if len(c.clients) > 16 {
+			t.Errorf("%d clients remembered, want at most 16", len(c.clients))
+		}
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/basicauth"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/connlimit"
 )
 
@@ -113,6 +114,8 @@ func Start(cfg Config, ls Listeners) (*Server, error) {
 		guard := newGuard(wc, c, mux, logger)
 		cfg.Registry.MustRegister(guard.checker)
 		server.Handler = guard
+		// A password refused on a connection before it could be checked goes first when asked again there.
+		server.ConnContext = basicauth.ConnContext
 		if tlsOn = c.TLSConfig.IsEnabled(); tlsOn {
 			http2On = c.HTTPConfig.HTTP2
 			server.TLSConfig = wc.tlsConfig(http2On)

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/configfile"
 	"github.com/gpu-pod-exporter/gpu-pod-exporter/internal/testkit"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -120,6 +124,58 @@ func TestGuard(t *testing.T) {
 	}
 	if resp := get("prometheus", "s3cret"); resp.StatusCode != http.StatusOK {
 		t.Errorf("right password after the flood: %s", resp.Status)
+	}
+}
+
+// A scraper that shares its address with a client that spent the address's budget of failed checks is refused at
+// its first ask, and let in when it asks again on the same keep-alive connection: the server gives each connection's
+// requests what the password checks remember of it.
+func TestGuardRemembersTheConnection(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(Config{
+		MetricsPath: "/metrics",
+		Metrics:     http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "metrics") }),
+		Ready:       func(context.Context) error { return nil }, Registry: prometheus.NewRegistry(),
+		WebConfigFile:  writeWebConfig(t, "basic_auth_users:\n  prometheus: "+string(hash)+"\n"),
+		MaxConnections: 16, CollectionTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
+	}, Listeners{Main: []net.Listener{l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer func() { stop(); s.Wait(ctx) }()
+	url := "https://" + l.Addr().String() + "/metrics"
+	get := func(client *http.Client, password string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", url, nil)
+		req.SetBasicAuth("prometheus", password)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	connection := func() *http.Client { // its own keep-alive connection
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	}
+	attacker, scraper := connection(), connection()
+	for range 6 {
+		get(attacker, "guess")
+	}
+	if got := get(scraper, "s3cret"); got != http.StatusTooManyRequests {
+		t.Fatalf("the scraper's first ask from the spent address: %d, want 429", got)
+	}
+	if got := get(scraper, "s3cret"); got != http.StatusOK {
+		t.Errorf("the scraper asking again on its connection: %d, want 200", got)
 	}
 }
 

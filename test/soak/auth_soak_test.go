@@ -5,7 +5,6 @@ package soak
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -81,14 +80,26 @@ func (r *scrapeResults) summary() (n, failed int, p99 time.Duration) {
 
 // authScraper scrapes like Prometheus: one keep-alive HTTP/1.1 connection, basic auth, a 10 s timeout.
 type authScraper struct {
-	client *http.Client
-	url    string
+	client         *http.Client
+	url            string
+	user, password string
 }
 
+// newAuthScraper scrapes addr as the user prometheus.
 func newAuthScraper(addr string) *authScraper {
-	return &authScraper{url: "https://" + addr + "/metrics", client: &http.Client{
+	return newScraperFrom(addr, "", "prometheus", "s3cret")
+}
+
+// newScraperFrom scrapes addr from the loopback address source ("" for any) as user.
+func newScraperFrom(addr, source, user, password string) *authScraper {
+	dialer := &net.Dialer{}
+	if source != "" {
+		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(source)}
+	}
+	return &authScraper{url: "https://" + addr + "/metrics", user: user, password: password, client: &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
+			DialContext:       dialer.DialContext,
 			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
 			ForceAttemptHTTP2: false,
 			TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{},
@@ -98,7 +109,7 @@ func newAuthScraper(addr string) *authScraper {
 
 func (p *authScraper) scrape() error {
 	req, _ := http.NewRequest("GET", p.url, nil)
-	req.SetBasicAuth("prometheus", "s3cret")
+	req.SetBasicAuth(p.user, p.password)
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return err
@@ -116,7 +127,7 @@ func (p *authScraper) scrape() error {
 // refusals is how many password checks the exporter refused (429), by reason, from its self-metrics.
 func (p *authScraper) refusals() (map[string]float64, error) {
 	req, _ := http.NewRequest("GET", p.url+"?name[]=gpu_pod_exporter_basic_auth_refused_total", nil)
-	req.SetBasicAuth("prometheus", "s3cret")
+	req.SetBasicAuth(p.user, p.password)
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -210,8 +221,9 @@ func h1Guess(ctx context.Context, addr, source string, seq *atomic.Int64, answer
 	}
 }
 
-// authExporter builds the exporter and returns it with a web configuration of TLS and one basic-auth user,
-// prometheus, whose password s3cret is hashed by bcrypt at its default cost (10), as htpasswd hashes it.
+// authExporter builds the exporter and returns it with a web configuration of TLS and two basic-auth users,
+// prometheus (password s3cret) and agent (an0ther), whose passwords are hashed by bcrypt at its default cost (10),
+// as htpasswd hashes them.
 func authExporter(t *testing.T) (binary, webConfig string) {
 	t.Helper()
 	binary, err := e2eutil.BuildBinary(t.TempDir())
@@ -219,12 +231,15 @@ func authExporter(t *testing.T) (binary, webConfig string) {
 		t.Fatal(err)
 	}
 	certFile, keyFile := testkit.WriteSelfSignedCert(t, t.TempDir())
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.DefaultCost)
-	if err != nil {
-		t.Fatal(err)
+	cfg := fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n", certFile, keyFile)
+	for _, u := range [][2]string{{"prometheus", "s3cret"}, {"agent", "an0ther"}} {
+		hash, err := bcrypt.GenerateFromPassword([]byte(u[1]), bcrypt.DefaultCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg += fmt.Sprintf("  %s: %s\n", u[0], hash)
 	}
-	return binary, fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  prometheus: %s\n",
-		certFile, keyFile, hash)
+	return binary, cfg
 }
 
 // TestSoakAuthFloods: an exporter with TLS and bcrypt basic auth (cost 10) is flooded with wrong passwords while
@@ -334,12 +349,64 @@ func TestSoakAuthFloods(t *testing.T) {
 	}
 }
 
+// restartScrapes are one scraper's scrapes across a restart: those of the first exporter, those that found
+// nothing listening, and those of the new exporter, with the outcomes of each exporter's in order.
+type restartScrapes struct {
+	before, after                 scrapeResults
+	down                          int
+	beforeOutcomes, afterOutcomes []string
+}
+
+// run scrapes every half second until ctx ends; a scrape that begins once restarted is set is the new exporter's.
+func (r *restartScrapes) run(ctx context.Context, p *authScraper, restarted *atomic.Bool) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		after := restarted.Load()
+		begin := time.Now()
+		err := p.scrape()
+		took := time.Since(begin)
+		outcome := "ok"
+		if err != nil {
+			outcome = err.Error()[max(0, len(err.Error())-40):] // what went wrong, after the request's URL
+		}
+		var dial *net.OpError
+		switch {
+		case errors.As(err, &dial) && dial.Op == "dial":
+			r.down++ // the first exporter has closed its listener, or the new one does not listen yet
+		case !after:
+			r.beforeOutcomes = append(r.beforeOutcomes, outcome)
+			r.before.add(took, err)
+		default:
+			r.afterOutcomes = append(r.afterOutcomes, outcome)
+			r.after.add(took, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+}
+
+// failures are the failed scrapes among outcomes, by their place in it (0 is the first).
+func failures(outcomes []string) map[int]string {
+	f := map[int]string{}
+	for i, o := range outcomes {
+		if o != "ok" {
+			f[i] = o
+		}
+	}
+	return f
+}
+
 // TestSoakAuthFloodAcrossRestart: an exporter with TLS and bcrypt basic auth is flooded with wrong passwords from 200
-// loopback addresses, each asking again as soon as it is answered, while Prometheus scrapes it every half second;
-// a third of the way through, it is restarted, and the flood, already running, reaches the new exporter before
-// Prometheus does, which has no password remembered yet. Prometheus's first scrape of the new exporter may be refused
-// among the flood's first attempts, which it cannot be told from; from the second, at least 99% must succeed, and
-// the run says how many did from the first. (Before, every scrape after the restart failed.)
+// loopback addresses, each asking again as soon as it is answered, while two scrapers scrape it every half second:
+// Prometheus from an address of its own, and an agent with a user of its own from the first flooding address (NAT,
+// a shared egress, the same node). A third of the way through, the exporter is restarted; the flood, already
+// running, reaches the new exporter with the scrapers, and no password is remembered yet. A scraper's first scrape
+// of the new exporter is a first attempt among the flood's, which no exporter can tell from them: it is checked when
+// it comes before or after their burst, and may be refused in the middle of it, or when its address's own flood has
+// a check in flight; the run says which. From each scraper's second scrape, at least 99% must succeed.
 func TestSoakAuthFloodAcrossRestart(t *testing.T) {
 	duration := soakDuration(t)
 	binary, cfg := authExporter(t)
@@ -358,59 +425,57 @@ func TestSoakAuthFloodAcrossRestart(t *testing.T) {
 	defer stop()
 	var seq, answers atomic.Int64
 	var flood sync.WaitGroup
+	floodAddr := func(i int) string { return fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250) }
 	for i := range 200 {
-		flood.Go(func() { h1Guess(ctx, addr, fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250), &seq, &answers) })
+		flood.Go(func() { h1Guess(ctx, addr, floodAddr(i), &seq, &answers) })
 	}
 
-	prom := newAuthScraper(addr)
-	restartAt := time.Now().Add(duration / 3)
-	restarted := false
-	var before, after scrapeResults
-	var outcomes []string // of the scrapes that reached the new exporter, in order
-	down := 0
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for ctx.Err() == nil {
-		if !restarted && time.Now().After(restartAt) {
-			syscall.Kill(first.Pid, syscall.SIGTERM)
-			testkit.WaitFor(t, 30*time.Second, "the first exporter to exit", func() bool { done, _ := first.Exited(); return done })
-			restarted = true
-			start() // the flood and Prometheus find it as it comes up
-		}
-		begin := time.Now()
-		err := prom.scrape()
-		var dial *net.OpError
-		switch {
-		case !restarted:
-			before.add(time.Since(begin), err)
-		case errors.As(err, &dial) && dial.Op == "dial":
-			down++ // the new exporter does not listen yet
-		default:
-			outcome := "ok"
-			if err != nil {
-				outcome = err.Error()[:min(len(err.Error()), 24)]
-			}
-			outcomes = append(outcomes, outcome)
-			after.add(time.Since(begin), err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
+	scrapers := []struct {
+		name string
+		*authScraper
+		restartScrapes
+	}{
+		{name: "Prometheus", authScraper: newAuthScraper(addr)},
+		{name: "the agent sharing " + floodAddr(0), authScraper: newScraperFrom(addr, floodAddr(0), "agent", "an0ther")},
 	}
+	var restarted atomic.Bool
+	var scraping sync.WaitGroup
+	for i := range scrapers {
+		scraping.Go(func() { scrapers[i].run(ctx, scrapers[i].authScraper, &restarted) })
+	}
+	select {
+	case <-ctx.Done():
+		t.Fatal("the soak ended before the restart")
+	case <-time.After(duration / 3):
+	}
+	syscall.Kill(first.Pid, syscall.SIGTERM)
+	testkit.WaitFor(t, 30*time.Second, "the first exporter to exit", func() bool { done, _ := first.Exited(); return done })
+	restarted.Store(true)
+	start() // the flood and the scrapers find it as it comes up
+	scraping.Wait()
 	flood.Wait()
-	n0, failed0, _ := before.summary()
-	n, failed, p99 := after.summary()
-	refused, _ := prom.refusals()
-	t.Logf("200 clients sent %d wrong passwords, %d answered, over %v. Before the restart: %d of %d scrapes failed "+
-		"(first failure: %s). While it restarted: %d scrapes found nothing listening. After: %d of %d failed (%.1f%%), "+
-		"p99 %v, the first ten: %q; refused (429) since the restart: %v",
-		seq.Load(), answers.Load(), duration, failed0, n0, cmp.Or(before.firstErr, "none"), down, failed, n,
-		100*float64(failed)/float64(max(n, 1)), p99.Round(time.Millisecond), outcomes[:min(len(outcomes), 10)], refused)
-	if n > 0 && outcomes[0] != "ok" {
-		failed, n = failed-1, n-1
-	}
-	if n == 0 || float64(failed) > 0.01*float64(n) {
-		t.Errorf("%d of %d authenticated scrapes from the second after the restart failed, want at most 1%%", failed, n)
+	refused, _ := scrapers[0].refusals()
+	t.Logf("200 clients sent %d wrong passwords, %d answered, over %v; refused (429) since the restart: %v",
+		seq.Load(), answers.Load(), duration, refused)
+	for i := range scrapers {
+		s := &scrapers[i]
+		n0, failed0, _ := s.before.summary()
+		n, failed, p99 := s.after.summary()
+		var first time.Duration
+		if n > 0 {
+			first = s.after.latencies[0]
+		}
+		t.Logf("%s: first exporter: %d of %d scrapes failed %v; %d found nothing listening; "+
+			"new exporter: %d of %d failed (%.1f%%) %v, the first in %v, p99 %v",
+			s.name, failed0, n0, failures(s.beforeOutcomes), s.down, failed, n,
+			100*float64(failed)/float64(max(n, 1)), failures(s.afterOutcomes), first.Round(time.Millisecond),
+			p99.Round(time.Millisecond))
+		if n > 0 && s.afterOutcomes[0] != "ok" {
+			failed, n = failed-1, n-1
+		}
+		if n == 0 || float64(failed) > 0.01*float64(n) {
+			t.Errorf("%s: %d of %d authenticated scrapes of the new exporter from the second failed, want at most 1%%",
+				s.name, failed, n)
+		}
 	}
 }

@@ -19,11 +19,11 @@ import (
 )
 
 // TestSoakFileLimit runs the exporter under a hard limit of 1,024 file descriptors (a soft one of 256, which it
-// raises to the hard one) on a node of 4,000 GPU processes, 500 on each of 8 GPUs, each in a pod of its own (a fake procfs). The exporter keeps process files open
-// between scrapes only within what the limit leaves after the connections and its own files, and reads the others
-// by path, so that every process keeps its pod identity, 100 new connections at once are all answered, and the
-// self-metrics say how many files are kept. (Before, the kept files took every descriptor: 2,988 processes lost their
-// identity.)
+// raises to the hard one) on a node of 4,000 GPU processes, 500 on each of 8 GPUs, each in a pod of its own (a fake
+// procfs). The exporter keeps process files open between scrapes only within what the limit leaves after the
+// connections and its own files, and reads the others by path, so that every process keeps its pod identity (files
+// kept without a budget would take every descriptor, and most processes would lose it), 100 new connections at once
+// are all answered, and the self-metrics say how many files are kept.
 func TestSoakFileLimit(t *testing.T) {
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Skip("prlimit (util-linux) is not installed")

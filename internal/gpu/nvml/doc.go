@@ -9,8 +9,10 @@
 //   - go-nvml calls functions the driver lacks without a check, and the process dies ("symbol lookup error"), so
 //     the functions newer than R418 that this source calls are looked up once after Init (symbols.go) and not
 //     called where missing. Field values are asked for only where the driver's branch defines their IDs, and each
-//     value's own return code is checked. On drivers whose _v3 process lists write 32-byte records (535.43.02 to
-//     535.86.x) the source calls those lists itself (records.go).
+//     value's own return code is checked. The process lists are called by the source itself (records.go), not
+//     through go-nvml, which retries INSUFFICIENT_SIZE without bound and passes 24-byte records to the _v3 lists
+//     that 535.43.02 to 535.86.x fill with 32-byte ones. Where the driver's functions cannot be looked up (go-nvml's
+//     mocks), go-nvml's lists are read, except on those drivers, whose GPUs then report a processes error.
 //   - Profiling (GPM, Hopper and newer) is computed between a sample taken in each snapshot and one kept from an
 //     earlier snapshot (gpm.go): a scrape never waits for an interval.
 //   - With a ProcessFallback (nvidia-smi under --gpu.source=auto), a GPU whose processes NVML could not list takes

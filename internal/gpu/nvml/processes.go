@@ -157,8 +157,10 @@ func (r *deviceReader) listMIGProcesses(h gonvml.Device, gpuRef deviceRef, migs 
 // listProcesses adds the compute, graphics and MPS processes of one GPU or MIG device handle to set. The compute
 // list must be readable; graphics and MPS lists that the device or driver does not support are taken as empty.
 // NVML sets instance IDs to 0xFFFFFFFF for processes not on a MIG instance, and go-nvml does so for every entry of
-// the v1 structs of old drivers; such IDs never make a process a MIG process. On drivers whose _v3 records are
-// longer than go-nvml's, the source's own calls read the lists of ref.
+// the v1 structs of old drivers; such IDs never make a process a MIG process. Where the source's own calls could be
+// looked up in the driver's library (records.go), they read the lists of ref: go-nvml's retry INSUFFICIENT_SIZE
+// without bound and cannot read the 32-byte records of some 535 drivers. go-nvml's lists of h are read otherwise,
+// as with its mocks.
 func (r *deviceReader) listProcesses(h gonvml.Device, ref deviceRef, scope listScope, mig *migDevice, set map[procKey]*procEntry) listResult {
 	lists := []struct {
 		call     func() ([]gonvml.ProcessInfo, gonvml.Return)
@@ -169,23 +171,25 @@ func (r *deviceReader) listProcesses(h gonvml.Device, ref deviceRef, scope listS
 		{h.GetGraphicsRunningProcesses, false, func(e *procEntry) { e.graphics = true }},
 		{h.GetMPSComputeRunningProcesses, false, func(e *procEntry) { e.mps = true }},
 	}
-	if r.s.records != nil {
-		for i := range lists {
-			lists[i].call = func() ([]gonvml.ProcessInfo, gonvml.Return) { return r.s.records.list(processList(i), ref) }
-		}
-	}
 	if !r.s.syms.mpsProcesses {
 		lists = lists[:2]
 	}
-	for _, l := range lists {
+	for i, l := range lists {
 		var infos []gonvml.ProcessInfo
 		var ret gonvml.Return
+		var err error
 		if r.s.records != nil {
-			infos, ret = l.call() // retries INSUFFICIENT_SIZE itself
+			infos, ret, err = r.s.records.list(processList(i), ref) // retries INSUFFICIENT_SIZE itself
 		} else {
 			infos, ret = retrySize(l.call)
 		}
 		switch {
+		case err != nil:
+			if r.lost == nil {
+				r.errs = append(r.errs, r.s.fail(r.index, r.uuid, gpu.OpProcesses, fmt.Errorf(
+					"listing the processes of GPU %d: %w; read again at the next reading", r.index, err)))
+			}
+			return listFailed
 		case ret == gonvml.SUCCESS:
 		case unsupported(ret) && l.required:
 			return listUnsupported

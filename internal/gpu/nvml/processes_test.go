@@ -318,20 +318,20 @@ type fakeRecords struct {
 	calls int
 }
 
-func (f *fakeRecords) list(l processList, ref deviceRef) ([]gonvml.ProcessInfo, gonvml.Return) {
+func (f *fakeRecords) list(l processList, ref deviceRef) ([]gonvml.ProcessInfo, gonvml.Return, error) {
 	f.calls++
 	lists, ok := f.lists[ref]
 	if !ok {
-		return nil, gonvml.ERROR_INVALID_ARGUMENT
+		return nil, gonvml.ERROR_INVALID_ARGUMENT, nil
 	}
-	return lists[l], gonvml.SUCCESS
+	return lists[l], gonvml.SUCCESS, nil
 }
 
-// 535.43.02 to 535.86.x write 32-byte records through the _v3 process lists where go-nvml reserves 24
-// (go-nvml#75). They are recognised as nvitop does, by their symbols: the conf-compute memory query is there, the
-// process detail list of 535.104.05 is not. go-nvml's lists are then never called (the call itself overwrites Go
-// memory): the source reads them with its own calls, and where it could not look those up, the GPU reports a
-// processes error that says what to do.
+// 535.43.02 to 535.86.x write 32-byte records through the _v3 process lists where go-nvml reserves 24. They are
+// recognised as nvitop does, by their symbols: the conf-compute memory query is there, the process detail list of
+// 535.104.05 is not. go-nvml's lists are then never called (the call itself overwrites Go memory): the source reads
+// them with its own calls, and where it could not look those up, the GPU reports a processes error that says what
+// to do.
 func TestProcessListsOnDriversWithLongRecords(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

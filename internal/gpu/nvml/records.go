@@ -64,9 +64,13 @@ type deviceRef struct {
 	migSlot int // -1: the GPU itself
 }
 
-// recordLister lists the processes of a device with the source's own calls.
+// String names the list as NVML's functions do.
+func (l processList) String() string { return [...]string{"compute", "graphics", "MPS compute"}[l] }
+
+// recordLister lists the processes of a device with the source's own calls. An error other than NVML's return
+// code is one the source found in the driver's answer.
 type recordLister interface {
-	list(list processList, dev deviceRef) ([]gonvml.ProcessInfo, gonvml.Return)
+	list(list processList, dev deviceRef) ([]gonvml.ProcessInfo, gonvml.Return, error)
 }
 
 // The record layouts of the process lists: nvmlProcessInfo_v1_t (pid, usedGpuMemory) of the unversioned
@@ -93,8 +97,10 @@ var listNames = [3][3]string{
 	{"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses"},
 }
 
-// newOwnLists looks up the functions in the loaded libnvidia-ml.so.1, the newest version of each list, whose _v3
-// records are longRecords bytes longer than the header's. The compute list and the device lookup are required.
+// newOwnLists looks up the functions in the loaded libnvidia-ml.so.1, the newest version of each list. longV3 says
+// that the driver's _v3 lists write the 32-byte records of 535.43.02 to 535.86.x rather than those of NVML's header,
+// which nothing in the library's answers tells apart (the caller recognises such drivers by their symbols). The
+// compute list and the device lookup are required.
 func newOwnLists(longV3 bool) (*ownLists, error) {
 	lookup := func(name string) unsafe.Pointer {
 		cname := C.CString(name)
@@ -129,36 +135,47 @@ const recordHeadroom = 8
 // allocation. 64 Ki processes on one GPU is far past what a GPU runs (MPS allows 48 to 60 clients).
 const maxListedProcesses = 1 << 16
 
-func (l *ownLists) list(list processList, ref deviceRef) ([]gonvml.ProcessInfo, gonvml.Return) {
+// tooManyProcessesError is a driver's count of processes on one list above maxListedProcesses.
+type tooManyProcessesError struct {
+	list  processList
+	count uint
+}
+
+func (e tooManyProcessesError) Error() string {
+	return fmt.Sprintf("NVML counts %d processes in the %s list, more than the %d the exporter reads records for "+
+		"(no GPU runs that many: the driver's count is wrong)", e.count, e.list, maxListedProcesses)
+}
+
+func (l *ownLists) list(list processList, ref deviceRef) ([]gonvml.ProcessInfo, gonvml.Return, error) {
 	fn, size := l.lists[list], l.recordSize[list]
 	if fn == nil {
-		return nil, gonvml.ERROR_FUNCTION_NOT_FOUND
+		return nil, gonvml.ERROR_FUNCTION_NOT_FOUND, nil
 	}
 	dev, ret := l.handle(ref)
 	if ret != gonvml.SUCCESS {
-		return nil, ret
+		return nil, ret, nil
 	}
 	var count C.uint
 	ret = gonvml.Return(C.gpeList(fn, dev, &count, nil))
 	if ret == gonvml.SUCCESS {
-		return nil, ret // no processes
+		return nil, ret, nil // no processes
 	}
 	for range maxSizeRetries {
 		if ret != gonvml.ERROR_INSUFFICIENT_SIZE {
-			return nil, ret
+			return nil, ret, nil
 		}
 		if count > maxListedProcesses {
-			return nil, gonvml.ERROR_INSUFFICIENT_SIZE
+			return nil, ret, tooManyProcessesError{list, uint(count)}
 		}
 		n := count + recordHeadroom
 		records := make([]byte, int(n)*size)
 		count = n
 		ret = gonvml.Return(C.gpeList(fn, dev, &count, unsafe.Pointer(&records[0])))
 		if ret == gonvml.SUCCESS {
-			return parseRecords(records, int(min(count, n)), size), ret
+			return parseRecords(records, int(min(count, n)), size), ret, nil
 		}
 	}
-	return nil, ret
+	return nil, ret, nil
 }
 
 // parseRecords reads n records of size bytes: pid at 0, usedGpuMemory at 8, and from version 2 on gpuInstanceId at

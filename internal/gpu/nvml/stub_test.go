@@ -493,9 +493,9 @@ func TestStubLibraryProfilingPerGPUInstance(t *testing.T) {
 }
 
 // GPM's pitfalls, first with go-nvml alone: go-nvml v0.13.4-1 sends nvmlGpmSupport_t's plain version 1, which the
-// stub, as NVML, requires (earlier versions sent NVML_STRUCT_VERSION and always failed, go-nvml#168); samples passed
-// newest first give another value (the counters' differences wrap); and with STUB_NVML_GPM_BATCH several metrics in
-// one call come back in the wrong slots. The source, one metric per call, reads them exactly.
+// stub, as NVML, requires (NVML refuses NVML_STRUCT_VERSION there); samples passed newest first give another value
+// (the counters' differences wrap); and with STUB_NVML_GPM_BATCH several metrics in one call come back in the wrong
+// slots. The source, one metric per call, reads them exactly.
 func TestStubLibraryGPMPitfalls(t *testing.T) {
 	v := stubnvml.H100R580
 	lib := v.Build(t)
@@ -549,7 +549,7 @@ func TestStubLibraryV100R470(t *testing.T) {
 }
 
 // 535.54 writes 32-byte records through the _v3 process lists, where go-nvml reserves 24: go-nvml alone reads a
-// wrong second PID (go-nvml#75). The source reads the lists with calls of its own: the right PIDs, memory and
+// wrong second PID. The source reads the lists with calls of its own: the right PIDs, memory and
 // types, from the compute and the graphics lists. The driver defines no PCIe byte counters or recovery action yet,
 // and the source does not ask for them (the stub answers an error for an ID its branch lacks).
 func TestStubLibraryDriverWithLongProcessRecords(t *testing.T) {
@@ -557,7 +557,7 @@ func TestStubLibraryDriverWithLongProcessRecords(t *testing.T) {
 	lib := v.Build(t)
 	garbled := mustRunStub(t, lib, "go-nvml processes")
 	if len(garbled.Processes) != 2 || garbled.Processes[1].Pid == stubnvml.FirstPID+1 {
-		t.Fatalf("go-nvml read %+v from the 32-byte records; the stub should reproduce go-nvml#75", garbled.Processes)
+		t.Fatalf("go-nvml read %+v from the 32-byte records; the stub should make go-nvml misread them", garbled.Processes)
 	}
 
 	res := mustRunStub(t, lib, "snapshot")
@@ -589,7 +589,7 @@ func TestStubLibraryLostGPUKeepsXID79(t *testing.T) {
 }
 
 // The driver finds more utilization samples on go-nvml's second call than it announced on the first: go-nvml's
-// wrapper slices past its buffer and panics (go-nvml#11, #27). That costs the per-process utilization of the GPU.
+// wrapper slices past its buffer and panics. That costs the per-process utilization of the GPU.
 func TestStubLibraryProcessUtilizationGrowsBetweenCalls(t *testing.T) {
 	res := mustRunStub(t, stubnvml.H100R580.Build(t), "snapshot", "STUB_NVML_UTIL_GROWS=1", stubReadingsEnv+"=1")
 	d := res.device(t, 0, "GPU-stub-0")
@@ -650,6 +650,26 @@ func TestStubLibraryProcessListThatKeepsGrowing(t *testing.T) {
 	}
 	if d.MemoryUsedBytes != gpu.Known(stubnvml.MemoryUsed) {
 		t.Errorf("GPU 0 memory used = %+v, want it read", d.MemoryUsedBytes)
+	}
+	if d1 := res.device(t, 0, "GPU-stub-1"); !d1.ProcessesListed {
+		t.Errorf("GPU 1 processes not listed")
+	}
+}
+
+// A driver that counts more processes on GPU 0 than maxListedProcesses: the source passes no records for them,
+// and GPU 0's processes are unlisted for the reading with an error that gives the count, not one that says the
+// driver kept asking for more room; GPU 1 is read.
+func TestStubLibraryProcessCountPastTheBound(t *testing.T) {
+	count := maxListedProcesses + 1
+	res := mustRunStub(t, stubnvml.H100R580.Build(t), "snapshot", fmt.Sprintf("STUB_NVML_PROCESSES=%d", count),
+		stubReadingsEnv+"=1")
+	d := res.device(t, 0, "GPU-stub-0")
+	if d.ProcessesListed || len(d.Processes) != 0 {
+		t.Errorf("GPU 0 listed %v with %d processes, want unlisted", d.ProcessesListed, len(d.Processes))
+	}
+	want := fmt.Sprintf("NVML counts %d processes in the compute list, more than the %d", count, maxListedProcesses)
+	if e, ok := res.findError(0, "processes"); !ok || !strings.Contains(e.Message, want) {
+		t.Errorf("GPU 0 processes error = %+v (found %v), want one that says %q", e, ok, want)
 	}
 	if d1 := res.device(t, 0, "GPU-stub-1"); !d1.ProcessesListed {
 		t.Errorf("GPU 1 processes not listed")
