@@ -14,10 +14,18 @@
 //     whole failed checks of their budget left, then the clients refused fewer times lately (a count that halves
 //     every FailureInterval, in powers of two: one that asks again as soon as it is refused sinks with every
 //     refusal). Among checks of equal standing the newest goes first, and when there is no room a new check takes
-//     the place of the newest of the lowest standing. A flood's first attempts after a restart cannot be told from
-//     a scraper's, and come in a burst as their TLS handshakes end: a scraper that comes after the burst is checked
-//     next, and one among the first of it keeps its place until the burst ends. One that comes in the middle of it
-//     may be refused, and goes first at its next scrape (above);
+//     the place of the newest of the lowest standing;
+//   - a first attempt of a client in the best standing (none of its budget spent, not refused lately: every client
+//     after a restart) that loses its place, or finds none, is not refused but waits in a line of up to
+//     MaxFirstWaiting, behind the waiting checks of its standing and before those of lower standing, newest first,
+//     for at most FirstWait (less than Prometheus's default scrape timeout, 10 s); then it is refused. A flood's
+//     first attempts after a restart cannot be told from a scraper's, and come in a burst as their TLS handshakes
+//     end: a scraper that comes after the burst is checked next, one among the first of it keeps its place until
+//     the burst ends, and one in the middle of it waits in the line. Each address of the flood gets one bcrypt so,
+//     and then its budget applies; bcrypt runs no more than before (MaxConcurrent at once, busy under any flood), it
+//     only goes to first attempts first. A scraper in a burst longer than MaxConcurrent bcrypt checks can get
+//     through in FirstWait (about a hundred at cost 10 on one core) may be refused at FirstWait, and goes first at
+//     its next scrape (above);
 //   - past MaxClients client addresses, the clients in the best standing are forgotten (a client forgotten comes
 //     back new, in the best standing, so forgetting it gives nothing away); the flood's penalties are kept;
 //   - a check whose client has gone (its request context done) does no bcrypt, and identical checks in flight share
@@ -53,6 +61,8 @@ const (
 	DefaultFailureBurst    = 5
 	DefaultFailureInterval = 10 * time.Second
 	DefaultMaxClients      = 4096
+	DefaultMaxFirstWaiting = 256
+	DefaultFirstWait       = 8 * time.Second
 )
 
 // maxRemembered bounds the right passwords remembered: one per user of the web configuration, and its users' hashes.
@@ -74,8 +84,15 @@ type Config struct {
 	FailureBurst    int
 	FailureInterval time.Duration
 	// MaxClients is how many clients' budgets are remembered, besides those with a check running or waiting (at
-	// most MaxConcurrent + MaxWaiting). Past it, an eighth of them, those in the best standing, are forgotten.
+	// most MaxConcurrent + MaxWaiting + MaxFirstWaiting). Past it, an eighth of them, those in the best standing, are
+	// forgotten.
 	MaxClients int
+	// MaxFirstWaiting is how many first attempts of clients in the best standing (none of the budget spent, not
+	// refused lately) may wait besides MaxWaiting, in a line behind them, rather than be refused; FirstWait is how
+	// long one may wait there before it is refused, less than a scraper's timeout, so that it is refused on its
+	// connection, where asked again it goes first.
+	MaxFirstWaiting int
+	FirstWait       time.Duration
 	// Compare checks a password against a hash; bcrypt.CompareHashAndPassword by default (tests count calls).
 	Compare func(hash, password []byte) error
 	// Now is the clock of the budgets; time.Now by default.
@@ -89,6 +106,7 @@ type Checker struct {
 	mu      sync.Mutex
 	running int                              // bcrypt checks running
 	waiting []*waiter                        // checks waiting for one of those to end, at most MaxWaiting
+	line    []*waiter                        // first attempts in the best standing with no room in waiting
 	seq     uint64                           // of the last check to wait
 	valid   map[credential][sha256.Size]byte // user and hash: the digest of the password that matched
 	flights map[flightKey]*flight
@@ -166,6 +184,7 @@ type client struct {
 type waiter struct {
 	standing standing // its client's, when it came
 	seq      uint64
+	since    time.Time // when it came
 	turn     chan bool
 	client   *client
 	lane     lane
@@ -221,6 +240,12 @@ func New(cfg Config) *Checker {
 	}
 	if cfg.MaxClients <= 0 {
 		cfg.MaxClients = DefaultMaxClients
+	}
+	if cfg.MaxFirstWaiting <= 0 {
+		cfg.MaxFirstWaiting = DefaultMaxFirstWaiting
+	}
+	if cfg.FirstWait <= 0 {
+		cfg.FirstWait = DefaultFirstWait
 	}
 	if cfg.Compare == nil {
 		cfg.Compare = bcrypt.CompareHashAndPassword
@@ -360,11 +385,9 @@ func (c *Checker) refuse(cl *client, cn *conn, key flightKey) {
 // the queue, a scraper's among them, keep their places until it ends. It reports whether w waits. c.mu is held.
 func (c *Checker) wait(w *waiter) bool {
 	c.seq++
-	w.seq, w.turn = c.seq, make(chan bool, 1)
+	w.seq, w.turn, w.since = c.seq, make(chan bool, 1), c.cfg.Now()
+	c.shed(w.since)
 	if len(c.waiting) >= c.cfg.MaxWaiting {
-		if len(c.waiting) == 0 {
-			return false
-		}
 		victim := 0
 		for i, o := range c.waiting {
 			if v := c.waiting[victim]; v.standing.above(o.standing) || v.standing == o.standing && o.seq > v.seq {
@@ -372,17 +395,48 @@ func (c *Checker) wait(w *waiter) bool {
 			}
 		}
 		if c.waiting[victim].standing.above(w.standing) {
-			return false
+			return c.queueFirst(w, w.since)
 		}
 		displaced := c.waiting[victim]
 		c.waiting = slices.Delete(c.waiting, victim, victim+1)
-		c.refusedBusy++
-		displaced.client.inFlight[displaced.lane] = false
-		c.refuse(displaced.client, displaced.conn, displaced.key)
-		displaced.turn <- false
+		if !c.queueFirst(displaced, w.since) {
+			c.drop(displaced)
+		}
 	}
 	c.waiting = append(c.waiting, w)
 	return true
+}
+
+// queueFirst puts w in the line of first attempts, if it is one in the best standing, there is room, and it has
+// waited less than FirstWait; it reports whether it did. c.mu is held.
+func (c *Checker) queueFirst(w *waiter, now time.Time) bool {
+	best := standing{tokens: c.cfg.FailureBurst}
+	if w.standing != best || len(c.line) >= c.cfg.MaxFirstWaiting || now.Sub(w.since) >= c.cfg.FirstWait {
+		return false
+	}
+	c.line = append(c.line, w)
+	return true
+}
+
+// shed refuses the first attempts that have waited in the line FirstWait: refused, a scraper's password goes first
+// when asked again on its connection, where waiting on it would end with its scrape's timeout and connection. c.mu
+// is held.
+func (c *Checker) shed(now time.Time) {
+	c.line = slices.DeleteFunc(c.line, func(w *waiter) bool {
+		if now.Sub(w.since) < c.cfg.FirstWait {
+			return false
+		}
+		c.drop(w)
+		return true
+	})
+}
+
+// drop refuses w, which has left waiting or the line, and tells it it lost its place. c.mu is held.
+func (c *Checker) drop(w *waiter) {
+	c.refusedBusy++
+	w.client.inFlight[w.lane] = false
+	c.refuse(w.client, w.conn, w.key)
+	w.turn <- false
 }
 
 // await waits for w's turn, unless ctx ends first; it reports whether w holds a slot now. Without one, w has left
@@ -400,6 +454,11 @@ func (c *Checker) await(ctx context.Context, w *waiter) bool {
 		w.client.inFlight[w.lane] = false
 		return false
 	}
+	if i := slices.Index(c.line, w); i >= 0 {
+		c.line = slices.Delete(c.line, i, i+1)
+		w.client.inFlight[w.lane] = false
+		return false
+	}
 	// Given a slot or its place taken as ctx ended: a slot is handed on.
 	if <-w.turn {
 		c.release()
@@ -408,20 +467,28 @@ func (c *Checker) await(ctx context.Context, w *waiter) bool {
 	return false
 }
 
-// release ends a bcrypt check: its slot goes to the waiting check that goes first. c.mu is held.
+// release ends a bcrypt check: its slot goes to the waiting check that goes first, or, when none waits in the best
+// standing of first attempts or better, to the newest in the line of first attempts. c.mu is held.
 func (c *Checker) release() {
-	if len(c.waiting) == 0 {
-		c.running--
-		return
-	}
+	c.shed(c.cfg.Now())
 	first := 0
 	for i, w := range c.waiting {
 		if w.before(c.waiting[first]) {
 			first = i
 		}
 	}
-	w := c.waiting[first]
-	c.waiting = slices.Delete(c.waiting, first, first+1)
+	var w *waiter
+	switch {
+	case len(c.line) > 0 && (len(c.waiting) == 0 || c.line[0].standing.above(c.waiting[first].standing)):
+		w = c.line[len(c.line)-1]
+		c.line = c.line[:len(c.line)-1]
+	case len(c.waiting) > 0:
+		w = c.waiting[first]
+		c.waiting = slices.Delete(c.waiting, first, first+1)
+	default:
+		c.running--
+		return
+	}
 	w.turn <- true
 }
 

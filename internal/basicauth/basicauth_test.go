@@ -262,11 +262,12 @@ func TestNoWorkForAClientThatHasGone(t *testing.T) {
 	})
 }
 
-// At most MaxConcurrent checks run and MaxWaiting wait; more are refused. Identical checks share one.
+// At most MaxConcurrent checks run, MaxWaiting wait and MaxFirstWaiting first attempts wait behind them; more are
+// refused. Identical checks share one.
 func TestConcurrentChecksAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeBcrypt{gate: make(chan struct{})}
-		c := New(Config{Compare: f.compare, MaxConcurrent: 2, MaxWaiting: 3})
+		c := New(Config{Compare: f.compare, MaxConcurrent: 2, MaxWaiting: 3, MaxFirstWaiting: 4})
 		var busy, done atomic.Int32
 		for i := range 20 {
 			go func() {
@@ -283,16 +284,16 @@ func TestConcurrentChecksAreBounded(t *testing.T) {
 			go check(t, c, fmt.Sprintf("10.0.2.%d:1", i), "guess-0")
 		}
 		synctest.Wait()
-		if got := busy.Load(); got != 15 {
-			t.Errorf("%d checks refused, want 15 (2 running, 3 waiting)", got)
+		if got := busy.Load(); got != 11 {
+			t.Errorf("%d checks refused, want 11 (2 running, 3 waiting, 4 in the line of first attempts)", got)
 		}
 		close(f.gate)
 		synctest.Wait()
 		calls, most := f.count()
-		if calls != 5 || most != 2 {
-			t.Errorf("%d bcrypt checks, at most %d at once; want 5 and 2", calls, most)
+		if calls != 9 || most != 2 {
+			t.Errorf("%d bcrypt checks, at most %d at once; want 9 and 2", calls, most)
 		}
-		checkRefusals(t, c, 0, 15)
+		checkRefusals(t, c, 0, 11)
 	})
 }
 
@@ -363,6 +364,7 @@ func TestRightPasswordGetsThroughAFloodAfterARestart(t *testing.T) {
 		{"300 ms after a burst", 0, 300 * time.Millisecond},
 		{"third in a 400 ms burst", 2 * time.Millisecond, 3 * time.Millisecond},
 		{"after a 400 ms burst", 2 * time.Millisecond, 500 * time.Millisecond},
+		{"in the middle of a 500 ms burst", 2500 * time.Microsecond, 250 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -375,7 +377,7 @@ func TestRightPasswordGetsThroughAFloodAfterARestart(t *testing.T) {
 				guesses := stop()
 				calls, _ := f.count()
 				t.Logf("%d wrong passwords sent, %d checked; Prometheus's first check took %v", guesses, calls, firstTook)
-				if len(failed) > 0 || firstTook > 2*time.Second {
+				if len(failed) > 0 || firstTook > 8*time.Second {
 					t.Errorf("Prometheus's scrapes failed: %q; the first took %v", failed, firstTook)
 				}
 			})
@@ -384,8 +386,9 @@ func TestRightPasswordGetsThroughAFloodAfterARestart(t *testing.T) {
 }
 
 // Among checks of equal standing the newest goes first, and when there is no room a new one takes the place of the
-// newest waiting: through a burst of first attempts the newest is checked next, and the first to come keep their
-// places and are checked when the burst ends.
+// newest waiting, which waits in the line of first attempts behind them: through a burst of first attempts the
+// newest is checked next, the first to come keep their places and are checked when the burst ends, and then the
+// line.
 func TestNewestFirstAmongEqualStanding(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeBcrypt{gate: make(chan struct{})}
@@ -396,13 +399,13 @@ func TestNewestFirstAmongEqualStanding(t *testing.T) {
 			ok, _ := check(t, c, "10.9.9.9:1", "s3cret")
 			result <- ok
 		}()
-		if order := f.checked(); !slices.Equal(order, []string{"running", "s3cret", "oldest"}) {
-			t.Errorf("checked %q, want the newest first and the newest waiting refused", order)
+		if order := f.checked(); !slices.Equal(order, []string{"running", "s3cret", "oldest", "newer"}) {
+			t.Errorf("checked %q, want the newest first, the first to come next and the newest waiting last", order)
 		}
 		if !<-result {
 			t.Error("the scraper's first attempt was not accepted")
 		}
-		checkRefusals(t, c, 0, 1)
+		checkRefusals(t, c, 0, 0)
 	})
 }
 
@@ -429,7 +432,7 @@ func TestPasswordAskedAgainGoesFirst(t *testing.T) {
 			ok, _ := c.Check(scraper, "10.0.9.9:2", "prometheus", hash, "s3cret")
 			result <- ok
 		}()
-		if order := f.checked(); !slices.Equal(order, []string{"guess", "running", "s3cret", "oldest"}) {
+		if order := f.checked(); !slices.Equal(order, []string{"guess", "running", "s3cret", "oldest", "newer"}) {
 			t.Errorf("checked %q, want the password asked again before the first attempts", order)
 		}
 		if !<-result {
@@ -438,7 +441,7 @@ func TestPasswordAskedAgainGoesFirst(t *testing.T) {
 		if ok, err := c.Check(connection(), "10.0.9.9:4", "prometheus", hash, "s3cret"); !ok || err != nil {
 			t.Errorf("the remembered password on a new connection: %v, %v", ok, err)
 		}
-		checkRefusals(t, c, 2, 1)
+		checkRefusals(t, c, 2, 0)
 	})
 }
 
@@ -532,7 +535,7 @@ func TestScraperSharingAnAttackersAddress(t *testing.T) {
 func TestScraperNewAfterMoreAttackersThanMaxClients(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeBcrypt{}
-		c := New(Config{Compare: slowBcrypt(f), MaxConcurrent: 1, MaxClients: 16})
+		c := New(Config{Compare: slowBcrypt(f), MaxConcurrent: 1, MaxClients: 16, MaxFirstWaiting: 8})
 		stop := flood(c, floodAddrs(50), 10*time.Millisecond)
 		time.Sleep(10 * time.Second) // every address has asked, many times
 		failed, _ := scrape(c, "10.9.9.9:4000", 8, 15*time.Second)
@@ -542,8 +545,43 @@ func TestScraperNewAfterMoreAttackersThanMaxClients(t *testing.T) {
 		if len(failed) > 1 {
 			t.Errorf("%d of 8 scrapes failed, want at most the first: %q", len(failed), failed)
 		}
-		if len(c.clients) > 16 {
-			t.Errorf("%d clients remembered, want at most 16", len(c.clients))
+		if len(c.clients) > 16+1+8+8 {
+			t.Errorf("%d clients remembered, want at most 33: 16, and those with a check running or waiting", len(c.clients))
 		}
+	})
+}
+
+// A first attempt in the line is refused once it has waited FirstWait, before a scraper's timeout, so that asked
+// again on its connection it goes first; one that is not in the best standing is refused at once, as before.
+func TestFirstAttemptWaitsAtMostFirstWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBcrypt{gate: make(chan struct{})}
+		c := New(Config{Compare: f.compare, MaxConcurrent: 1, MaxWaiting: 1, FirstWait: 8 * time.Second})
+		waitingChecks(t, c, "running", "waiting")
+		scraper := connection()
+		start := time.Now()
+		errc := make(chan error)
+		go func() {
+			_, err := c.Check(scraper, "10.9.9.9:1", "prometheus", hash, "s3cret") // takes the place of "waiting"
+			errc <- err
+		}()
+		synctest.Wait()
+		time.Sleep(8 * time.Second)
+		go check(t, c, "10.0.0.50:1", "newest") // the line is shed as a check comes or ends
+		if err := <-errc; !errors.Is(err, ErrBusy) || time.Since(start) != 8*time.Second {
+			t.Errorf("the first attempt in the line: %v after %v, want ErrBusy after 8 s", err, time.Since(start))
+		}
+		result := make(chan bool)
+		go func() {
+			ok, _ := c.Check(scraper, "10.9.9.9:1", "prometheus", hash, "s3cret")
+			result <- ok
+		}()
+		if order := f.checked(); !slices.Equal(order, []string{"running", "s3cret", "newest"}) {
+			t.Errorf("checked %q, want the password asked again first and the one shed from the line not at all", order)
+		}
+		if !<-result {
+			t.Error("the scraper's password, asked again, was not accepted")
+		}
+		checkRefusals(t, c, 0, 2)
 	})
 }

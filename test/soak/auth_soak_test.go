@@ -451,12 +451,13 @@ func TestSoakAuthFloodAcrossRestart(t *testing.T) {
 	syscall.Kill(first.Pid, syscall.SIGTERM)
 	testkit.WaitFor(t, 30*time.Second, "the first exporter to exit", func() bool { done, _ := first.Exited(); return done })
 	restarted.Store(true)
-	start() // the flood and the scrapers find it as it comes up
+	second := start() // the flood and the scrapers find it as it comes up
 	scraping.Wait()
 	flood.Wait()
 	refused, _ := scrapers[0].refusals()
-	t.Logf("200 clients sent %d wrong passwords, %d answered, over %v; refused (429) since the restart: %v",
-		seq.Load(), answers.Load(), duration, refused)
+	t.Logf("200 clients sent %d wrong passwords, %d answered, over %v; the new exporter used %.1f s of CPU over %v; "+
+		"refused (429) since the restart: %v",
+		seq.Load(), answers.Load(), duration, cpuSeconds(t, second.Pid), duration*2/3, refused)
 	for i := range scrapers {
 		s := &scrapers[i]
 		n0, failed0, _ := s.before.summary()
