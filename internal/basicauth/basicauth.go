@@ -18,7 +18,8 @@
 //   - a first attempt of a client in the best standing (none of its budget spent, not refused lately: every client
 //     after a restart) that loses its place, or finds none, is not refused but waits in a line of up to
 //     MaxFirstWaiting, behind the waiting checks of its standing and before those of lower standing, newest first,
-//     for at most FirstWait (less than Prometheus's default scrape timeout, 10 s); then it is refused. A flood's
+//     for at most FirstWait (less than Prometheus's default scrape timeout, 10 s) and until a second before its
+//     request's deadline (the server's from the scrape timeout Prometheus sends); then it is refused. A flood's
 //     first attempts after a restart cannot be told from a scraper's, and come in a burst as their TLS handshakes
 //     end: a scraper that comes after the burst is checked next, one among the first of it keeps its place until
 //     the burst ends, and one in the middle of it waits in the line. Each address of the flood gets one bcrypt so,
@@ -90,7 +91,8 @@ type Config struct {
 	// MaxFirstWaiting is how many first attempts of clients in the best standing (none of the budget spent, not
 	// refused lately) may wait besides MaxWaiting, in a line behind them, rather than be refused; FirstWait is how
 	// long one may wait there before it is refused, less than a scraper's timeout, so that it is refused on its
-	// connection, where asked again it goes first.
+	// connection, where asked again it goes first; a check whose context has a deadline is refused a second before
+	// it, if that is sooner.
 	MaxFirstWaiting int
 	FirstWait       time.Duration
 	// Compare checks a password against a hash; bcrypt.CompareHashAndPassword by default (tests count calls).
@@ -118,7 +120,7 @@ type Checker struct {
 var refusedDesc = prometheus.NewDesc("gpu_pod_exporter_basic_auth_refused_total",
 	"Requests answered 429 without a password check, by reason: client (its budget of failed checks is spent, or it has "+
 		"a check of the kind in flight), busy (as many checks wait for bcrypt as may, all in better standing, or a newer "+
-		"one in no worse standing took its place).", []string{"reason"}, nil)
+		"one in no worse standing took its place, or it waited as long as a first attempt may).", []string{"reason"}, nil)
 
 // Describe implements prometheus.Collector for the Checker's self-metrics.
 func (c *Checker) Describe(ch chan<- *prometheus.Desc) { ch <- refusedDesc }
@@ -185,6 +187,7 @@ type waiter struct {
 	standing standing // its client's, when it came
 	seq      uint64
 	since    time.Time // when it came
+	deadline time.Time // its request's, if it has one
 	turn     chan bool
 	client   *client
 	lane     lane
@@ -319,6 +322,7 @@ func (c *Checker) lead(ctx context.Context, clientAddr string, cn *conn, key fli
 	var w *waiter
 	if c.running >= c.cfg.MaxConcurrent {
 		w = &waiter{standing: cl.standing(again), client: cl, lane: ln, conn: cn, key: key}
+		w.deadline, _ = ctx.Deadline()
 		if !c.wait(w) {
 			c.refusedBusy++
 			c.refuse(cl, cn, key)
@@ -407,23 +411,36 @@ func (c *Checker) wait(w *waiter) bool {
 	return true
 }
 
-// queueFirst puts w in the line of first attempts, if it is one in the best standing, there is room, and it has
-// waited less than FirstWait; it reports whether it did. c.mu is held.
+// queueFirst puts w in the line of first attempts, if it is one in the best standing, there is room, and its time
+// in the line is not up; it reports whether it did. c.mu is held.
 func (c *Checker) queueFirst(w *waiter, now time.Time) bool {
 	best := standing{tokens: c.cfg.FailureBurst}
-	if w.standing != best || len(c.line) >= c.cfg.MaxFirstWaiting || now.Sub(w.since) >= c.cfg.FirstWait {
+	if w.standing != best || len(c.line) >= c.cfg.MaxFirstWaiting || !now.Before(c.lineEnd(w)) {
 		return false
 	}
 	c.line = append(c.line, w)
 	return true
 }
 
-// shed refuses the first attempts that have waited in the line FirstWait: refused, a scraper's password goes first
-// when asked again on its connection, where waiting on it would end with its scrape's timeout and connection. c.mu
-// is held.
+// lineEnd is when w's time in the line is up: FirstWait after it came, or a second before its request's deadline
+// if that is sooner. Refused then, a scraper's password goes first when asked again on its connection, whereas
+// waiting on would end with its scrape's timeout, and its connection.
+func (c *Checker) lineEnd(w *waiter) time.Time {
+	end := w.since.Add(c.cfg.FirstWait)
+	if d := w.deadline.Add(-lineMargin); !w.deadline.IsZero() && d.Before(end) {
+		end = d
+	}
+	return end
+}
+
+// lineMargin is how long before its request's deadline a first attempt in the line is refused, for the answer to
+// reach its client in time: the line is shed as checks come and end, tens of milliseconds apart under a flood.
+const lineMargin = time.Second
+
+// shed refuses the first attempts whose time in the line is up. c.mu is held.
 func (c *Checker) shed(now time.Time) {
 	c.line = slices.DeleteFunc(c.line, func(w *waiter) bool {
-		if now.Sub(w.since) < c.cfg.FirstWait {
+		if now.Before(c.lineEnd(w)) {
 			return false
 		}
 		c.drop(w)

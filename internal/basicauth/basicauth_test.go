@@ -224,7 +224,7 @@ gpu_pod_exporter_basic_auth_refused_total{reason="busy"} %d
 gpu_pod_exporter_basic_auth_refused_total{reason="client"} %d
 `, "Requests answered 429 without a password check, by reason: client (its budget of failed checks is spent, or it "+
 		"has a check of the kind in flight), busy (as many checks wait for bcrypt as may, all in better standing, or a "+
-		"newer one in no worse standing took its place).", busy, client)
+		"newer one in no worse standing took its place, or it waited as long as a first attempt may).", busy, client)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
@@ -551,37 +551,69 @@ func TestScraperNewAfterMoreAttackersThanMaxClients(t *testing.T) {
 	})
 }
 
-// A first attempt in the line is refused once it has waited FirstWait, before a scraper's timeout, so that asked
-// again on its connection it goes first; one that is not in the best standing is refused at once, as before.
+// A first attempt in the line is refused once it has waited FirstWait, or a second before its request's deadline if
+// that is sooner: before its scraper gives up, so that asked again on its connection it goes first.
 func TestFirstAttemptWaitsAtMostFirstWait(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBcrypt{gate: make(chan struct{})}
-		c := New(Config{Compare: f.compare, MaxConcurrent: 1, MaxWaiting: 1, FirstWait: 8 * time.Second})
-		waitingChecks(t, c, "running", "waiting")
-		scraper := connection()
-		start := time.Now()
-		errc := make(chan error)
-		go func() {
-			_, err := c.Check(scraper, "10.9.9.9:1", "prometheus", hash, "s3cret") // takes the place of "waiting"
-			errc <- err
-		}()
-		synctest.Wait()
-		time.Sleep(8 * time.Second)
-		go check(t, c, "10.0.0.50:1", "newest") // the line is shed as a check comes or ends
-		if err := <-errc; !errors.Is(err, ErrBusy) || time.Since(start) != 8*time.Second {
-			t.Errorf("the first attempt in the line: %v after %v, want ErrBusy after 8 s", err, time.Since(start))
-		}
-		result := make(chan bool)
-		go func() {
-			ok, _ := c.Check(scraper, "10.9.9.9:1", "prometheus", hash, "s3cret")
-			result <- ok
-		}()
-		if order := f.checked(); !slices.Equal(order, []string{"running", "s3cret", "newest"}) {
-			t.Errorf("checked %q, want the password asked again first and the one shed from the line not at all", order)
-		}
-		if !<-result {
-			t.Error("the scraper's password, asked again, was not accepted")
-		}
-		checkRefusals(t, c, 0, 2)
-	})
+	for _, tc := range []struct {
+		name            string
+		timeout, refuse time.Duration // the scrape's (0 for none); when it is refused
+		stillInLine     []string      // the first attempts without a deadline not yet shed with it, newest first
+	}{
+		{"no deadline", 0, 8 * time.Second, nil},
+		{"a 20 s deadline", 20 * time.Second, 8 * time.Second, nil},
+		{"a 5 s deadline", 5 * time.Second, 4 * time.Second, []string{"newer", "waiting"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeBcrypt{gate: make(chan struct{})}
+				c := New(Config{Compare: f.compare, MaxConcurrent: 1, MaxWaiting: 1, FirstWait: 8 * time.Second})
+				waitingChecks(t, c, "running", "waiting")
+				scraper := connection()
+				scrape := func() (bool, error) {
+					ctx, cancel := scraper, context.CancelFunc(func() {})
+					if tc.timeout > 0 {
+						ctx, cancel = context.WithTimeout(scraper, tc.timeout)
+					}
+					defer cancel()
+					return c.Check(ctx, "10.9.9.9:1", "prometheus", hash, "s3cret")
+				}
+				start := time.Now()
+				errc := make(chan error)
+				go func() {
+					_, err := scrape() // takes the place of "waiting", which goes to the line, then goes there itself
+					errc <- err
+				}()
+				synctest.Wait()
+				go check(t, c, "10.0.0.50:1", "newer")
+				synctest.Wait()
+				time.Sleep(tc.refuse - time.Millisecond)
+				go check(t, c, "10.0.0.51:1", "early") // the line is shed as a check comes or ends
+				synctest.Wait()
+				select {
+				case err := <-errc:
+					t.Fatalf("the first attempt in the line: %v after %v, before its time", err, time.Since(start))
+				default:
+				}
+				time.Sleep(time.Millisecond)
+				go check(t, c, "10.0.0.52:1", "newest")
+				if err := <-errc; !errors.Is(err, ErrBusy) || time.Since(start) != tc.refuse {
+					t.Errorf("the first attempt in the line: %v after %v, want ErrBusy after %v", err, time.Since(start),
+						tc.refuse)
+				}
+				result := make(chan bool)
+				go func() {
+					ok, _ := scrape()
+					result <- ok
+				}()
+				want := append([]string{"running", "s3cret", "newest", "early"}, tc.stillInLine...)
+				if order := f.checked(); !slices.Equal(order, want) {
+					t.Errorf("checked %q, want %q: the password asked again first, the newest next, then the line, "+
+						"newest first, and those shed from it not at all", order, want)
+				}
+				if !<-result {
+					t.Error("the scraper's password, asked again, was not accepted")
+				}
+			})
+		})
+	}
 }

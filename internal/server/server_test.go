@@ -311,3 +311,23 @@ func TestWebConfigFilesMustBeRegular(t *testing.T) {
 		t.Errorf("a handshake with a FIFO for the key file: %v, want a refusal", err)
 	}
 }
+
+// A password check ends at the scrape timeout the scraper sends; a value that is not a positive number of seconds
+// up to an hour leaves the request's context as it is.
+func TestCheckContextEndsAtTheScrapeTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for value, want := range map[string]time.Duration{"10": 10 * time.Second, "0.5": 500 * time.Millisecond,
+			"3600": time.Hour, "": 0, "0": 0, "-1": 0, "NaN": 0, "+Inf": 0, "3601": 0, "10s": 0} {
+			r, _ := http.NewRequest("GET", "/metrics", nil)
+			if value != "" {
+				r.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", value)
+			}
+			ctx, cancel := checkContext(r)
+			deadline, ok := ctx.Deadline()
+			cancel()
+			if got := time.Until(deadline); ok != (want > 0) || ok && got != want {
+				t.Errorf("%q: a deadline %v (%v), want one in %v", value, ok, got, want)
+			}
+		}
+	})
+}

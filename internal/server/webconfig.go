@@ -1,12 +1,14 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -176,6 +178,18 @@ func (f *webConfigFile) tlsConfig(http2 bool) *tls.Config {
 // authRetryAfter is what a client refused for too many password checks is told to wait, in seconds.
 const authRetryAfter = "10"
 
+// checkContext is the context of r's password check: r's, ending at the scrape timeout the scraper sends
+// (Prometheus, and its agents, send X-Prometheus-Scrape-Timeout-Seconds), after which the scraper has given up. A
+// check waiting for bcrypt is refused before it, so that the scraper is answered on its connection, where asked
+// again its password goes first. A value that is not a positive number of seconds, or past an hour, is ignored.
+func checkContext(r *http.Request) (context.Context, context.CancelFunc) {
+	s, err := strconv.ParseFloat(r.Header.Get("X-Prometheus-Scrape-Timeout-Seconds"), 64)
+	if err != nil || !(s > 0 && s <= 3600) {
+		return r.Context(), func() {}
+	}
+	return context.WithTimeout(r.Context(), time.Duration(s*float64(time.Second)))
+}
+
 // guard is the main listener's handler under a web configuration: the toolkit's rate limit, response headers and
 // basic auth, in that order, with the password checks bounded by basicauth.
 type guard struct {
@@ -228,9 +242,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if user, password, ok := r.BasicAuth(); ok {
-		valid, err := g.checker.Check(r.Context(), r.RemoteAddr, user, string(c.Users[user]), password)
+		ctx, cancel := checkContext(r)
+		valid, err := g.checker.Check(ctx, r.RemoteAddr, user, string(c.Users[user]), password)
+		cancel()
 		switch {
-		case errors.Is(err, basicauth.ErrBusy):
+		case errors.Is(err, basicauth.ErrBusy) || err != nil && r.Context().Err() == nil: // or its scrape's time is up
 			w.Header().Set("Retry-After", authRetryAfter)
 			http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 			return
