@@ -24,9 +24,9 @@
 //     end: a scraper that comes after the burst is checked next, one among the first of it keeps its place until
 //     the burst ends, and one in the middle of it waits in the line. Each address of the flood gets one bcrypt so,
 //     and then its budget applies; bcrypt runs no more than before (MaxConcurrent at once, busy under any flood), it
-//     only goes to first attempts first. A scraper in a burst longer than MaxConcurrent bcrypt checks can get
-//     through in FirstWait (about a hundred at cost 10 on one core) may be refused at FirstWait, and goes first at
-//     its next scrape (above);
+//     only goes to first attempts first. A scraper deeper in a burst than MaxConcurrent slots can check in its time
+//     in the line (about a hundred in 8 s on one core, at cost 10) is refused then, and goes first at its next
+//     scrape (above);
 //   - past MaxClients client addresses, the clients in the best standing are forgotten (a client forgotten comes
 //     back new, in the best standing, so forgetting it gives nothing away); the flood's penalties are kept;
 //   - a check whose client has gone (its request context done) does no bcrypt, and identical checks in flight share
