@@ -91,7 +91,7 @@ var (
 	keptFilesDesc       = prometheus.NewDesc("gpu_pod_exporter_attribution_kept_files", keptFilesHelp, nil, nil)
 	keptFilesBudgetDesc = prometheus.NewDesc("gpu_pod_exporter_attribution_kept_files_budget",
 		"How many process files may be kept open: the soft limit on open files less the connections the server may "+
-			"hold and a reserve for the exporter's other files, at most 4,096.", nil, nil)
+			"hold and a reserve for the exporter's other files, at most 16,384.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.

@@ -7,8 +7,13 @@ import "syscall"
 // read and closed during a reading (one at a time), and the Go runtime's own.
 const reserveFiles = 128
 
-// maxKeptFiles bounds the kept files whatever the limit: one per GPU process, 4,096 being far past a node's.
-const maxKeptFiles = 4096
+// maxKeptFiles bounds the kept files whatever the limit: those of 4,096 GPU processes, far past a node's. A GPU
+// process keeps one file (its stat) with the other sources and three with the drm source (its stat, its DRM file's
+// fdinfo and KFD's vram file of its GPU), besides the drm source's sysfs attributes; a file past the budget is read
+// by path at every reading, an open, a stat, two reads and a close instead of one pread. Each kept procfs or sysfs
+// file holds about 4 KiB of kernel memory once read (its seq_file buffer), charged to the exporter's memory cgroup:
+// 64 MiB at the bound.
+const maxKeptFiles = 16384
 
 // KeptFileBudget raises the soft limit on open files to the hard one, as servers do (Go's syscall package raises it
 // to one below at start), and returns how many process files may then be kept open: the soft limit less the

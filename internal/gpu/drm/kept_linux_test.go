@@ -47,6 +47,42 @@ func TestKeptFilesWithinBudget(t *testing.T) {
 	}
 }
 
+// The exporter's budget of kept files (procfs.KeptFileBudget, under a hard limit that does not bound it) holds what
+// a node of 4,096 GPU processes keeps with this source, as it does with the others: the source's files of each
+// ROCm process and of the GPUs, and attribution's stat of each process. Past it, each file left out is read by path
+// at every reading, five system calls instead of one.
+func TestExporterBudgetHoldsManyGPUProcesses(t *testing.T) {
+	const gpuProcesses = 4096
+	keeps := func(procs int) int {
+		_, sysfs, procFS := writeNode(t, computeNode(procs, 0))
+		budget := procfs.NewKeptFiles(1 << 20)
+		src, err := New(Config{SysFS: sysfs, ProcFS: procFS, KeptFiles: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		for range 2 {
+			if _, err := src.Snapshot(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return keptGauge(t, budget)
+	}
+	gpus, with64 := keeps(0), keeps(64)
+	perProcess := (with64-gpus)/64 + 1 // and attribution's stat
+	need := gpus + gpuProcesses*perProcess
+	budget, limit := procfs.KeptFileBudget(512)
+	t.Logf("%d files for the GPUs, %d a GPU process: %d for %d GPU processes, in a budget of %d", gpus, perProcess,
+		need, gpuProcesses, budget)
+	if limit > 0 && limit < uint64(need)+1024 { // the connections' 512 and the reserve
+		t.Skipf("a hard limit of %d open files bounds the budget (%d) below the %d files wanted", limit, budget, need)
+	}
+	if budget < need {
+		t.Errorf("a budget of %d kept files; %d GPU processes keep %d (%d for the GPUs, %d a process)", budget,
+			gpuProcesses, need, gpus, perProcess)
+	}
+}
+
 // nodeFilesOpen counts this process's open files under dir.
 func nodeFilesOpen(t *testing.T, dir string) int {
 	t.Helper()
