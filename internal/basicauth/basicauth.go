@@ -23,9 +23,9 @@
 //     first attempts after a restart cannot be told from a scraper's, and come in a burst as their TLS handshakes
 //     end: a scraper that comes after the burst is checked next, one among the first of it keeps its place until
 //     the burst ends, and one in the middle of it waits in the line. Each address of the flood gets one bcrypt so,
-//     and then its budget applies; bcrypt runs no more than before (MaxConcurrent at once, busy under any flood), it
-//     only goes to first attempts first. A scraper deeper in a burst than MaxConcurrent slots can check in its time
-//     in the line (about a hundred in 8 s on one core, at cost 10) is refused then, and goes first at its next
+//     and then its budget applies; the line adds no bcrypt (MaxConcurrent at once, busy under any flood), it only
+//     gives first attempts their turn first. A scraper deeper in a burst than MaxConcurrent slots can check in its
+//     time in the line (about a hundred in 8 s on one core, at cost 10) is refused then, and goes first at its next
 //     scrape (above);
 //   - past MaxClients client addresses, the clients in the best standing are forgotten (a client forgotten comes
 //     back new, in the best standing, so forgetting it gives nothing away); the flood's penalties are kept;
