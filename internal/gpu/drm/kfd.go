@@ -90,9 +90,9 @@ func property(props []byte, name string) uint64 {
 	return 0
 }
 
-// Bounds on KFD's process list: the compute processes of a node, and the GPUs of one. The vram files kept open
-// take their places in the source's budget of kept files, as the attribute files do (past it, a file is opened and
-// closed at each reading).
+// Bounds on KFD's process list: the compute processes of a node, and the entries of one's directory (a few per GPU
+// it may use). The vram files kept open take their places in the source's budget of kept files, as the attribute
+// files do (past it, a file is opened and closed at each reading).
 const (
 	maxKFDProcesses = 1 << 16
 	maxKFDFiles     = 256
