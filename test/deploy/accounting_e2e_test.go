@@ -69,14 +69,17 @@ scrape_configs:
       - targets: [%q]
 `, rules, target))
 
-	// 25 readings, so that a 15 s window lies inside the data for every series.
-	testkit.WaitFor(t, 90*time.Second, "25 scrapes of the demo", func() bool {
+	// 30 readings, so that a 15 s window lies inside the data for every series at the instant queried below.
+	testkit.WaitFor(t, 90*time.Second, "30 scrapes of the demo", func() bool {
 		r, err := e2eutil.TryQuery(api, `count_over_time(gpu_unattributed_energy_joules_total{gpu="7"}[1m])`)
-		return err == nil && len(r) == 1 && r[0].Value >= 25
+		return err == nil && len(r) == 1 && r[0].Value >= 30
 	})
 
-	// Every query is evaluated at the same instant, so that values computed from one another agree.
-	at := time.Now()
+	// Every query is evaluated at the same instant, so that values computed from one another agree. The instant is
+	// some evaluations back: at "now" the rule group may be half way through a round, its first rules written at
+	// this round's time and the others still at the last one's, and a scrape may be in flight, so that two rules
+	// read together would come from different rounds.
+	at := time.Now().Add(-5 * time.Second)
 	query := func(expr string) []e2eutil.Sample {
 		t.Helper()
 		out, err := e2eutil.TryQueryAt(api, expr, at)
@@ -130,10 +133,16 @@ scrape_configs:
 		t.Errorf("rule kWh by Slurm job: %v, want job 88231", jobs)
 	}
 	// GPU-hours: the job keeps 0.93 of a GPU busy, so its GPU-hours are 0.93 of its hours on the GPU, which are
-	// its kWh over its power.
+	// its kWh over its power. Exactly so within one query, which reads one consistent view of the samples; two
+	// rules are two queries, and a scrape committed between them (its samples stamped before the rules' time)
+	// extends one rule's range and not the other's, so the rules agree to the extrapolation of a sample (1 s of a
+	// range of 30 s or more).
+	perHourOnGPU := `(sum(increase(gpu_workload_sm_seconds_total{slurm_job_id="88231"}[1h])) / 3600)
+		/ (sum(increase(gpu_workload_energy_joules_total{slurm_job_id="88231"}[1h])) / 3.6e6 * 1000 / 612.4)`
+	near("Slurm job GPU-hours per hour on the GPU", one(perHourOnGPU), 0.93, 1e-6)
 	jobHours := one(`slurm_job_id:gpu_workload_gpu_hours:increase1h`)
 	jobKWh := one(`slurm_job_id:gpu_workload_energy_kwh:increase1h`)
-	near("Slurm job GPU-hours per hour on the GPU", jobHours/(jobKWh*1000/612.4), 0.93, 1e-6)
+	near("Slurm job GPU-hours per hour on the GPU, by the rules", jobHours/(jobKWh*1000/612.4), 0.93, 0.04)
 	for _, rule := range []string{"instance:gpu_unattributed_energy_kwh:increase1h", "user:gpu_workload_gpu_hours:increase1h",
 		"slurm_job_id:gpu_workload_memory_gib_hours:increase1h", "user:gpu_workload_memory_gib_hours:increase1h",
 		"slurm_job_id:gpu_workload_gpu_hours:increase1h"} {
