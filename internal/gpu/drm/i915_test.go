@@ -40,11 +40,7 @@ func TestI915Node(t *testing.T) {
 		DRM: []drmfake.File{{Minor: 128, FDInfo: client(5_000_000_000, 1_000_000_000)}}}}}
 	_, sysfs, procfs := writeNode(t, node)
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSource(t, sysfs, procfs, c)
 	first := snapshot(t, s)
 	if len(first.Errors) != 0 {
 		t.Errorf("errors: %v", first.Errors)

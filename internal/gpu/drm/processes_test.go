@@ -55,11 +55,7 @@ func TestDRMFileOpenedLater(t *testing.T) {
 	node.Processes = append(node.Processes, drmfake.Process{PID: pid, Other: 1})
 	_, sysfs, procfs := writeNode(t, node)
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSource(t, sysfs, procfs, c)
 	if _, _, ok := listed(snapshot(t, s), pid); ok {
 		t.Fatal("a process with no DRM file listed")
 	}
@@ -96,11 +92,7 @@ func TestReusedFDForgotten(t *testing.T) {
 	mi := drmfake.NewMI300X()
 	_, sysfs, procfs := writeNode(t, mi.Node(false))
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSource(t, sysfs, procfs, c)
 	const pid = 4401 // ffmpeg, a DRM client without KFD
 	if _, _, ok := listed(snapshot(t, s), pid); !ok {
 		t.Fatal("not listed at first")
@@ -145,10 +137,7 @@ func TestExitedProcessForgotten(t *testing.T) {
 	mi := drmfake.NewMI300X()
 	_, sysfs, procfs := writeNode(t, mi.Node(false))
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSource(t, sysfs, procfs, c)
 	const pid = 4201 // vllm on GPU 4, a KFD process
 	snapshot(t, s)
 	p := s.scan.procs[pid]
@@ -246,11 +235,7 @@ func TestAbsentAttributeLookedForAgain(t *testing.T) {
 	mi := drmfake.NewMI300X()
 	_, sysfs, procfs := writeNode(t, mi.Node(false))
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSource(t, sysfs, procfs, c)
 	absentValue(t, "fan speed (an MI300X has no fan)", snapshot(t, s).Devices[0].FanSpeedRatio)
 	hwmon, err := filepath.Glob(filepath.Join(sysfs, "class", "drm", "card1", "device", "hwmon", "hwmon*"))
 	if err != nil || len(hwmon) != 1 {

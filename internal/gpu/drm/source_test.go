@@ -34,6 +34,17 @@ func (c *clock) now() time.Time { return c.t }
 
 func newClock() *clock { return &clock{t: time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)} }
 
+// openSource opens the source on a written node, read at c's time, and closes it when the test ends.
+func openSource(t *testing.T, sysfs, procfs string, c *clock) *Source {
+	t.Helper()
+	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func process(t *testing.T, d gpu.Device, pid uint32) gpu.Process {
 	t.Helper()
 	for _, p := range d.Processes {
@@ -64,10 +75,7 @@ func TestMI300XDevices(t *testing.T) {
 	mi := drmfake.NewMI300X()
 	_, sysfs, procfs := writeNode(t, mi.Node(false))
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSource(t, sysfs, procfs, c)
 	snap, err := s.Snapshot(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +129,7 @@ func TestMI300XProcesses(t *testing.T) {
 	mi := drmfake.NewMI300X()
 	dir, sysfs, procfs := writeNode(t, mi.Node(false))
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSource(t, sysfs, procfs, c)
 	first, err := s.Snapshot(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -16,10 +16,7 @@ func TestXeNode(t *testing.T) {
 	const interval = 5.0
 	_, sysfs, procfs := writeNode(t, xe.Node(false, interval))
 	c := newClock()
-	s, err := New(Config{SysFS: sysfs, ProcFS: procfs, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSource(t, sysfs, procfs, c)
 	first, err := s.Snapshot(t.Context())
 	if err != nil {
 		t.Fatal(err)
